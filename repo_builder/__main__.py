@@ -1,0 +1,3 @@
+from repo_builder.cli import main
+
+main()

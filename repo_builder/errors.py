@@ -1,0 +1,79 @@
+"""One exception family for every user-facing failure.
+
+Every error carries enough context for a one-line message that names the file, key or request
+field at fault and, where one exists, a hint that says how to fix it. The CLI turns a
+:class:`RepoBuilderError` into a red message and exit code 2; anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RepoBuilderError(Exception):
+    """Base class of every error repo-builder reports to a user.
+
+    Args:
+        message: what is wrong, in one sentence.
+        key: the parameter, config key or request field at fault, if any.
+        path: the file or directory at fault, if any.
+        hint: how to fix it, if known.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, key: str | None = None, path: str | Path | None = None,
+                 hint: str | None = None) -> None:
+        self.message = message
+        self.key = key
+        self.path = Path(path) if path is not None else None
+        self.hint = hint
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        if self.key is not None:
+            where.append(self.key)
+        text = f"{': '.join(where)}: {self.message}" if where else self.message
+        if self.hint:
+            text += f" (hint: {self.hint})"
+        return text
+
+
+class ParameterError(RepoBuilderError):
+    """A parameter value or key is invalid: unknown key, wrong type, out of range, wrong profile."""
+
+
+class EngineError(RepoBuilderError):
+    """The engine directory is missing, unreadable, not a decoder engine, or contradicts a value."""
+
+
+class TokenizerError(RepoBuilderError):
+    """The tokenizer directory is missing, not local, unloadable or inconsistent with the engine."""
+
+
+class TemplateError(RepoBuilderError):
+    """A template could not be rendered (undefined variable, bad escaping, unfilled placeholder)."""
+
+
+class RenderError(RepoBuilderError):
+    """Writing the repository failed (output exists, placement failed, lock file problem)."""
+
+
+class ValidationError(RepoBuilderError):
+    """A repository failed `repo-builder validate`; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: list[str], *, path: str | Path | None = None) -> None:
+        self.problems = list(problems)
+        super().__init__(f"{len(self.problems)} problem(s):\n" + "\n".join(self.problems), path=path)
+
+
+class LaunchError(RepoBuilderError):
+    """tritonserver could not be found, started, made ready or stopped."""
+
+
+class ClientError(RepoBuilderError):
+    """A request was refused by the client-side checks or failed on the server."""

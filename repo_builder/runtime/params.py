@@ -1,0 +1,91 @@
+"""Reading model-config parameters inside a Python-backend model.
+
+Triton hands ``initialize(args)`` the model config as JSON (``args["model_config"]``); every entry of
+its ``parameters`` map is ``{"string_value": "..."}``. An empty string or a leftover ``${...}``
+placeholder (a hand-filled repository) means "unset". Errors name the parameter key and the model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping
+
+_TRUE = {"true", "1", "yes", "y", "t", "on"}
+_FALSE = {"false", "0", "no", "n", "f", "off"}
+
+
+class ParameterValueError(ValueError):
+    """A config.pbtxt parameter holds a value of the wrong type; the message names the key."""
+
+
+def parse_bool(text: str) -> bool:
+    """Parse the boolean spellings Triton's TRT-LLM templates accept (true/false/1/0/yes/no/t/f/y/n)."""
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+class ModelParams:
+    """Typed access to one model's config.pbtxt ``parameters``.
+
+    Args:
+        model_config: the model config as a dict or the JSON string Triton passes to ``initialize``.
+    """
+
+    def __init__(self, model_config: Mapping[str, Any] | str) -> None:
+        cfg = json.loads(model_config) if isinstance(model_config, str) else dict(model_config)
+        self.model_name: str = cfg.get("name", "?")
+        self.config = cfg
+        raw = cfg.get("parameters", {}) or {}
+        self._raw = {k: (v.get("string_value", "") if isinstance(v, Mapping) else str(v)) for k, v in raw.items()}
+
+    def raw(self, key: str) -> str | None:
+        """The raw string of ``key``, or None when absent, empty or an unfilled ``${...}``."""
+        value = self._raw.get(key)
+        if value is None or value.strip() == "" or value.strip().startswith("${"):
+            return None
+        return value
+
+    def _typed(self, key: str, default: Any, conv: Callable[[str], Any], kind: str) -> Any:
+        value = self.raw(key)
+        if value is None:
+            return default
+        try:
+            return conv(value)
+        except (TypeError, ValueError) as exc:
+            raise ParameterValueError(
+                f"model '{self.model_name}': parameter '{key}' = {value!r} is not {kind}") from exc
+
+    def str(self, key: str, default: str | None = None) -> str | None:
+        """String parameter ``key`` or ``default``."""
+        return self._typed(key, default, str, "a string")
+
+    def int(self, key: str, default: int | None = None) -> int | None:
+        """Integer parameter ``key`` or ``default``; raises ParameterValueError naming the key."""
+        return self._typed(key, default, lambda s: int(s.strip()), "an integer")
+
+    def float(self, key: str, default: float | None = None) -> float | None:
+        """Float parameter ``key`` or ``default``; raises ParameterValueError naming the key."""
+        return self._typed(key, default, lambda s: float(s.strip()), "a number")
+
+    def bool(self, key: str, default: bool | None = None) -> bool | None:
+        """Boolean parameter ``key`` or ``default``; raises ParameterValueError naming the key."""
+        return self._typed(key, default, parse_bool, "a boolean (true/false)")
+
+    def int_list(self, key: str, default: list[int] | None = None) -> list[int] | None:
+        """Comma-separated integers (e.g. ``"2,32000"``) or ``default``."""
+        return self._typed(key, default, lambda s: [int(x) for x in s.split(",") if x.strip()],
+                           "a comma-separated list of integers")
+
+    @property
+    def decoupled(self) -> bool:
+        """True when the model's transaction policy is decoupled (streaming)."""
+        return bool(self.config.get("model_transaction_policy", {}).get("decoupled", False))
+
+    @property
+    def max_batch_size(self) -> int:
+        """The model's Triton ``max_batch_size`` (0 = no batch dimension)."""
+        return int(self.config.get("max_batch_size", 0))

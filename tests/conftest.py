@@ -1,0 +1,79 @@
+"""Shared fixtures: paths to ../shared assets, free ports, tiny checkpoints."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("REPO_BUILDER_SHARED", PROJECT.parent / "shared"))
+ASSETS = SHARED / "assets"
+ENGINES = ASSETS / "engines"
+REPOS = ASSETS / "triton_model_repos"
+
+# Tokenizer directories in ../shared/assets that AutoTokenizer loads without remote code.
+HF_TOKENIZERS = ["llama2_tokenizer", "llama2_hf_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer",
+                 "llama3_tokenizer", "llama3.1_tokenizer", "qwen3_tokenizer"]
+
+
+def asset(*parts: str) -> Path:
+    """Path of a file or folder under ../shared/assets; skips nothing: a missing asset is an error."""
+    path = ASSETS.joinpath(*parts)
+    assert path.exists(), f"missing test asset {path} (is ../shared beside the project?)"
+    return path
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports on 127.0.0.1 that were free a moment ago."""
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+@pytest.fixture
+def engine_copy(tmp_path):
+    """Copy an engine folder of ../shared/assets/engines to tmp and add empty rank*.engine files.
+
+    Usage: ``engine_copy("v1.2-smollm-llama-beam5")`` -> Path. ``ranks=None`` adds world-size many.
+    """
+
+    def _copy(name: str, ranks: int | None = None) -> Path:
+        import json
+
+        src = ENGINES / name
+        dst = tmp_path / "engines" / name
+        shutil.copytree(src, dst)
+        if ranks is None:
+            cfg = json.loads((dst / "config.json").read_text())
+            if "pretrained_config" in cfg:
+                mapping = cfg["pretrained_config"].get("mapping", {})
+                ranks = int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))
+            else:
+                b = cfg.get("builder_config", {})
+                ranks = int(b.get("tensor_parallel", 1) or 1) * int(b.get("pipeline_parallel", 1) or 1)
+        for r in range(ranks):
+            (dst / f"rank{r}.engine").write_bytes(b"")
+        return dst
+
+    return _copy
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    """A random-weight tiny LLaMA checkpoint with the real LLaMA-2 tokenizer (32000 tokens) beside it."""
+    from repo_builder.testing import make_tiny_llama
+
+    out = tmp_path_factory.mktemp("tiny_llama")
+    return make_tiny_llama(out / "ckpt", asset("llama2_tokenizer"), seed=0)
