@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up everything repo-builder needs on a fresh Debian machine: sourced by quickstart.sh and test.sh.
+#  - openmpi-bin (mpirun, for multi-rank launches) via apt-get when missing and we are root;
+#  - a virtual environment in $REPO_BUILDER_VENV (default: .venv in the project) holding repo-builder
+#    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, and test tools;
+#  - mistral-common (data only: its SentencePiece tokenizer.model) without its dependencies.
+# Re-running is cheap: an up-to-date venv is detected by a stamp of pyproject.toml's hash.
+set -euo pipefail
+
+PROJECT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${REPO_BUILDER_VENV:-$PROJECT_DIR/.venv}"
+PYTHON="${PYTHON:-python3}"
+
+if ! command -v mpirun >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing openmpi-bin (mpirun)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin >/dev/null
+  else
+    echo "[setup] warning: mpirun not found and cannot apt-get install openmpi-bin; multi-rank launches will fail" >&2
+  fi
+fi
+
+stamp="$VENV/.repo-builder-stamp"
+want="$(sha256sum "$PROJECT_DIR/pyproject.toml" | cut -d' ' -f1)"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] creating virtual environment in $VENV (about a minute)"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,test]" 2>&1 \
+    | grep -v "^WARNING: Location" || true
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" 2>&1 \
+    | grep -v "^WARNING: Location" || true
+  "$VENV/bin/python" -c "import numpy, torch, transformers, tritonclient.grpc, pytriton; assert int(numpy.__version__.split('.')[0]) < 2" \
+    || { echo "[setup] the virtual environment is incomplete" >&2; exit 1; }
+  echo "$want" > "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
