@@ -1,0 +1,110 @@
+"""Reading and writing Triton ``config.pbtxt`` files with protobuf text format.
+
+Every config is parsed into ``tritonclient.grpc.model_config_pb2.ModelConfig`` (the message Triton itself
+parses ``config.pbtxt`` into), so a file that passes here is one Triton's parser accepts field for field.
+String values are written through :func:`quote`, which escapes for protobuf text format (backslash,
+quote, newline, non-printable bytes) so that a value round-trips exactly and can never add a field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import TemplateError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+#: An unfilled template placeholder as left by NVIDIA's ``fill_template.py`` (``${name}``).
+PLACEHOLDER_RE = re.compile(r"\$\{([^}\n]*)\}?")
+
+
+def quote(value: object, *, key: str | None = None) -> str:
+    """The protobuf text-format string literal (with its double quotes) for ``value``.
+
+    ``value`` is converted with ``str`` first. Backslash, double quote, newline, tab and every other
+    non-printable byte are escaped (``google.protobuf.text_encoding.CEscape`` with UTF-8 kept as is).
+
+    Raises:
+        TemplateError: the text cannot be encoded as UTF-8 (e.g. a lone surrogate from a file name with
+            undecodable bytes); the message names ``key``.
+    """
+    from google.protobuf import text_encoding
+
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TemplateError(f"value {text!r} is not valid UTF-8 and cannot be written into config.pbtxt",
+                            key=key, hint="rename the path to valid UTF-8") from exc
+    return '"' + text_encoding.CEscape(text, as_utf8=True) + '"'
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """An unfilled ``${...}`` placeholder: 1-based ``line`` and ``column``, and the placeholder ``name``."""
+
+    line: int
+    column: int
+    name: str
+
+
+def find_placeholders(text: str) -> list[Placeholder]:
+    """Every ``${...}`` in ``text`` with its 1-based line and column, in order (also inside comments)."""
+    found = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        for match in PLACEHOLDER_RE.finditer(line):
+            found.append(Placeholder(lineno, match.start() + 1, match.group(1)))
+    return found
+
+
+class PbtxtParseError(TemplateError):
+    """A config.pbtxt is not valid protobuf text for ``ModelConfig``; ``line``/``column`` are 1-based."""
+
+    def __init__(self, message: str, *, path: str | Path | None, line: int | None, column: int | None) -> None:
+        self.line = line
+        self.column = column
+        super().__init__(message, path=path)
+
+
+def parse_model_config(text: str, *, path: str | Path | None = None) -> "ModelConfig":
+    """Parse ``text`` into a ``ModelConfig`` exactly as Triton would (unknown fields are errors).
+
+    Raises:
+        PbtxtParseError: with the 1-based line and column of the first error.
+    """
+    from google.protobuf import text_format
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    config = ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        line, column = exc.GetLine(), exc.GetColumn()
+        detail = str(exc)
+        # ParseError's text starts with "L:C : "; keep only the message part.
+        detail = re.sub(r"^\d+:\d+ : ", "", detail)
+        raise PbtxtParseError(f"line {line}: not a valid Triton model config: {detail}",
+                              path=path, line=line, column=column) from exc
+    return config
+
+
+def load_model_config(path: str | Path) -> "ModelConfig":
+    """Read and parse one ``config.pbtxt`` file (see :func:`parse_model_config`)."""
+    p = Path(path)
+    return parse_model_config(p.read_text(encoding="utf-8"), path=p)
+
+
+def dtype_name(value: int) -> str:
+    """``TYPE_*`` name of a ``DataType`` enum value (e.g. 8 -> ``TYPE_INT32``)."""
+    from tritonclient.grpc.model_config_pb2 import DataType
+
+    return DataType.Name(value)
+
+
+def string_parameters(config: "ModelConfig") -> dict[str, str]:
+    """The ``parameters`` map of a model config as {key: string_value}."""
+    return {k: v.string_value for k, v in config.parameters.items()}
