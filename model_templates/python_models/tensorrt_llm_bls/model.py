@@ -1,0 +1,207 @@
+"""tensorrt_llm_bls: the ensemble pipeline as a Python-backend model (business-logic scripting).
+
+A thin adapter over ``repo_builder_runtime.bls`` (vendored beside this file): it reads the
+parameters and ``wiring.json``, turns ``pb_utils`` requests into numpy tensors, executes the step
+models through BLS calls and sends the responses. All decisions (routing, validation, stop strings,
+accumulation) are made by ``BLSCore``.
+
+Concurrency: in decoupled mode ``execute`` hands every request to a thread pool and returns at once,
+so a long generation never delays the next request's first token. BLS calls block in C++ with the
+GIL released, so the threads overlap. In non-decoupled mode the requests of one ``execute`` call
+run concurrently and their responses are returned together.
+
+Parameters (config.pbtxt ``parameters``): ``tensorrt_llm_model_name`` (default ``tensorrt_llm``),
+``accumulate_tokens`` (bool, default false), ``max_beam_width`` (int, default 1),
+``bls_worker_threads`` (int, default 256: most requests in flight at once; more wait in a queue).
+
+Cancelling the engine after a stop string: Triton 2.51's BLS response iterator has no ``cancel()``
+(checked against the 2.51 stub), so when it is absent the BLS sends the engine a ``stop=true``
+request with the same request id (TensorRT-LLM's stop signal) and then drains the remaining
+responses; if the engine refuses ``stop`` the BLS only drains.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from repo_builder_runtime.bls import (
+    BLSCore,
+    BLSRequestError,
+    BLSSettings,
+    BLSStepError,
+    WiringError,
+    Wiring,
+    stack_rows,
+)
+from repo_builder_runtime.params import ModelParams
+
+_FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+_STOP_INPUT = "stop"  # TensorRT-LLM's cancellation input: a request with the same id and stop=true
+
+
+class _EngineStream:
+    """Responses of one ``exec(decoupled=True)`` call as {name: numpy array}; empty ones skipped."""
+
+    def __init__(self, caller: "_Caller", model: str, inputs: Mapping[str, np.ndarray],
+                 outputs: Sequence[str], request_id: str) -> None:
+        self._caller = caller
+        self._model = model
+        self._inputs = inputs
+        self._request_id = request_id
+        req = pb_utils.InferenceRequest(model_name=model, inputs=caller.tensors(inputs),
+                                        requested_output_names=list(outputs), request_id=request_id)
+        self._it = req.exec(decoupled=True)
+
+    def __iter__(self):
+        model = self._model
+        for resp in self._it:
+            if resp.has_error():
+                raise BLSStepError(model, resp.error().message())
+            tensors = resp.output_tensors()
+            if tensors:
+                yield {t.name(): t.as_numpy() for t in tensors}
+
+    def cancel(self) -> None:
+        cancel = getattr(self._it, "cancel", None)
+        if cancel is not None:
+            cancel()
+            return
+        if self._caller.stop_supported is False:
+            return
+        inputs = dict(self._inputs)
+        inputs[_STOP_INPUT] = np.ones((1, 1), dtype=np.bool_)
+        try:
+            req = pb_utils.InferenceRequest(model_name=self._model, inputs=self._caller.tensors(inputs),
+                                            requested_output_names=[], request_id=self._request_id)
+            for resp in req.exec(decoupled=True):
+                if resp.has_error():
+                    self._caller.stop_supported = False
+                    pb_utils.Logger.log_warn(
+                        f"tensorrt_llm_bls: model '{self._model}' refused the stop request "
+                        f"({resp.error().message()}); stopped requests run to completion in the engine")
+        except Exception as exc:  # noqa: BLE001 - best effort: cancellation must not fail the request
+            self._caller.stop_supported = False
+            pb_utils.Logger.log_warn(f"tensorrt_llm_bls: stop request to '{self._model}' failed: {exc}")
+
+
+class _Caller:
+    """``StepCaller`` over pb_utils BLS requests."""
+
+    def __init__(self) -> None:
+        self.stop_supported: bool | None = None
+
+    @staticmethod
+    def tensors(inputs: Mapping[str, np.ndarray]) -> list:
+        return [pb_utils.Tensor(name, arr) for name, arr in inputs.items()]
+
+    def call(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
+             request_id: str) -> dict[str, np.ndarray]:
+        req = pb_utils.InferenceRequest(model_name=model, inputs=self.tensors(inputs),
+                                        requested_output_names=list(outputs), request_id=request_id)
+        resp = req.exec()
+        if resp.has_error():
+            raise BLSStepError(model, resp.error().message())
+        return {t.name(): t.as_numpy() for t in resp.output_tensors()}
+
+    def stream(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
+               request_id: str) -> _EngineStream:
+        return _EngineStream(self, model, inputs, outputs, request_id)
+
+
+def _response(outputs: Mapping[str, np.ndarray]):
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()])
+
+
+def _error_message(exc: BaseException) -> str:
+    if isinstance(exc, (BLSRequestError, BLSStepError)):
+        return str(exc)
+    return f"tensorrt_llm_bls: {type(exc).__name__}: {exc}"
+
+
+class TritonPythonModel:
+    """The tensorrt_llm_bls model."""
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        params = ModelParams(args["model_config"])
+        cfg = params.config
+        self.decoupled = params.decoupled
+        self.settings = BLSSettings(
+            engine_model=params.str("tensorrt_llm_model_name", "tensorrt_llm") or "tensorrt_llm",
+            accumulate_tokens=bool(params.bool("accumulate_tokens", False)),
+            max_beam_width=int(params.int("max_beam_width", 1) or 1),
+            decoupled=self.decoupled,
+        )
+        here = os.path.dirname(os.path.abspath(__file__))
+        try:
+            wiring = Wiring.load(os.path.join(here, "wiring.json"),
+                                 inputs=[i["name"] for i in cfg.get("input", [])] or None,
+                                 outputs=[o["name"] for o in cfg.get("output", [])] or None)
+        except WiringError as exc:
+            raise pb_utils.TritonModelException(str(exc)) from exc
+        self.core = BLSCore(wiring, self.settings, _Caller())
+        workers = int(params.int("bls_worker_threads", 256) or 256)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bls")
+
+    # --------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _inputs(request) -> dict[str, np.ndarray]:
+        return {t.name(): t.as_numpy() for t in request.inputs()}
+
+    def _serve_decoupled(self, request, sender) -> None:
+        final_sent = False
+
+        def send(outputs: Mapping[str, np.ndarray] | None, final: bool) -> None:
+            nonlocal final_sent
+            if outputs is None:
+                sender.send(flags=_FINAL)
+            else:
+                sender.send(_response(outputs), flags=_FINAL if final else 0)
+            final_sent = final_sent or final
+
+        is_cancelled = getattr(sender, "is_cancelled", None) or getattr(request, "is_cancelled", None)
+        try:
+            self.core.run(self._inputs(request), send, requested_outputs=request.requested_output_names(),
+                          request_id=request.request_id(), cancelled=is_cancelled)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes this request's error response
+            if not isinstance(exc, (BLSRequestError, BLSStepError)):
+                pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
+            if not final_sent:
+                try:
+                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(_error_message(exc))),
+                                flags=_FINAL)
+                except Exception as send_exc:  # noqa: BLE001 - the client may be gone
+                    pb_utils.Logger.log_warn(f"tensorrt_llm_bls: could not send the error: {send_exc}")
+
+    def _serve_once(self, request):
+        collected: list[dict[str, np.ndarray]] = []
+
+        def send(outputs: Mapping[str, np.ndarray] | None, final: bool) -> None:
+            if outputs is not None:
+                collected.append(dict(outputs))
+
+        try:
+            self.core.run(self._inputs(request), send, requested_outputs=request.requested_output_names(),
+                          request_id=request.request_id())
+            return _response(stack_rows(collected) if collected else {})
+        except Exception as exc:  # noqa: BLE001
+            if not isinstance(exc, (BLSRequestError, BLSStepError)):
+                pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(_error_message(exc)))
+
+    def execute(self, requests):
+        if self.decoupled:
+            for request in requests:
+                self.pool.submit(self._serve_decoupled, request, request.get_response_sender())
+            return None
+        if len(requests) == 1:
+            return [self._serve_once(requests[0])]
+        return list(self.pool.map(self._serve_once, requests))
+
+    def finalize(self) -> None:
+        self.pool.shutdown(wait=True)

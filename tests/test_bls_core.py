@@ -1,0 +1,303 @@
+"""BLSCore request flow with in-process step models (the real-server version is tests/e2e/test_bls_text.py).
+
+The step models here are small character-level stand-ins that speak the trtllm-1.2 tensor contract:
+preprocessing maps characters to code points, the engine emits the prompt's characters cyclically,
+postprocessing turns code points back into text. They check that they receive only inputs their
+contract declares.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from repo_builder.contract import load_contract
+from repo_builder.runtime.bls import (
+    BLSCore,
+    BLSRequestError,
+    BLSSettings,
+    BLSStepError,
+    Wiring,
+    parse_request,
+    parse_word_list,
+    stack_rows,
+)
+
+CONTRACT = load_contract("trtllm-1.2")
+DECLARED = {m: {t.name for t in CONTRACT.models[m].inputs} for m in ("preprocessing", "tensorrt_llm", "postprocessing")}
+
+
+class FakeStream:
+    def __init__(self, responses, owner):
+        self._responses = responses
+        self.owner = owner
+        self.cancelled = False
+        self.consumed = 0
+
+    def __iter__(self):
+        for r in self._responses:
+            self.consumed += 1
+            if self.cancelled and self.owner.honour_cancel:
+                return
+            yield r
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class FakeModels:
+    """StepCaller implementing preprocessing / engine / postprocessing at character level."""
+
+    def __init__(self, engine_name="tensorrt_llm", fail=None):
+        self.engine_name = engine_name
+        self.fail = fail
+        self.calls = []
+        self.streams = []
+        self.honour_cancel = True
+
+    def _check(self, model, inputs):
+        kind = "tensorrt_llm" if model == self.engine_name else model
+        unknown = set(inputs) - DECLARED[kind]
+        assert not unknown, f"{model} got undeclared inputs {unknown}"
+        self.calls.append((model, dict(inputs)))
+        if self.fail == model:
+            from repo_builder.runtime.bls import BLSStepError
+
+            raise BLSStepError(model, "boom")
+        return kind
+
+    def call(self, model, inputs, outputs, request_id):
+        kind = self._check(model, inputs)
+        if kind == "preprocessing":
+            text = inputs["QUERY"].reshape(-1)[0].decode()
+            ids = np.array([[ord(c) for c in text]], dtype=np.int32)
+            res = {"INPUT_ID": ids, "REQUEST_INPUT_LEN": np.array([[ids.shape[1]]], np.int32),
+                   "REQUEST_OUTPUT_LEN": inputs["REQUEST_OUTPUT_LEN"], "DETOKENIZER_KEY": np.array([[7]], np.uint64),
+                   "OUT_END_ID": np.array([[0]], np.int32), "OUT_PAD_ID": np.array([[0]], np.int32)}
+            return {k: v for k, v in res.items() if k in outputs}
+        if kind == "postprocessing":
+            toks = inputs["TOKENS_BATCH"]
+            lens = inputs["SEQUENCE_LENGTH"]
+            texts = ["".join(chr(t) for t in toks[0, b, : lens[0, b]]) for b in range(toks.shape[1])]
+            out = np.array([[t.encode() for t in texts]], dtype=object)
+            return {"OUTPUT": out}
+        # non-streaming engine
+        return self._engine_responses(inputs, outputs, streaming=False)[0]
+
+    def _engine_responses(self, inputs, outputs, streaming):
+        prompt = inputs["input_ids"][0]
+        n = int(inputs["request_output_len"].reshape(-1)[0])
+        gen = [int(prompt[i % len(prompt)]) for i in range(n)]
+        if "exclude_input_in_output" in inputs and not bool(inputs["exclude_input_in_output"].reshape(-1)[0]):
+            gen = [int(t) for t in prompt] + gen  # echo the prompt
+        beams = int(inputs["beam_width"].reshape(-1)[0]) if "beam_width" in inputs else 1
+        nseq = int(inputs["num_return_sequences"].reshape(-1)[0]) if "num_return_sequences" in inputs else 1
+
+        def resp(tokens, seq):
+            r = {"output_ids": np.array([[tokens] * beams], dtype=np.int32),
+                 "sequence_length": np.array([[len(tokens)] * beams], dtype=np.int32),
+                 "sequence_index": np.array([[seq]], dtype=np.int32),
+                 "cum_log_probs": np.zeros((1, beams), np.float32)}
+            return {k: v for k, v in r.items() if k in outputs}
+
+        if streaming:
+            return [resp([t], s) for s in range(nseq) for t in gen]
+        return [resp(gen, s) for s in range(nseq)]
+
+    def stream(self, model, inputs, outputs, request_id):
+        self._check(model, inputs)
+        streaming = bool(inputs["streaming"].reshape(-1)[0]) if "streaming" in inputs else False
+        s = FakeStream(self._engine_responses(inputs, outputs, streaming), self)
+        self.streams.append(s)
+        return s
+
+
+def make_core(models=None, **settings):
+    c = CONTRACT
+    bls = c.models["tensorrt_llm_bls"]
+    w = Wiring.from_data(c.wiring(), inputs=[t.name for t in bls.inputs], outputs=[t.name for t in bls.outputs])
+    return BLSCore(w, BLSSettings(**settings), models or FakeModels(settings.get("engine_model", "tensorrt_llm")))
+
+
+def request(text="abc", max_tokens=6, **extra):
+    r = {"text_input": np.array([[text.encode()]], dtype=object),
+         "max_tokens": np.array([[max_tokens]], dtype=np.int32)}
+    for k, v in extra.items():
+        if isinstance(v, bool):
+            r[k] = np.array([[v]], dtype=np.bool_)
+        elif isinstance(v, int):
+            r[k] = np.array([[v]], dtype=np.int32)
+        elif isinstance(v, float):
+            r[k] = np.array([[v]], dtype=np.float32)
+        elif isinstance(v, list):
+            r[k] = np.array([[s.encode() for s in v]], dtype=object)
+        else:
+            r[k] = v
+    return r
+
+
+def run(core, req, requested=None):
+    sent = []
+    core.run(req, lambda outputs, final: sent.append((None if outputs is None else dict(outputs), final)),
+             requested_outputs=requested)
+    return sent
+
+
+def texts(sent):
+    return [o["text_output"].reshape(-1)[0].decode() for o, _ in sent if o and "text_output" in o]
+
+
+# ------------------------------------------------------------------------------------------ routing
+
+
+def test_request_fields_reach_engine_under_engine_names():
+    models = FakeModels()
+    core = make_core(models)
+    run(core, request(top_k=5, top_p=0.5, length_penalty=1.5, stream=False, temperature=0.7))
+    engine_inputs = next(i for m, i in models.calls if m == "tensorrt_llm")
+    assert int(engine_inputs["runtime_top_k"][0, 0]) == 5
+    assert float(engine_inputs["runtime_top_p"][0, 0]) == 0.5
+    assert float(engine_inputs["len_penalty"][0, 0]) == 1.5
+    assert bool(engine_inputs["streaming"][0, 0]) is False
+    assert "temperature" in engine_inputs and "seed" not in engine_inputs
+    post = [i for m, i in models.calls if m == "postprocessing"]
+    assert post and int(post[0]["DETOKENIZER_KEY"][0, 0]) == 7 and "STREAM" in post[0]
+
+
+def test_engine_model_name_parameter():
+    models = FakeModels(engine_name="my_engine")
+    run(make_core(models, engine_model="my_engine"), request())
+    assert [m for m, _ in models.calls] == ["preprocessing", "my_engine", "postprocessing"]
+
+
+# --------------------------------------------------------------------------------------- responses
+
+
+def test_non_streaming_single_final_response():
+    sent = run(make_core(), request("abc", 5))
+    assert len(sent) == 1 and sent[0][1] is True
+    assert texts(sent) == ["abcab"]
+
+
+def test_streaming_deltas_then_empty_final():
+    sent = run(make_core(), request("xyz", 4, stream=True))
+    assert texts(sent) == ["x", "y", "z", "x"]
+    assert [f for _, f in sent] == [False] * 4 + [True]
+    assert sent[-1][0] is None
+
+
+def test_streaming_concatenation_equals_non_streaming():
+    core = make_core()
+    streamed = "".join(texts(run(core, request("hello", 9, stream=True))))
+    whole = texts(run(core, request("hello", 9)))[0]
+    assert streamed == whole == "hellohell"
+
+
+def test_requested_outputs_limit_response_and_engine_outputs():
+    models = FakeModels()
+    sent = run(make_core(models), request(), requested=["text_output"])
+    assert set(sent[0][0]) == {"text_output"}
+    sent = run(make_core(models), request(), requested=["text_output", "cum_log_probs"])
+    assert set(sent[0][0]) == {"text_output", "cum_log_probs"}
+
+
+def test_accumulate_tokens_sends_full_text():
+    sent = run(make_core(accumulate_tokens=True), request("ab", 4, stream=True))
+    assert texts(sent) == ["a", "ab", "aba", "abab"]
+
+
+def test_num_return_sequences_non_streaming_hold_one_back():
+    sent = run(make_core(), request("ab", 2, num_return_sequences=2))
+    assert [f for _, f in sent] == [False, True]
+    assert texts(sent) == ["ab", "ab"]
+
+
+def test_batch_rows_non_streaming_stack():
+    core = make_core(decoupled=False)
+    req = {"text_input": np.array([[b"ab"], [b"xyz"]], dtype=object), "max_tokens": np.array([[3], [2]], np.int32)}
+    sent = run(core, req)
+    assert len(sent) == 2
+    stacked = stack_rows([o for o, _ in sent])
+    assert stacked["text_output"].reshape(-1).tolist() == [b"aba", b"xy"]
+
+
+# ------------------------------------------------------------------------------------------ stops
+
+
+def test_non_streaming_stop_string_truncates():
+    sent = run(make_core(), request("abcd", 8, stop_words=["cd"]))
+    assert texts(sent) == ["ab"]
+
+
+def test_streaming_stop_string_cuts_and_cancels_engine():
+    models = FakeModels()
+    sent = run(make_core(models), request("hello world", 40, stream=True, stop_words=["o w"]))
+    assert "".join(texts(sent)) == "hell"
+    assert sent[-1] == (None, True)
+    assert models.streams[0].cancelled
+    assert models.streams[0].consumed < 40
+
+
+def test_streaming_stop_string_drains_when_engine_ignores_cancel():
+    models = FakeModels()
+    models.honour_cancel = False
+    sent = run(make_core(models), request("hello world", 40, stream=True, stop_words=["o w"]))
+    assert "".join(texts(sent)) == "hell"
+    assert models.streams[0].consumed == 40  # drained after the final response
+    assert sum(1 for _, f in sent if f) == 1
+
+
+def test_streaming_held_text_flushed_at_end():
+    sent = run(make_core(), request("ab<", 3, stream=True, stop_words=["<x"]))
+    assert "".join(texts(sent)) == "ab<"
+    assert sent[-1][1] is True and texts([sent[-1]]) == ["<"]
+
+
+def test_stop_inside_echoed_prompt_is_ignored_when_input_not_excluded():
+    # With exclude_input_in_output=false the engine echoes the prompt ("ab|") before the generated
+    # text ("ab|ab|ab|"); a stop string that matches inside the echo must not cut it.
+    sent = run(make_core(), request("ab|", 9, stop_words=["|a"], exclude_input_in_output=False))
+    assert texts(sent) == ["ab|ab"]  # echo kept, generated "ab|ab|ab|" cut at its first "|a"
+    sent = run(make_core(), request("ab|", 9, stop_words=["|a"]))
+    assert texts(sent) == ["ab"]
+
+
+# ------------------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("req,settings,field", [
+    (request(""), {}, "text_input"),
+    ({"max_tokens": np.array([[3]], np.int32)}, {}, "text_input"),
+    ({"text_input": np.array([[b"x"]], dtype=object)}, {}, "max_tokens"),
+    (request(max_tokens=0), {}, "max_tokens"),
+    (request(stop_words=np.array([[1, 2]], np.int32)), {}, "stop_words"),
+    (request(beam_width=4), {"max_beam_width": 2}, "beam_width"),
+    (request(beam_width=2, stream=True), {"max_beam_width": 2}, "beam_width"),
+    (request(beam_width=2), {"max_beam_width": 2, "accumulate_tokens": True}, "beam_width"),
+    (request(stream=True), {"decoupled": False}, "stream"),
+    (request(num_draft_tokens=3), {}, "num_draft_tokens"),
+])
+def test_validation_names_the_field(req, settings, field):
+    with pytest.raises(BLSRequestError) as info:
+        parse_request(req, BLSSettings(**settings))
+    assert info.value.field == field
+    assert str(info.value).startswith(field + ":")
+
+
+def test_streaming_with_beam_message_mentions_b30_rule():
+    with pytest.raises(BLSRequestError, match="streaming is only supported with beam_width 1"):
+        parse_request(request(beam_width=2, stream=True), BLSSettings(max_beam_width=4))
+
+
+def test_word_list_parsing():
+    assert parse_word_list(np.array([[b"a,b", b'"x,y"', b""]], dtype=object)) == ["a", "b", "x,y"]
+    with pytest.raises(BLSRequestError, match="stop_words"):
+        parse_word_list(np.array([b"\xff"], dtype=object))
+    with pytest.raises(BLSRequestError, match="stop_words"):
+        parse_word_list(5)
+
+
+def test_step_error_carries_step_name():
+    core = make_core(FakeModels(fail="postprocessing"))
+    with pytest.raises(BLSStepError, match="^postprocessing: boom"):
+        run(core, request())
