@@ -1,0 +1,77 @@
+"""The tritonserver command line of every rank and the mpirun command around them.
+
+Layout (upstream-reference.md §4, feasibility.md §8): rank 0 loads the whole repository and serves HTTP,
+gRPC and metrics; ranks > 0 load only the TensorRT-LLM model(s) (``--model-control-mode=explicit
+--load-model=NAME``) and open no endpoint. Every rank gets ``--disable-auto-complete-config`` and its own
+``--backend-config=python,shm-region-prefix-name=<prefix>`` so the Python backend's ``/dev/shm`` regions
+never collide and the launcher can remove exactly its own. Unlike upstream, port flags appear once and the
+mpirun command has no trailing ``:``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MPIRUN = "mpirun"
+
+
+def shm_prefix(launch_id: str, rank: int) -> str:
+    """The ``shm-region-prefix-name`` of ``rank``: ``<launch_id>_r<rank>_`` (``r1_`` is no prefix of ``r10_``)."""
+    return f"{launch_id}_r{rank}_"
+
+
+def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path | str, rank: int, launch_id: str,
+              http_address: str, http_port: int, grpc_port: int, metrics_port: int,
+              trtllm_models: list[str], verbose: bool = False, extra_args: list[str] | None = None) -> list[str]:
+    """argv of one tritonserver rank.
+
+    Args:
+        binary: the tritonserver executable.
+        backend_args: arguments the binary needs (``--backend-directory=...``, from ``TritonBinary.server_args``).
+        rank: 0 serves every model and the endpoints; > 0 loads only ``trtllm_models`` with endpoints off.
+        launch_id: unique per launch; the rank's shm prefix is derived from it (:func:`shm_prefix`).
+        verbose: ``--log-verbose=3`` (rank 0 only, as upstream's ``--log``).
+    """
+    argv = [str(binary), f"--model-repository={model_repo}", *backend_args, "--disable-auto-complete-config",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix(launch_id, rank)}"]
+    if rank == 0:
+        argv += [f"--http-address={http_address}", f"--http-port={http_port}",
+                 f"--grpc-address={http_address}", f"--grpc-port={grpc_port}",
+                 f"--metrics-address={http_address}", f"--metrics-port={metrics_port}"]
+        if verbose:
+            argv.append("--log-verbose=3")
+    else:
+        argv += ["--model-control-mode=explicit", *[f"--load-model={name}" for name in trtllm_models],
+                 "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
+    argv += list(extra_args or [])
+    return argv
+
+
+def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bool = False,
+                export_env: list[str] | None = None, mpirun: str = MPIRUN) -> list[str]:
+    """The full command: the single rank's argv, or ``mpirun ... -n 1 <rank0> : -n 1 <rank1> ...``.
+
+    ``export_env`` names environment variables passed on to the ranks with ``-x``. ``mpirun`` stays a bare name
+    looked up on PATH: Open MPI treats an absolute ``/usr/bin/mpirun`` like ``--prefix /usr`` and puts
+    ``/usr/bin`` first on the ranks' PATH, which hides the venv's ``python3`` from the Python backend stub.
+
+    Raises:
+        ValueError: ``use_mpi`` is False with more than one rank, or no rank is given.
+    """
+    if not rank_argvs:
+        raise ValueError("no rank to launch")
+    if not use_mpi:
+        if len(rank_argvs) != 1:
+            raise ValueError("more than one rank needs mpirun")
+        return list(rank_argvs[0])
+    argv = [mpirun, "--allow-run-as-root"]
+    if oversubscribe:
+        argv.append("--oversubscribe")
+    argv.append("--tag-output")
+    for name in export_env or []:
+        argv += ["-x", name]
+    for i, rank in enumerate(rank_argvs):
+        if i:
+            argv.append(":")
+        argv += ["-n", "1", *rank]
+    return argv

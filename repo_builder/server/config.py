@@ -1,0 +1,242 @@
+"""Launch options (:class:`LaunchConfig`) and what the launcher reads from a model repository.
+
+Each field of :class:`LaunchConfig` is one ``repo-builder launch`` option; the CLI takes its help text from
+the field descriptions. Flag names follow NVIDIA's ``scripts/launch_triton_server.py`` (``--world_size``,
+``--model_repo``, ...; ../shared/docs/upstream-reference.md §4) so existing command lines keep working.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..errors import LaunchError
+
+LOCK_FILE = "repo-builder.lock.json"
+DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
+
+
+class LaunchConfig(BaseModel):
+    """Everything needed to start tritonserver on a repository (one field per ``repo-builder launch`` option)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model_repo: Path = Field(description="Model repository to serve (the folder holding <model>/config.pbtxt).")
+    world_size: int | None = Field(
+        None, ge=1,
+        description="Number of tritonserver MPI ranks (tensor x pipeline parallel size). Default: the repository's "
+                    "lock file (launch.world_size), then 1. A value that contradicts the lock file is refused.")
+    tritonserver: str | None = Field(
+        None, description="tritonserver binary. Default: $TRITONSERVER, /opt/tritonserver/bin/tritonserver, then "
+                          "the one nvidia-pytriton installs.")
+    http_port: int = Field(8000, ge=1, le=65535, description="HTTP port of rank 0.")
+    grpc_port: int = Field(8001, ge=1, le=65535, description="gRPC port of rank 0.")
+    metrics_port: int = Field(8002, ge=1, le=65535, description="Metrics port of rank 0.")
+    http_address: str = Field("127.0.0.1", description="Address rank 0 binds its HTTP, gRPC and metrics "
+                                                       "endpoints to (0.0.0.0 = every interface).")
+    log: bool = Field(False, description="Verbose server log (--log-verbose=3 on rank 0).")
+    log_file: Path | None = Field(None, description="File that receives the output of every rank. Default: a new "
+                                                    "file under <tmp>/repo-builder/logs (its path is printed).")
+    force: bool = Field(False, description="Start even if another tritonserver already serves this repository.")
+    multi_model: bool = Field(False, description="TensorRT-LLM orchestrator mode (sets TRTLLM_ORCHESTRATOR=1); "
+                                                 "needs world size 1.")
+    no_mpi: bool = Field(False, description="Run one tritonserver process without mpirun (world size must be 1).")
+    oversubscribe: bool = Field(False, description="Pass --oversubscribe to mpirun (added automatically when there "
+                                                   "are more ranks than CPU cores).")
+    tensorrt_llm_model_name: list[str] | None = Field(
+        None, description="Comma-separated TensorRT-LLM model name(s) that ranks > 0 load. Default: the lock file's "
+                          "launch.tensorrt_llm_model_names, then tensorrt_llm.")
+    detach: bool = Field(False, description="Return once the server is ready and leave it running; write a pid file "
+                                            "that `repo-builder stop` uses.")
+    pid_file: Path | None = Field(None, description="Pid file written by --detach (default: under "
+                                                    "<tmp>/repo-builder/run, derived from the repository path).")
+    timeout: float = Field(600.0, gt=0, description="Seconds to wait for the server and every model to be ready.")
+    stop_timeout: float = Field(30.0, gt=0, description="Seconds to wait for a graceful stop before SIGKILL.")
+    server_args: list[str] = Field(default_factory=list,
+                                   description="Extra arguments appended to every rank's tritonserver command.")
+
+    @field_validator("tensorrt_llm_model_name", mode="before")
+    @classmethod
+    def _split_names(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list):
+            names = [n.strip() for item in value for n in str(item).split(",") if n.strip()]
+            return names or None
+        return value
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of a repository.
+
+    Attributes:
+        name: the model folder name (Triton's model name).
+        config_path: its ``config.pbtxt``.
+        backend: ``backend`` (or ``platform`` when backend is empty) from the config.
+        python_instances: number of Python-backend stub processes it starts (0 for other backends);
+            from ``instance_group`` ``count`` (default 1) times the number of listed GPUs, at least 1 group.
+    """
+
+    name: str
+    config_path: Path
+    backend: str
+    python_instances: int
+
+
+@dataclass(frozen=True)
+class RepositoryInfo:
+    """What the launcher needs to know about a repository: its models and its lock file's launch block."""
+
+    path: Path
+    models: list[ModelEntry]
+    lock_world_size: int | None = None
+    lock_model_names: list[str] | None = None
+    lock_path: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def model_names(self) -> list[str]:
+        """Names of every model (folder with a ``config.pbtxt``), sorted."""
+        return [m.name for m in self.models]
+
+
+def _python_instances(cfg: object) -> int:
+    groups = list(cfg.instance_group)  # type: ignore[attr-defined]
+    if not groups:
+        return 1
+    total = 0
+    for group in groups:
+        count = group.count if group.count > 0 else 1
+        gpus = len(group.gpus) if group.kind == 1 else 0  # KIND_GPU = 1
+        total += count * max(gpus, 1)
+    return total
+
+
+def scan_repository(repo: Path) -> RepositoryInfo:
+    """Parse every ``<repo>/<model>/config.pbtxt`` and the lock file.
+
+    Configs are parsed with protobuf ``text_format`` into ``tritonclient.grpc.model_config_pb2.ModelConfig``,
+    the message tritonserver itself reads them into.
+
+    Raises:
+        LaunchError: the repository does not exist, holds no ``config.pbtxt``, a config does not parse, or the
+            lock file is not valid JSON / has a malformed ``launch`` block.
+    """
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise LaunchError("model repository does not exist or is not a directory", path=repo, key="--model_repo",
+                          hint="render one with `repo-builder render` or pass the right path")
+    models: list[ModelEntry] = []
+    for config_path in sorted(repo.glob("*/config.pbtxt")):
+        cfg = model_config_pb2.ModelConfig()
+        try:
+            text_format.Parse(config_path.read_text(encoding="utf-8"), cfg)
+        except (text_format.ParseError, UnicodeDecodeError) as exc:
+            raise LaunchError(f"config does not parse: {exc}", path=config_path,
+                              hint="run `repo-builder validate` on the repository") from exc
+        backend = cfg.backend or cfg.platform
+        models.append(ModelEntry(name=config_path.parent.name, config_path=config_path, backend=backend,
+                                 python_instances=_python_instances(cfg) if cfg.backend == "python" else 0))
+    if not models:
+        raise LaunchError("model repository holds no <model>/config.pbtxt", path=repo, key="--model_repo",
+                          hint="pass the folder that contains the model folders")
+    info = RepositoryInfo(path=repo, models=models)
+    lock_path = repo / LOCK_FILE
+    if lock_path.is_file():
+        try:
+            lock = json.loads(lock_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise LaunchError(f"lock file is not valid JSON: {exc}", path=lock_path,
+                              hint="re-render the repository") from exc
+        launch = lock.get("launch") if isinstance(lock, dict) else None
+        if launch is not None:
+            if not isinstance(launch, dict):
+                raise LaunchError("'launch' must be an object", path=lock_path, key="launch")
+            ws = launch.get("world_size")
+            if ws is not None and (not isinstance(ws, int) or isinstance(ws, bool) or ws < 1):
+                raise LaunchError(f"world_size must be a positive integer, got {ws!r}", path=lock_path,
+                                  key="launch.world_size", hint="re-render the repository")
+            names = launch.get("tensorrt_llm_model_names")
+            if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+                raise LaunchError(f"tensorrt_llm_model_names must be a list of strings, got {names!r}",
+                                  path=lock_path, key="launch.tensorrt_llm_model_names")
+            info = RepositoryInfo(path=repo, models=models, lock_world_size=ws, lock_model_names=names or None,
+                                  lock_path=lock_path)
+    return info
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The resolved launch: world size, TensorRT-LLM model names, whether mpirun is used and why."""
+
+    world_size: int
+    world_size_origin: str
+    trtllm_models: list[str]
+    use_mpi: bool
+    oversubscribe: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, have_mpirun: bool) -> LaunchPlan:
+    """Decide world size, rank > 0 models and mpirun use from the options and the repository.
+
+    World size: ``--world_size`` if given, else the lock file's ``launch.world_size``, else 1. A given value that
+    differs from the lock file is refused (case B12: a world size that does not match the engine's tp x pp
+    makes every rank abort with ``mpiSize == tp * pp``).
+
+    Raises:
+        LaunchError: world size contradicts the lock file; ``--no-mpi`` or ``--multi-model`` with world size > 1;
+            a ``--tensorrt_llm_model_name`` is not in the repository; mpirun is needed but not installed.
+    """
+    notes: list[str] = []
+    if config.world_size is not None:
+        world_size, origin = config.world_size, "--world_size"
+        if repo.lock_world_size is not None and repo.lock_world_size != config.world_size:
+            raise LaunchError(
+                f"--world_size {config.world_size} contradicts the repository's lock file, which says the engine "
+                f"needs world size {repo.lock_world_size} (tensor x pipeline parallel)", path=repo.lock_path,
+                key="launch.world_size",
+                hint=f"drop --world_size or pass --world_size {repo.lock_world_size}; re-render if the engine changed")
+    elif repo.lock_world_size is not None:
+        world_size, origin = repo.lock_world_size, f"{LOCK_FILE} launch.world_size"
+    else:
+        world_size, origin = 1, "default"
+    if config.no_mpi and world_size != 1:
+        raise LaunchError(f"--no-mpi runs a single tritonserver, but the world size is {world_size} ({origin})",
+                          key="--no-mpi", hint="drop --no-mpi (mpirun starts one rank per engine shard)")
+    if config.multi_model and world_size != 1:
+        raise LaunchError(f"--multi-model (orchestrator mode) needs world size 1, got {world_size} ({origin})",
+                          key="--multi-model", hint="orchestrator mode spawns the engine ranks itself")
+    if config.tensorrt_llm_model_name:
+        names, names_key = list(config.tensorrt_llm_model_name), "--tensorrt_llm_model_name"
+    elif repo.lock_model_names:
+        names, names_key = list(repo.lock_model_names), f"{LOCK_FILE} launch.tensorrt_llm_model_names"
+    else:
+        names, names_key = [DEFAULT_TRTLLM_MODEL], "--tensorrt_llm_model_name"
+    if world_size > 1:
+        missing = [n for n in names if n not in repo.model_names]
+        if missing:
+            raise LaunchError(f"ranks > 0 must load {', '.join(missing)}, which the repository does not hold "
+                              f"(models: {', '.join(repo.model_names)})", key=names_key, path=repo.path,
+                              hint="pass --tensorrt_llm_model_name with the TensorRT-LLM model folder name(s)")
+    use_mpi = not config.no_mpi
+    if use_mpi and not have_mpirun:
+        if world_size == 1:
+            use_mpi = False
+            notes.append("mpirun not found: starting the single rank without MPI (as --no-mpi)")
+        else:
+            raise LaunchError(f"world size {world_size} needs mpirun, which is not on PATH", key="--world_size",
+                              hint="apt-get install openmpi-bin")
+    oversubscribe = config.oversubscribe
+    if use_mpi and not oversubscribe and world_size > cpu_count:
+        oversubscribe = True
+        notes.append(f"{world_size} ranks > {cpu_count} CPU cores: adding --oversubscribe to mpirun")
+    return LaunchPlan(world_size=world_size, world_size_origin=origin, trtllm_models=names, use_mpi=use_mpi,
+                      oversubscribe=oversubscribe, notes=notes)
