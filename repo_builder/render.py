@@ -361,7 +361,7 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
                 serve_path: str | Path | None = None, force: bool = False, dry_run: bool = False) -> RenderPlan:
     """Inspect, resolve and render everything in memory (writes nothing). See :func:`render_repository`."""
     from . import __version__
-    from .engine import engine_fingerprint, inspect_engine
+    from .engine import check_rank_files, engine_fingerprint, inspect_engine
     from .resolve import resolve
     from .schema import validate_user_values
     from .tokenizer import inspect_tokenizer
@@ -380,6 +380,7 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
                           key="--serve-path", path=serve_root)
 
     engine = inspect_engine(engine_path)
+    check_rank_files(engine)
     tokenizer = inspect_tokenizer(tokenizer_path)
     kind = _engine_attr(engine, "kind")
 
@@ -524,7 +525,7 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
         _write_tree(plan, tmp, progress=progress)
         from .validate import validate_repository
 
-        problems = validate_repository(tmp, served_at=plan.serve_root if plan.serve_root != out else out)
+        problems = validate_repository(tmp, served_at=plan.serve_root)
         if problems:
             raise RenderError("the rendered repository failed validation (a repo-builder bug):\n"
                               + "\n".join(str(p) for p in problems), path=out)

@@ -1,0 +1,211 @@
+"""CLI commands ``render``, ``validate``, ``params`` and ``inspect`` (argument parsing and display only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ..cli import app, report_errors
+from ..errors import ParameterError
+
+
+def _parse_sets(items: list[str] | None) -> dict[str, str]:
+    """``["k=v", ...]`` -> ``{k: v}`` (split at the first ``=``; later keys win)."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ParameterError(f"--set expects KEY=VALUE, got '{item}'", key=item,
+                                 hint="e.g. --set kv_cache_free_gpu_mem_fraction=0.8")
+        key, value = item.split("=", 1)
+        if not key.strip():
+            raise ParameterError(f"--set expects KEY=VALUE, got '{item}' (empty key)", key=item)
+        out[key.strip()] = value
+    return out
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _print_plan(result: Any, console: Any) -> None:
+    from rich.table import Table
+
+    plan = result.plan
+    console.print(f"[bold]dry run[/bold]: nothing written. Repository {plan.output} "
+                  f"({'exists' if result.existed else 'new'}), profile {plan.profile}")
+    files = Table(title="files", show_lines=False)
+    files.add_column("path")
+    files.add_column("bytes", justify="right")
+    for rel, data in sorted(plan.files.items()):
+        if "/repo_builder_runtime/" in rel:
+            continue
+        files.add_row(rel, str(len(data)))
+    runtime = [r for r in plan.files if "/repo_builder_runtime/" in r]
+    if runtime:
+        files.add_row(f"<model>/1/repo_builder_runtime/ ({len(runtime)} vendored files)", "")
+    console.print(files)
+    pl = plan.placement
+    target = pl.engine_dir_in(plan.serve_root)
+    console.print(f"engine: {plan.engine.kind} at {pl.source_dir}; placement {pl.mode}: {len(pl.files)} file(s), "
+                  f"{pl.total_bytes / 2**20:.1f} MiB; engine_dir = {target}")
+    values = Table(title="values")
+    values.add_column("parameter")
+    values.add_column("value")
+    values.add_column("origin")
+    for name, rv in sorted(plan.resolution.values.items()):
+        values.add_row(name, _fmt(rv.value), rv.origin)
+    console.print(values)
+    if result.existed:
+        if result.diff:
+            from rich.syntax import Syntax
+
+            console.print(Syntax(result.diff, "diff", theme="ansi_dark", word_wrap=True))
+        else:
+            console.print("no differences from the existing repository")
+
+
+@app.command()
+@report_errors
+def render(
+    engine_dir: Path = typer.Option(..., "--engine-dir", help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."),
+    tokenizer_dir: Path = typer.Option(..., "--tokenizer-dir", help="Local Hugging Face tokenizer directory."),
+    output: Path = typer.Option(..., "--output", "-o", help="Repository directory to create."),
+    profile: str = typer.Option("trtllm-1.2", "--profile", help="Template profile (see `repo-builder params`)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE parameter (repeatable; wins over --values)."),
+    values: Optional[Path] = typer.Option(None, "--values", help="YAML file of parameter: value."),
+    engine_mode: str = typer.Option("copy", "--engine-mode", help="copy | hardlink | symlink | reference."),
+    streaming: Optional[bool] = typer.Option(None, "--streaming/--no-streaming",
+                                             help="Decoupled (streaming) tensorrt_llm and BLS."),
+    serve_path: Optional[Path] = typer.Option(None, "--serve-path",
+                                              help="Absolute path the server sees the repository at (container mount); "
+                                                   "engine_dir is written under it."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing repository rendered by repo-builder."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
+) -> None:
+    """Render a Triton model repository for an engine and a tokenizer."""
+    from ..render import render_repository
+
+    result = render_repository(engine_dir, tokenizer_dir, output, profile=profile, user_values=_parse_sets(set_),
+                               values_file=values, engine_mode=engine_mode, streaming=streaming, force=force,
+                               dry_run=dry_run, serve_path=serve_path, progress=not dry_run)
+    err = _console(stderr=True)
+    for warning in result.warnings:
+        err.print(f"[yellow]warning:[/yellow] {warning}")
+    out = _console()
+    if dry_run:
+        _print_plan(result, out)
+        return
+    plan = result.plan
+    verb = "replaced" if result.existed else "rendered"
+    out.print(f"{verb} {plan.output}: profile {plan.profile}, {len(plan.files)} files, engine {plan.engine.kind} "
+              f"({plan.placement.mode}, {len(plan.placement.files)} file(s)), world size "
+              f"{plan.lock['launch']['world_size']}")
+
+
+@app.command()
+@report_errors
+def validate(
+    repo: Path = typer.Argument(..., help="Model repository to check."),
+    engine_dir: Optional[Path] = typer.Option(None, "--engine-dir", help="Engine dir to cross-check against."),
+) -> None:
+    """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
+    from ..validate import validate_repository
+
+    problems = validate_repository(repo, engine_dir=engine_dir)
+    if problems:
+        for p in problems:
+            typer.echo(str(p))
+        typer.echo(f"{len(problems)} problem(s) in {repo}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{repo}: valid")
+
+
+@app.command()
+@report_errors
+def params(
+    profile: str = typer.Option("trtllm-1.2", "--profile", help="Profile whose parameters to list."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON rows instead of a table."),
+) -> None:
+    """List the parameters of a profile: name, models, type, default, allowed values, kind, description."""
+    from ..schema import load_schema
+
+    rows = load_schema().table(profile)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"parameters of {profile}", show_lines=False)
+    for col in ("name", "models", "type", "default", "allowed", "kind", "description"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], ",".join(r["models"]), r["type"], r["default"], r["allowed"], r["kind"],
+                      r["description"])
+    _console().print(table)
+
+
+def _engine_facts(info: Any) -> dict[str, Any]:
+    return json.loads(info.model_dump_json())
+
+
+@app.command()
+@report_errors
+def inspect(
+    path: Path = typer.Argument(..., help="An engine dir, or a repository rendered by repo-builder."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show what repo-builder derives from an engine dir, or a repository's lock file values and engine facts."""
+    from ..engine import inspect_engine
+    from ..errors import RepoBuilderError
+    from ..lockfile import read_lock
+
+    lock = read_lock(path) if path.is_dir() else None
+    if lock is not None:
+        data: dict[str, Any] = {"repository": str(path), "lock": lock}
+        engine_dir = (lock.get("engine") or {}).get("dir")
+        if engine_dir and Path(engine_dir).is_dir():
+            try:
+                data["engine"] = _engine_facts(inspect_engine(engine_dir))
+            except RepoBuilderError as exc:
+                data["engine_error"] = str(exc)
+    else:
+        data = {"engine": _engine_facts(inspect_engine(path))}
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+    from rich.table import Table
+
+    console = _console()
+    if "lock" in data:
+        lk = data["lock"]
+        console.print(f"repository {path}: profile {lk.get('profile')}, engine {lk.get('engine', {}).get('kind')} "
+                      f"at {lk.get('engine', {}).get('dir')} ({lk.get('engine', {}).get('placement')}), "
+                      f"world size {lk.get('launch', {}).get('world_size')}")
+        t = Table(title="values")
+        for col in ("parameter", "value", "origin"):
+            t.add_column(col)
+        for name, entry in lk["values"].items():
+            t.add_row(name, _fmt(entry.get("value")), str(entry.get("origin")))
+        console.print(t)
+    if "engine" in data:
+        t = Table(title="engine")
+        t.add_column("field")
+        t.add_column("value", overflow="fold")
+        for k, v in data["engine"].items():
+            t.add_row(k, _fmt(v))
+        console.print(t)
+    if "engine_error" in data:
+        console.print(f"[yellow]engine:[/yellow] {data['engine_error']}")
