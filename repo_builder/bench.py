@@ -1,0 +1,467 @@
+"""`repo-builder bench`: latency and throughput of a served text model at several concurrency levels.
+
+For each concurrency level ``c`` the benchmark keeps ``c`` requests in flight (``c`` worker threads, each with
+its own HTTP session or gRPC stream, sending its next request as soon as the previous one ends) until
+``--requests`` requests have finished, then summarises them with :mod:`repo_builder.bench_stats`
+(TTFT, inter-token latency, end-to-end latency p50/p90/p99, output tokens/s, requests/s, errors).
+
+Requests ask for exactly ``--output-tokens`` tokens where the model allows it: ``max_tokens`` = N and, when
+the model has the input, ``min_tokens`` = N (``min_length`` on old ensembles) so an early end-of-sequence
+cannot shorten a request; ``--end-id -1`` can also be passed for engines that treat -1 as "no end id".
+``exclude_input_in_output`` is sent when the model has it (TRT-LLM >= v0.16), so only generated text
+comes back; otherwise a returned prompt prefix is cut off the text before counting.
+
+Output tokens are counted after each level (outside the timed window) from returned token ids
+(``output_ids``) or from ONE tokenization of the request's whole generated text with ``--tokenizer-dir``
+(``add_special_tokens=False``), never per streamed chunk. Without either, token counts and tokens/s are
+reported as unknown.
+
+Synthetic prompts (no ``--prompts``) are random words from a fixed list of common English words, seeded per
+request so no two prompts share a prefix. With ``--tokenizer-dir`` a prompt is cut to exactly
+``--input-tokens`` tokens of that tokenizer (re-encoding the decoded text may differ by a token or two at
+the cut); without it the prompt has ``round(input_tokens * WORDS_PER_TOKEN)`` words, using the common
+rule of thumb of 0.75 English words per token of a BPE/SentencePiece tokenizer.
+
+The client's own cost is measured: ``time.process_time()`` of the benchmark process over each level (all
+threads) is reported as ``client_cpu_s`` and per request, so a client bottleneck is visible.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from .bench_stats import CSV_COLUMNS, LevelStats, RequestRecord, csv_row, summarize
+from .client import GenerateRequest, GenerateResult, LLMClient, ModelInfo, token_counter
+from .errors import ClientError
+
+#: English words per token assumed when no tokenizer is given (rule of thumb for LLaMA/GPT vocabularies).
+WORDS_PER_TOKEN = 0.75
+
+_WORDS = (
+    "the of and to in is was for that on as with by at from his an were are which this be has had it not "
+    "one their first after new two its who they have her she been other time all into more during there "
+    "only most years some over would these up city many where may world about school year state so people "
+    "three later part between when both under water light river music small house family early "
+    "team game long found known made second national high best called while since each well four then "
+    "work number south north west east village university company film system life history book story "
+    "government group area center church army power season place line field market island road model "
+    "energy paper garden window question answer morning evening language simple careful quiet bright"
+).split()
+
+
+@dataclass
+class Prompt:
+    """One prompt: its text and, optionally, its own output length (tokens)."""
+
+    text: str
+    output_tokens: int | None = None
+
+
+@dataclass
+class BenchSettings:
+    """Everything a benchmark run needs; mirrors the CLI options.
+
+    Attributes:
+        url, protocol, model: where to send (``ensemble`` or ``tensorrt_llm_bls``).
+        stream: streamed requests (needed for TTFT/ITL to mean anything).
+        concurrency: levels, requests kept in flight.
+        requests: requests per level.
+        input_tokens, output_tokens: prompt length and requested output length (tokens).
+        prompts_file: JSONL with ``{"text": ...}`` (or ``prompt``/``text_input``) and optional
+            ``output_tokens``/``max_tokens`` per line; used round-robin instead of synthetic prompts.
+        tokenizer_dir: Hugging Face tokenizer used to size prompts and count output tokens.
+        output_dir: where bench.json, bench.csv, bench.png and requests.jsonl go.
+        warmup: requests sent once before the first level, not recorded.
+        timeout_s: per-request timeout.
+        min_tokens: send ``min_tokens`` = output length when the model has it.
+        end_id: sent as ``end_id`` if set (e.g. -1 to disable end-of-sequence on engines that support it).
+        seed: seed of the synthetic prompts.
+    """
+
+    url: str | None = None
+    protocol: str = "http"
+    model: str = "ensemble"
+    stream: bool = False
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    requests: int = 32
+    input_tokens: int = 128
+    output_tokens: int = 64
+    prompts_file: str | None = None
+    tokenizer_dir: str | None = None
+    output_dir: str = "bench-results"
+    warmup: int = 2
+    timeout_s: float = 300.0
+    min_tokens: bool = True
+    end_id: int | None = None
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise :class:`ClientError` naming the option for values out of range."""
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise ClientError(f"concurrency levels must be positive integers, got {self.concurrency}",
+                              key="--concurrency", hint="e.g. --concurrency 1,4,16")
+        for key, value in (("--requests", self.requests), ("--input-tokens", self.input_tokens),
+                           ("--output-tokens", self.output_tokens)):
+            if value < 1:
+                raise ClientError(f"must be at least 1, got {value}", key=key)
+        if self.warmup < 0:
+            raise ClientError(f"must be 0 or more, got {self.warmup}", key="--warmup")
+        if self.protocol not in ("http", "grpc"):
+            raise ClientError(f"unknown protocol '{self.protocol}'", key="--protocol", hint="http or grpc")
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """``"1,4,16"`` -> ``[1, 4, 16]``; ClientError naming ``--concurrency`` otherwise."""
+    try:
+        levels = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise ClientError(f"not a comma-separated list of integers: {text!r}", key="--concurrency",
+                          hint="e.g. --concurrency 1,4,16") from None
+    if not levels or any(c < 1 for c in levels):
+        raise ClientError(f"concurrency levels must be positive integers, got {text!r}", key="--concurrency")
+    return levels
+
+
+# --------------------------------------------------------------------------------------------------------
+# Prompts
+# --------------------------------------------------------------------------------------------------------
+
+
+def synthetic_prompts(n: int, input_tokens: int, tokenizer: Any | None = None, seed: int = 0) -> list[Prompt]:
+    """``n`` distinct prompts of about ``input_tokens`` tokens (exactly, when a tokenizer is given).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (``encode``/``decode``) or None for the word approximation.
+    """
+    prompts = []
+    n_words = max(1, round(input_tokens * WORDS_PER_TOKEN))
+    for i in range(n):
+        rng = random.Random(f"{seed}:{i}")
+        if tokenizer is None:
+            prompts.append(Prompt(" ".join(rng.choice(_WORDS) for _ in range(n_words))))
+            continue
+        words: list[str] = []
+        ids: list[int] = []
+        while len(ids) < input_tokens:
+            words.extend(rng.choice(_WORDS) for _ in range(input_tokens))
+            ids = tokenizer.encode(" ".join(words), add_special_tokens=False)
+        prompts.append(Prompt(tokenizer.decode(ids[:input_tokens], skip_special_tokens=True)))
+    return prompts
+
+
+def load_prompts(path: str | Path) -> list[Prompt]:
+    """Read a JSONL prompt file: one object per line with ``text`` (or ``prompt``/``text_input``) and an
+    optional ``output_tokens`` (or ``max_tokens``).
+
+    Raises:
+        ClientError: missing file, bad JSON or a line without text (key ``--prompts``, names the line).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ClientError("prompt file not found", key="--prompts", path=file)
+    prompts = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise ClientError(f"line {number} is not JSON: {exc}", key="--prompts", path=file) from None
+        if not isinstance(item, dict):
+            raise ClientError(f"line {number} is not a JSON object", key="--prompts", path=file)
+        text = item.get("text", item.get("prompt", item.get("text_input")))
+        if not isinstance(text, str) or not text:
+            raise ClientError(f"line {number} has no 'text' string", key="--prompts", path=file,
+                              hint='each line looks like {"text": "...", "output_tokens": 64}')
+        out = item.get("output_tokens", item.get("max_tokens"))
+        prompts.append(Prompt(text, int(out) if out is not None else None))
+    if not prompts:
+        raise ClientError("prompt file holds no prompts", key="--prompts", path=file)
+    return prompts
+
+
+# --------------------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------------------
+
+
+def build_request(settings: BenchSettings, info: ModelInfo, prompt: Prompt) -> GenerateRequest:
+    """The request for one prompt, using only inputs the served model has."""
+    n_out = prompt.output_tokens or settings.output_tokens
+    req = GenerateRequest(prompt.text, max_tokens=n_out, stream=settings.stream)
+    if settings.min_tokens and info.accepts("min_tokens"):
+        req.min_tokens = n_out
+    if info.accepts("exclude_input_in_output"):
+        req.exclude_input_in_output = True
+    if settings.end_id is not None:
+        req.end_id = settings.end_id
+    return req
+
+
+@dataclass
+class _Done:
+    prompt: Prompt
+    result: GenerateResult
+
+
+def _run_level(settings: BenchSettings, info: ModelInfo, prompts: list[Prompt], concurrency: int,
+               on_done: Callable[[], None] | None) -> tuple[list[_Done], int, float]:
+    """Send ``settings.requests`` requests with ``concurrency`` in flight. Returns (done, wall ns, client CPU s)."""
+    lock = threading.Lock()
+    counter = iter(range(settings.requests))
+    done: list[_Done] = []
+    failures: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with LLMClient(settings.url, settings.protocol, settings.model, settings.timeout_s) as client:  # type: ignore[arg-type]
+                client._infos[settings.model] = info
+                while True:
+                    with lock:
+                        index = next(counter, None)
+                    if index is None:
+                        return
+                    prompt = prompts[index % len(prompts)]
+                    result = client.generate(build_request(settings, info, prompt))
+                    with lock:
+                        done.append(_Done(prompt, result))
+                    if on_done is not None:
+                        on_done()
+        except BaseException as exc:  # noqa: BLE001 - surfaced in the main thread
+            failures.append(exc)
+
+    cpu0 = time.process_time()
+    t0 = time.perf_counter_ns()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter_ns() - t0
+    cpu = time.process_time() - cpu0
+    if failures:
+        raise failures[0]
+    return done, wall, cpu
+
+
+def _generated_text(done: _Done, info: ModelInfo) -> str:
+    text = done.result.text
+    if not info.accepts("exclude_input_in_output") and not done.result.stream and text.startswith(done.prompt.text):
+        text = text[len(done.prompt.text):]
+    return text
+
+
+def _records(done: list[_Done], info: ModelInfo, count: Callable[[str], int] | None) -> list[RequestRecord]:
+    records = []
+    for d in done:
+        r = d.result
+        tokens = None
+        if r.ok:
+            ids = r.token_ids
+            tokens = len(ids) if ids is not None else (count(_generated_text(d, info)) if count else None)
+        records.append(RequestRecord(r.start_ns, tuple(r.chunk_times_ns), r.end_ns, tokens,
+                                     None if r.ok else str(r.error)))
+    return records
+
+
+def run_bench(settings: BenchSettings, progress: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run every concurrency level and return the report (a JSON-serialisable dict).
+
+    The report holds ``settings``, ``server`` (model name, decoupled, max_batch_size), ``prompts`` (source and
+    measured input length), ``levels`` (one :class:`~repo_builder.bench_stats.LevelStats` dict per level plus
+    ``client_cpu_s`` and ``client_cpu_ms_per_request``) and ``records`` (per-request timings, used for
+    requests.jsonl).
+
+    Raises:
+        ClientError: bad settings, unreachable server, unknown model, a request refused client-side.
+    """
+    settings.check()
+    say = log or (lambda _msg: None)
+    tokenizer = None
+    count = None
+    if settings.tokenizer_dir:
+        count = token_counter(settings.tokenizer_dir)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer_dir)
+    with LLMClient(settings.url, settings.protocol, settings.model, settings.timeout_s) as probe:  # type: ignore[arg-type]
+        info = probe.model_info()
+        if settings.stream and not info.decoupled:
+            raise ClientError(f"model '{info.name}' is not decoupled, so it cannot stream", key="--stream",
+                              hint="drop --stream or serve a streaming repository")
+        if settings.prompts_file:
+            prompts = load_prompts(settings.prompts_file)
+            source = str(settings.prompts_file)
+        else:
+            prompts = synthetic_prompts(settings.requests, settings.input_tokens, tokenizer, settings.seed)
+            source = "synthetic"
+        for i in range(settings.warmup):  # loads lazy state in the server (first-request costs)
+            warm = probe.generate(build_request(settings, info, prompts[i % len(prompts)]))
+            if warm.error is not None:
+                raise ClientError(f"warm-up request failed: {warm.error}", key="--model",
+                                  hint="check the server log; the benchmark stops before measuring")
+    prompt_tokens = [count(p.text) for p in prompts] if count else None
+    if not settings.min_tokens or not info.accepts("min_tokens"):
+        say("note: the model has no min_tokens input (or --no-min-tokens); requests may end early at end_id")
+    if count is None:
+        say("note: no --tokenizer-dir and the model returns no token ids: output tokens are not counted")
+
+    levels: list[dict[str, Any]] = []
+    all_records: list[dict[str, Any]] = []
+    bar: Any = None
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("[bold]c={task.fields[c]}[/bold]"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), transient=False)
+        bar.start()
+    try:
+        for c in settings.concurrency:
+            task = bar.add_task("level", total=settings.requests, c=c) if bar else None
+            advance = (lambda: bar.advance(task)) if bar else None
+            done, wall, cpu = _run_level(settings, info, prompts, c, advance)
+            records = _records(done, info, count)
+            stats: LevelStats = summarize(records, concurrency=c, wall=wall)
+            level = stats.to_dict()
+            level["client_cpu_s"] = cpu
+            level["client_cpu_ms_per_request"] = cpu * 1000 / max(1, len(done))
+            level["chunks_per_request"] = (sum(len(r.chunk_ns) for r in records if r.ok) / stats.completed
+                                           if stats.completed else None)
+            levels.append(level)
+            for rec, d in zip(records, done):
+                all_records.append({"concurrency": c, "request_id": d.result.request_id,
+                                    "start_ns": rec.start_ns, "chunk_ns": list(rec.chunk_ns), "end_ns": rec.end_ns,
+                                    "output_tokens": rec.output_tokens, "error": rec.error})
+    finally:
+        if bar:
+            bar.stop()
+    return {
+        "tool": "repo-builder bench",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "settings": asdict(settings),
+        "server": {"url": settings.url, "protocol": settings.protocol, "model": info.name,
+                   "decoupled": info.decoupled, "max_batch_size": info.max_batch_size,
+                   "min_tokens_sent": bool(settings.min_tokens and info.accepts("min_tokens")),
+                   "exclude_input_in_output_sent": info.accepts("exclude_input_in_output")},
+        "prompts": {"source": source, "count": len(prompts), "words_per_token": WORDS_PER_TOKEN,
+                    "input_tokens_mean": (sum(prompt_tokens) / len(prompt_tokens)) if prompt_tokens else None,
+                    "token_count_method": "tokenizer" if count else "returned ids or unknown"},
+        "levels": levels,
+        "records": all_records,
+    }
+
+
+# --------------------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------------------
+
+
+def write_report(report: dict[str, Any], output_dir: str | Path) -> dict[str, Path]:
+    """Write ``bench.json`` (report without per-request records), ``bench.csv`` (one row per level),
+    ``requests.jsonl`` (per-request timings) and ``bench.png`` (latency and throughput against concurrency)
+    into ``output_dir``. Returns the paths by kind."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "bench.json", "csv": out / "bench.csv", "png": out / "bench.png",
+             "requests": out / "requests.jsonl"}
+    summary = {k: v for k, v in report.items() if k != "records"}
+    paths["json"].write_text(json.dumps(summary, indent=2) + "\n")
+    with paths["csv"].open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS + ["client_cpu_ms_per_request"])
+        writer.writeheader()
+        for level in report["levels"]:
+            stats = _stats_from_dict(level)
+            row = csv_row(stats)
+            row["client_cpu_ms_per_request"] = level.get("client_cpu_ms_per_request", "")
+            writer.writerow(row)
+    with paths["requests"].open("w") as fh:
+        for rec in report.get("records", []):
+            fh.write(json.dumps(rec) + "\n")
+    plot_levels(report["levels"], paths["png"], title=f"{report['server']['model']} "
+                f"({report['settings']['protocol']}, {'stream' if report['settings']['stream'] else 'no stream'})")
+    return paths
+
+
+def _stats_from_dict(level: dict[str, Any]) -> LevelStats:
+    from .bench_stats import Distribution
+
+    keys = {f for f in LevelStats.__dataclass_fields__}
+    data = {k: v for k, v in level.items() if k in keys}
+    for name in ("ttft_ms", "itl_ms", "e2e_ms"):
+        data[name] = Distribution(**level[name])
+    return LevelStats(**data)
+
+
+def plot_levels(levels: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """PNG with latency (ms, left) and throughput (right) against concurrency (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [lv["concurrency"] for lv in levels]
+
+    def series(metric: str, key: str) -> list[float]:
+        return [float("nan") if lv[metric][key] is None else lv[metric][key] for lv in levels]
+
+    fig, (ax_lat, ax_thr) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for metric, key, style in (("ttft_ms", "p50", "o-"), ("ttft_ms", "p99", "o--"), ("itl_ms", "p50", "s-"),
+                               ("e2e_ms", "p50", "^-"), ("e2e_ms", "p99", "^--")):
+        ax_lat.plot(xs, series(metric, key), style, label=f"{metric[:-3].upper()} {key}")
+    ax_lat.set_xlabel("concurrency (requests in flight)")
+    ax_lat.set_ylabel("latency (ms)")
+    ax_lat.set_xscale("log", base=2)
+    ax_lat.set_xticks(xs, [str(x) for x in xs])
+    ax_lat.grid(True, alpha=0.3)
+    ax_lat.legend(fontsize=8)
+    ax_lat.set_title("latency")
+    tok = [float("nan") if lv["output_tokens_per_s"] is None else lv["output_tokens_per_s"] for lv in levels]
+    ax_thr.plot(xs, tok, "o-", color="tab:blue", label="output tokens/s")
+    ax_thr.set_xlabel("concurrency (requests in flight)")
+    ax_thr.set_ylabel("output tokens/s", color="tab:blue")
+    ax_thr.set_xscale("log", base=2)
+    ax_thr.set_xticks(xs, [str(x) for x in xs])
+    ax_thr.grid(True, alpha=0.3)
+    ax_req = ax_thr.twinx()
+    ax_req.plot(xs, [lv["requests_per_s"] for lv in levels], "s--", color="tab:orange", label="requests/s")
+    ax_req.set_ylabel("requests/s", color="tab:orange")
+    ax_thr.set_ylim(bottom=0)
+    ax_req.set_ylim(bottom=0)
+    ax_thr.set_title("throughput")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def format_table(report: dict[str, Any]) -> Any:
+    """A rich Table of the levels (ms and per-second figures) for the terminal."""
+    from rich.table import Table
+
+    def f(v: Any, digits: int = 1) -> str:
+        return "-" if v is None else f"{v:.{digits}f}"
+
+    table = Table(title=f"{report['server']['model']} over {report['settings']['protocol']}"
+                        f"{' (stream)' if report['settings']['stream'] else ''}")
+    for col in ("conc", "ok/err", "TTFT ms p50/90/99", "ITL ms p50/90/99", "E2E ms p50/90/99",
+                "out tok/s", "req/s", "client CPU ms/req"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for lv in report["levels"]:
+        def trio(name: str) -> str:
+            d = lv[name]
+            return f"{f(d['p50'])}/{f(d['p90'])}/{f(d['p99'])}"
+
+        table.add_row(str(lv["concurrency"]), f"{lv['completed']}/{lv['errors']}", trio("ttft_ms"), trio("itl_ms"),
+                      trio("e2e_ms"), f(lv["output_tokens_per_s"]), f(lv["requests_per_s"], 2),
+                      f(lv["client_cpu_ms_per_request"], 2))
+    return table
