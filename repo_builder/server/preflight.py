@@ -135,6 +135,6 @@ def check_no_other_server(repo: Path, force: bool) -> list[int]:
     pids = servers_on_repository(repo)
     if pids and not force:
         raise LaunchError(f"tritonserver already running on this repository (pid {', '.join(map(str, pids))})",
-                          path=repo, key="--force",
+                          path=repo,
                           hint="stop it (`repo-builder stop REPO` or kill the pid) or pass --force to start anyway")
     return pids

@@ -33,6 +33,12 @@ from .command import launch_argv, rank_argv, shm_prefix
 from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan_repository
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
 
+class LaunchInterrupted(LaunchError):
+    """A signal arrived while waiting for the server; everything started was stopped."""
+
+    exit_code = 130
+
+
 #: Readiness poll interval (seconds).
 POLL_S = 0.05
 #: Lines of server log quoted in launch errors.
@@ -96,6 +102,10 @@ class TritonServer:
         self._started_at: float | None = None
         self._stopped = False
         self._kill_now = False
+        #: pid files a detached launch was recorded in (set by :meth:`attach`).
+        self.pid_files: list[str] = []
+        #: signal number set by :meth:`interrupt` (foreground launch: SIGINT/SIGTERM received), else 0.
+        self.interrupted = 0
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -306,6 +316,10 @@ class TritonServer:
         seen_ranks: set[int] = set()
         last_states: dict[str, tuple[str, str]] | None = None
         while True:
+            if self.interrupted:
+                self.stop()
+                raise LaunchInterrupted(f"interrupted by signal {self.interrupted} before the server was ready; "
+                                        "stopped", key="signal")
             if not self._launcher_alive():
                 code = self.returncode
                 raise self._fail(f"tritonserver exited{f' with code {code}' if code is not None else ''} before it "
@@ -343,12 +357,21 @@ class TritonServer:
         """Wait for the launched process to exit (``None`` = forever); returns its exit code or ``None``."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while self._launcher_alive():
-            if self._kill_now:
+            if self._kill_now or self.interrupted:
                 return None
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             time.sleep(POLL_S)
         return self.returncode
+
+    def interrupt(self, signum: int) -> None:
+        """Note that a stop was requested (from a signal handler); :meth:`wait_ready` and :meth:`wait` return.
+
+        A second call makes a running :meth:`stop` SIGKILL at once (second Ctrl-C).
+        """
+        if self.interrupted:
+            self._kill_now = True
+        self.interrupted = signum
 
     def request_kill(self) -> None:
         """Make a running :meth:`stop` (or :meth:`wait`) skip the graceful wait and SIGKILL now (second Ctrl-C)."""
@@ -434,12 +457,12 @@ class TritonServer:
                 "model_repo": os.path.abspath(self.config.model_repo), "http_url": self.http_url,
                 "grpc_url": self.grpc_url, "log_file": str(self.log_path), "config": self.config.model_dump(mode="json")}
 
-    def write_pid_file(self, path: Path) -> Path:
-        """Write :meth:`pid_record` to ``path`` atomically; returns the path."""
+    def write_pid_file(self, path: Path, extra: dict[str, Any] | None = None) -> Path:
+        """Write :meth:`pid_record` (plus ``extra``) to ``path`` atomically; returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.pid_record(), indent=2) + "\n")
+        tmp.write_text(json.dumps({**self.pid_record(), **(extra or {})}, indent=2) + "\n")
         os.replace(tmp, path)
         return path
 
@@ -460,6 +483,7 @@ class TritonServer:
             server._launcher_start = record.get("launcher_start")
             server._rank_pids = {int(r): (int(ps[0]), int(ps[1])) for r, ps in record.get("ranks", {}).items()}
             server.log_path = Path(record["log_file"])
+            server.pid_files = [str(p) for p in record.get("pid_files", [])]
             from .config import LaunchPlan as _Plan
 
             server.plan = _Plan(world_size=int(record.get("world_size", 1)), world_size_origin="pid file",

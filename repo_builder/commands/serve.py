@@ -1,0 +1,97 @@
+"""``repo-builder launch`` and ``repo-builder stop``: argument parsing only (logic in repo_builder.server.run).
+
+Flag names follow NVIDIA's ``launch_triton_server.py`` (``--world_size``, ``--model_repo``, ``--http_port``, ...);
+the dashed spellings are accepted too. Help texts come from :class:`repo_builder.server.config.LaunchConfig`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..cli import app, report_errors
+
+
+def _help(field: str) -> str:
+    from ..server.config import LaunchConfig
+
+    return LaunchConfig.model_fields[field].description or ""
+
+
+def launch(
+    repo: Optional[Path] = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
+    model_repo: Optional[Path] = typer.Option(None, "--model_repo", "--model-repo", help=_help("model_repo")),
+    world_size: Optional[int] = typer.Option(None, "--world_size", "--world-size", help=_help("world_size")),
+    tritonserver: Optional[str] = typer.Option(None, "--tritonserver", help=_help("tritonserver")),
+    http_port: int = typer.Option(8000, "--http_port", "--http-port", help=_help("http_port")),
+    grpc_port: int = typer.Option(8001, "--grpc_port", "--grpc-port", help=_help("grpc_port")),
+    metrics_port: int = typer.Option(8002, "--metrics_port", "--metrics-port", help=_help("metrics_port")),
+    http_address: str = typer.Option("127.0.0.1", "--http-address", "--http_address", help=_help("http_address")),
+    log: bool = typer.Option(False, "--log", help=_help("log")),
+    log_file: Optional[Path] = typer.Option(None, "--log-file", "--log_file", help=_help("log_file")),
+    force: bool = typer.Option(False, "--force", "-f", help=_help("force")),
+    multi_model: bool = typer.Option(False, "--multi-model", "--multi_model", help=_help("multi_model")),
+    no_mpi: bool = typer.Option(False, "--no-mpi", "--no_mpi", help=_help("no_mpi")),
+    oversubscribe: bool = typer.Option(False, "--oversubscribe", help=_help("oversubscribe")),
+    tensorrt_llm_model_name: Optional[str] = typer.Option(
+        None, "--tensorrt_llm_model_name", "--tensorrt-llm-model-name", help=_help("tensorrt_llm_model_name")),
+    detach: bool = typer.Option(False, "--detach", "-d", help=_help("detach")),
+    pid_file: Optional[Path] = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
+    timeout: float = typer.Option(600.0, "--timeout", help=_help("timeout")),
+    stop_timeout: float = typer.Option(30.0, "--stop-timeout", help=_help("stop_timeout")),
+    server_arg: Optional[list[str]] = typer.Option(None, "--server-arg", help=_help("server_args") +
+                                                   " Repeat for several, e.g. --server-arg=--log-info=false."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight checks and print the command; start "
+                                                          "nothing."),
+) -> None:
+    """Start tritonserver on a model repository (mpirun ranks for world size > 1) and wait until every model is READY.
+
+    Stays in the foreground (SIGINT/SIGTERM stop the server cleanly; the exit code is the server's) unless
+    --detach is given.
+    """
+    from pydantic import ValidationError as PydanticValidationError
+
+    from ..errors import LaunchError
+    from ..server.config import LaunchConfig
+    from ..server.run import launch as run_launch
+
+    if repo is not None and model_repo is not None and repo != model_repo:
+        raise LaunchError(f"two repositories given: {repo} and --model_repo {model_repo}", key="--model_repo",
+                          hint="give one")
+    chosen = model_repo or repo
+    if chosen is None:
+        raise LaunchError("no model repository given", key="--model_repo", hint="repo-builder launch REPO")
+    try:
+        config = LaunchConfig(model_repo=chosen, world_size=world_size, tritonserver=tritonserver,
+                              http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+                              http_address=http_address, log=log, log_file=log_file, force=force,
+                              multi_model=multi_model, no_mpi=no_mpi, oversubscribe=oversubscribe,
+                              tensorrt_llm_model_name=tensorrt_llm_model_name, detach=detach, pid_file=pid_file,
+                              timeout=timeout, stop_timeout=stop_timeout, server_args=list(server_arg or []))
+    except PydanticValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err.get("loc") else "option"
+        raise LaunchError(f"{err['msg']} (got {err.get('input')!r})", key=f"--{field}") from None
+    code = run_launch(config, echo=typer.echo, follow_log=not quiet, dry_run=dry_run)
+    raise typer.Exit(code)
+
+
+def stop(
+    repo: Optional[Path] = typer.Argument(None, help="Repository a detached launch serves (its default pid file).",
+                                          show_default=False),
+    pid_file: Optional[Path] = typer.Option(None, "--pid-file", "--pid_file",
+                                            help="Pid file written by `repo-builder launch --detach`."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for a graceful stop before SIGKILL."),
+) -> None:
+    """Stop a server started with `repo-builder launch --detach`: SIGTERM to every rank, SIGKILL after --timeout,
+    then remove its /dev/shm regions and the pid file."""
+    from ..server.run import stop as run_stop
+
+    raise typer.Exit(run_stop(pid_file=pid_file, model_repo=repo, timeout=timeout, echo=typer.echo))
+
+
+app.command("launch")(report_errors(launch))
+app.command("stop")(report_errors(stop))

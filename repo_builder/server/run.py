@@ -1,0 +1,159 @@
+"""What ``repo-builder launch`` and ``repo-builder stop`` do (the CLI only parses arguments and calls these).
+
+Foreground launch (default) stays attached like a container entry point should (case B13: upstream's
+script returned at once): it copies the server log to stdout, forwards SIGINT/SIGTERM as a clean stop of
+the tritonserver ranks (never to mpirun first) and returns the server's exit code. ``--detach`` returns
+once the server is ready and leaves a pid file for ``repo-builder stop``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..errors import LaunchError
+from .config import LaunchConfig
+from .process import TritonServer, default_pid_file, log_follower
+from .preflight import servers_on_repository
+
+
+def _exit_code(code: int | None, fallback: int) -> int:
+    if code is None:
+        return fallback
+    return 128 - code if code < 0 else code  # Popen reports death by signal N as -N
+
+
+def _describe_ready(server: TritonServer, elapsed: float) -> str:
+    plan = server.plan
+    ranks = f"{plan.world_size} rank(s){' via mpirun' if plan.use_mpi else ''}" if plan else "1 rank"
+    models = len(server.repository.models) if server.repository else 0
+    return (f"ready in {elapsed:.2f} s: {models} model(s) READY, {ranks}; HTTP {server.http_url}, "
+            f"gRPC {server.grpc_url}, metrics {server.metrics_url}")
+
+
+def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_log: bool = True,
+           dry_run: bool = False) -> int:
+    """Run ``repo-builder launch``: preflight, start, wait for ready, then stay attached or detach.
+
+    Returns:
+        the process exit code: 0 after ``--detach`` or ``dry_run``; in the foreground the server's exit code
+        (128+N when it died from signal N).
+
+    Raises:
+        LaunchError: a preflight check failed (nothing started) or the server never became ready (everything
+            stopped; the message ends with the log tail).
+    """
+    server = TritonServer(config)
+    server.prepare()
+    for note in server.notes:
+        echo(f"note: {note}")
+    if dry_run:
+        import shlex
+
+        echo(" ".join(shlex.quote(a) for a in server.argv))
+        return 0
+    plan = server.plan
+    assert plan is not None
+    echo(f"world size {plan.world_size} ({plan.world_size_origin}); log: {server.log_path}")
+
+    if config.detach:
+        server.start()
+        try:
+            elapsed = server.wait_ready()
+        except KeyboardInterrupt:
+            server.stop()
+            raise
+        default = default_pid_file(config.model_repo)
+        pid_file = Path(config.pid_file) if config.pid_file else default
+        # the default location always gets a copy, so `repo-builder stop REPO` finds any detached launch
+        files = sorted({str(pid_file.absolute()), str(default)})
+        for path in files:
+            server.write_pid_file(Path(path), extra={"pid_files": files})
+        echo(_describe_ready(server, elapsed))
+        echo(f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
+             f"repo-builder stop --pid-file {pid_file}")
+        return 0
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        server.interrupt(signum)
+
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    done = threading.Event()
+    follower = None
+    if follow_log:
+        def emit(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+        follower = threading.Thread(target=log_follower, args=(server.log_path, emit, done.is_set), daemon=True)
+    try:
+        server.start()
+        if follower is not None:
+            follower.start()
+        try:
+            elapsed = server.wait_ready()
+        except LaunchError:
+            done.set()
+            if follower is not None:
+                follower.join(timeout=2)
+            raise
+        echo(_describe_ready(server, elapsed))
+        code = server.wait()
+        if server.interrupted:
+            echo(f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM; a second signal kills)")
+        else:
+            echo(f"tritonserver exited with code {code}; cleaning up")
+        code = server.stop()
+        fallback = 128 + server.interrupted if server.interrupted else 1
+        return _exit_code(code, fallback)
+    finally:
+        server.stop()  # no-op when already stopped; covers unexpected exceptions
+        done.set()
+        if follower is not None and follower.is_alive():
+            follower.join(timeout=2)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop(*, pid_file: Path | None = None, model_repo: Path | None = None, timeout: float = 30.0,
+         echo: Callable[[str], None] = print) -> int:
+    """Run ``repo-builder stop``: stop a ``--detach`` launch cleanly and remove its pid file.
+
+    Raises:
+        LaunchError: neither a pid file nor a repository was given, or there is no pid file for it.
+    """
+    if pid_file is None:
+        if model_repo is None:
+            raise LaunchError("nothing to stop: give --pid-file or the repository", key="--pid-file")
+        pid_file = default_pid_file(model_repo)
+        if not pid_file.is_file():
+            others = servers_on_repository(model_repo)
+            hint = (f"tritonserver pid {', '.join(map(str, others))} serves it but was not started with "
+                    "`repo-builder launch --detach`; stop it with kill -TERM <pid>") if others else \
+                "was it started with `repo-builder launch --detach` (or with --pid-file)?"
+            raise LaunchError("no detached launch recorded for this repository", path=model_repo, hint=hint)
+    server = TritonServer.attach(pid_file)
+    running = server.is_running() or bool(server._our_processes())
+    t0 = time.monotonic()
+    server.stop(timeout)
+    for path in {str(pid_file), *server.pid_files}:
+        try:
+            # a copy at the default location may belong to a newer launch on the same repository
+            if path != str(pid_file) and TritonServer.attach(Path(path)).launch_id != server.launch_id:
+                continue
+            os.unlink(path)
+        except (FileNotFoundError, LaunchError):
+            pass
+    if running:
+        echo(f"stopped launch {server.launch_id} in {time.monotonic() - t0:.1f} s")
+    else:
+        echo(f"launch {server.launch_id} was no longer running; cleaned up")
+    return 0
