@@ -1,0 +1,198 @@
+"""Tokenizer inspection: check a ``--tokenizer-dir`` the way the served models will load it.
+
+The preprocessing and postprocessing models load the tokenizer with ``transformers.AutoTokenizer``
+from a local directory (``local_files_only=True``); repo-builder never downloads (B22). This module loads it
+the same way before anything is written, so that a wrong path, a missing file, a tokenizer that needs remote
+code (ChatGLM, Qwen-1, Baichuan: B21) or one without an end id (B20) is reported at render time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import TokenizerError
+from .runtime.special_ids import resolve_special_ids
+
+#: Files of which at least one must exist in a tokenizer directory.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+class TokenizerInfo(BaseModel):
+    """What a tokenizer directory holds.
+
+    ``vocab_size`` is ``len(tokenizer)`` (base vocabulary + added tokens: the number of ids it can emit).
+    ``bos/eos/pad/unk_token_id`` are the tokenizer's own attributes (None when absent). ``end_id``,
+    ``pad_id`` and ``stop_token_ids`` are resolved by :func:`repo_builder.runtime.special_ids.resolve_special_ids`
+    (``special_id_sources`` tells where each came from); ``end_id`` is None when no file names one, and
+    ``special_ids_error`` then says what was looked at (resolve() reports it unless the user sets ``end_id``).
+    ``add_bos`` is True when encoding with special tokens puts ``bos_token_id`` first.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dir: Path
+    class_name: str
+    vocab_size: int
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    unk_token_id: int | None = None
+    has_chat_template: bool = False
+    add_bos: bool = False
+    trust_remote_code: bool = False
+    end_id: int | None = None
+    pad_id: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    special_id_sources: dict[str, str] = Field(default_factory=dict)
+    special_ids_error: str | None = None
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _has_tokenizer_files(directory: Path) -> bool:
+    if any((directory / name).is_file() for name in TOKENIZER_FILES):
+        return True
+    if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
+        return True
+    return any(p.is_file() for p in directory.glob("*.tiktoken"))
+
+
+def _remote_code_need(directory: Path) -> tuple[str, str | None] | None:
+    """(tokenizer class, module file or None) when loading needs code from the directory, else None."""
+    import transformers
+
+    for name in ("tokenizer_config.json", "config.json"):
+        data = _json(directory / name)
+        auto = data.get("auto_map") or {}
+        ref = auto.get("AutoTokenizer") if isinstance(auto, dict) else None
+        if isinstance(ref, (list, tuple)):
+            ref = next((r for r in ref if r), None)
+        if isinstance(ref, str) and "." in ref:
+            module, cls = ref.rsplit(".", 1)
+            module = module.split("--")[-1]
+            return cls, module.replace(".", "/") + ".py"
+    for name in ("tokenizer_config.json", "config.json"):
+        cls = _json(directory / name).get("tokenizer_class")
+        if isinstance(cls, str) and cls:
+            base = cls[:-4] if cls.endswith("Fast") else cls
+            if not (hasattr(transformers, cls) or hasattr(transformers, base)):
+                return cls, None
+            return None
+    return None
+
+
+def check_tokenizer_dir(tokenizer_dir: str | Path) -> Path:
+    """Check that ``tokenizer_dir`` is a local directory with tokenizer files; returns it resolved.
+
+    Raises:
+        TokenizerError: not a local directory (says so when it looks like a hub id "org/name": repo-builder
+            never downloads), or no tokenizer files (tokenizer.json, tokenizer.model, vocab.json + merges.txt,
+            *.tiktoken, tokenizer_config.json).
+    """
+    text = str(tokenizer_dir)
+    path = Path(text).expanduser()
+    if not path.exists():
+        if _HUB_ID.match(text) and not text.startswith((".", "~")):
+            raise TokenizerError(
+                f"'{text}' is not a local directory; it looks like a Hugging Face hub id, and repo-builder never "
+                "downloads", path=path,
+                hint=f"download it first (e.g. `huggingface-cli download {text} --local-dir DIR`) and pass DIR")
+        raise TokenizerError("tokenizer directory does not exist on this machine", path=path,
+                             hint="pass the local directory holding tokenizer.json / tokenizer.model / "
+                                  "tokenizer_config.json (the path the server will see)")
+    if not path.is_dir():
+        raise TokenizerError("not a directory", path=path, hint="pass the directory, not a file inside it")
+    if not _has_tokenizer_files(path):
+        found = sorted(p.name for p in path.iterdir())[:8]
+        raise TokenizerError(
+            "no tokenizer files in the directory (need tokenizer.json, tokenizer.model, vocab.json + merges.txt, "
+            "*.tiktoken or tokenizer_config.json)" + (f"; found: {', '.join(found)}" if found else "; it is empty"),
+            path=path)
+    return path.resolve()
+
+
+def load_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = False) -> Any:
+    """Load the tokenizer as the served models do (AutoTokenizer, local files only).
+
+    Raises:
+        TokenizerError: see :func:`check_tokenizer_dir`; remote code needed while ``trust_remote_code`` is
+            off (names the tokenizer class and the setting); the code file is missing; any load failure
+            (with the underlying message).
+    """
+    path = check_tokenizer_dir(tokenizer_dir)
+    need = _remote_code_need(path)
+    if need is not None:
+        cls, module = need
+        if not trust_remote_code:
+            raise TokenizerError(
+                f"the tokenizer ({cls}) is not part of transformers and needs code shipped with the model; "
+                "trust_remote_code is off", path=path,
+                hint="if you trust the code in this directory, set --set trust_remote_code=true"
+                     + (f" (the directory must contain {module})" if module else ""))
+        if module is None:
+            raise TokenizerError(
+                f"tokenizer_class {cls} is not part of transformers and no auto_map in tokenizer_config.json or "
+                "config.json points to its code", path=path,
+                hint="add the model's tokenization_*.py and an auto_map entry, or use a tokenizer.json export")
+        if not (path / module).is_file():
+            raise TokenizerError(f"trust_remote_code is on but {module} (code of {cls}) is not in the directory; "
+                                 "repo-builder never downloads", path=path,
+                                 hint=f"copy {module} from the model repository into {path}")
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # transformers raises many types; all mean "cannot load"
+        raise TokenizerError(f"could not load the tokenizer with AutoTokenizer: {type(exc).__name__}: {exc}",
+                             path=path) from exc
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def inspect_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = False) -> TokenizerInfo:
+    """Load ``tokenizer_dir`` and describe it.
+
+    Returns:
+        :class:`TokenizerInfo`.
+    Raises:
+        TokenizerError: see :func:`load_tokenizer`.
+    """
+    tok = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
+    path = check_tokenizer_dir(tokenizer_dir)
+    bos = _int_or_none(getattr(tok, "bos_token_id", None))
+    add_bos = False
+    if bos is not None:
+        try:
+            ids = tok.encode("a", add_special_tokens=True)
+            add_bos = bool(ids) and ids[0] == bos
+        except Exception:  # pragma: no cover - a tokenizer that cannot encode "a" is reported at run time
+            add_bos = False
+    chat = getattr(tok, "chat_template", None)
+    fields: dict[str, Any] = {}
+    try:
+        ids_ = resolve_special_ids(tok, path)
+        fields = dict(end_id=ids_.end_id, pad_id=ids_.pad_id, stop_token_ids=ids_.stop_token_ids,
+                      special_id_sources=dict(ids_.sources))
+    except ValueError as exc:
+        fields = dict(special_ids_error=str(exc))
+    return TokenizerInfo(
+        dir=path, class_name=type(tok).__name__, vocab_size=len(tok), bos_token_id=bos,
+        eos_token_id=_int_or_none(getattr(tok, "eos_token_id", None)),
+        pad_token_id=_int_or_none(getattr(tok, "pad_token_id", None)),
+        unk_token_id=_int_or_none(getattr(tok, "unk_token_id", None)),
+        has_chat_template=bool(chat), add_bos=add_bos, trust_remote_code=trust_remote_code, **fields)
