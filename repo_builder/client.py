@@ -527,7 +527,7 @@ class LLMClient:
 
     def _unreachable(self, exc: Exception) -> ClientError:
         return ClientError(f"cannot reach tritonserver at {self.url} over {self.protocol}: {exc}", key="--url",
-                           hint="start the server (repo-builder serve ...) or fix --url/--protocol "
+                           hint="start the server (repo-builder launch REPO) or fix --url/--protocol "
                                 "(HTTP is port 8000 by default, gRPC 8001)")
 
     # -- model config ----------------------------------------------------------------------------------
@@ -574,14 +574,19 @@ class LLMClient:
         return info, fields, prepare_inputs(info, fields)
 
     def iter_events(self, request: GenerateRequest, model: str | None = None,
-                    result: GenerateResult | None = None) -> Iterator[StreamEvent]:
+                    result: GenerateResult | None = None, endpoint: str | None = None) -> Iterator[StreamEvent]:
         """Send ``request`` and yield each response as it arrives.
 
-        HTTP uses ``/generate_stream`` when ``request.stream`` and ``/generate`` otherwise; gRPC uses the
-        stream API for decoupled models and ``infer`` otherwise. Pass ``result`` to have it filled as well
-        (start/end times, events, error). A server error is raised as :class:`ClientError` naming the model
-        and carrying the server's message.
+        HTTP uses ``/generate_stream`` when ``request.stream`` and ``/generate`` otherwise (``endpoint``
+        forces one of the two; ``/generate`` with ``stream`` on a decoupled model is refused, B29b); gRPC
+        uses the stream API for decoupled models and ``infer`` otherwise. Pass ``result`` to have it filled
+        as well (start/end times, events, error). A server error is raised as :class:`ClientError` naming
+        the model and carrying the server's message.
         """
+        if endpoint not in (None, "generate", "generate_stream"):
+            raise ClientError(f"unknown endpoint '{endpoint}'", key="endpoint", hint="generate or generate_stream")
+        if endpoint is not None and self.protocol != "http":
+            raise ClientError("endpoints are an HTTP notion", key="endpoint", hint="use protocol http")
         model = model or self.model
         info, fields, arrays = self._prepare(request, model)
         rid = request.request_id or new_request_id()
@@ -589,17 +594,19 @@ class LLMClient:
         res.model, res.request_id, res.protocol, res.stream, res.prompt = (model, rid, self.protocol,
                                                                            request.stream, request.text)
         if self.protocol == "http":
-            endpoint = "generate_stream" if request.stream else "generate"
+            endpoint = endpoint or ("generate_stream" if request.stream else "generate")
             yield from self._http_events(info, fields, arrays, endpoint, rid, res)
         else:
             yield from self._grpc_events(info, arrays, rid, res)
 
-    def generate(self, request: GenerateRequest, model: str | None = None) -> GenerateResult:
+    def generate(self, request: GenerateRequest, model: str | None = None,
+                 endpoint: str | None = None) -> GenerateResult:
         """Run ``request`` to completion. A server error is stored in ``result.error`` (not raised), so a
-        benchmark can count it; client-side refusals are raised as :class:`ClientError`."""
+        benchmark can count it; client-side refusals are raised as :class:`ClientError`. ``endpoint``: see
+        :meth:`iter_events`."""
         result = GenerateResult(model or self.model, request.request_id or "", self.protocol, request.stream, 0)
         try:
-            for _ in self.iter_events(request, model, result):
+            for _ in self.iter_events(request, model, result, endpoint):
                 pass
         except ClientError as exc:
             if result.start_ns == 0:  # refused before sending
@@ -679,6 +686,9 @@ class LLMClient:
         if not ids:
             raise ClientError("input_ids is empty", key="input_ids")
         info = self.model_info(model)
+        if self.protocol == "http" and info.decoupled:
+            raise ClientError(f"model '{model}' is decoupled and Triton's HTTP /infer endpoint refuses "
+                              "decoupled models", key="protocol", hint="use protocol grpc for token-id requests")
         values: dict[str, Any] = {"input_ids": ids, "input_lengths": len(ids),
                                   "request_output_len": int(request_output_len)}
         values.update({k: v for k, v in fields.items() if v is not None})
@@ -687,9 +697,6 @@ class LLMClient:
         stream = bool(fields.get("streaming"))
         result = GenerateResult(model, rid, self.protocol, stream, 0)
         if self.protocol == "http":
-            if info.decoupled:
-                raise ClientError(f"model '{model}' is decoupled and Triton's HTTP /infer endpoint refuses "
-                                  "decoupled models", key="protocol", hint="use protocol grpc for token-id requests")
             self._http_infer(info, arrays, rid, result)
         else:
             for _ in self._grpc_events(info, arrays, rid, result):
