@@ -1,0 +1,141 @@
+"""Text handling for the Python-backend models: one import point.
+
+* :func:`load_tokenizer`: a tokenizer from a *local* directory only (B22: never a hub download).
+* :func:`encode_prompt`: prompt -> token ids, HF-default special tokens (B18) and optional chat template.
+* :func:`check_lengths`: prompt length vs the engine's ``max_input_len`` / ``max_seq_len`` (B34).
+* :func:`decode_ids`: non-streaming decode with ``skip_special_tokens`` (B27).
+* re-exported: :class:`~.detokenizer.IncrementalDetokenizer` and friends (streaming text, B24/B25),
+  :class:`~.wordlists.WordEncoder` (stop/bad words B15/B16, embedding bias),
+  :class:`~.stopstrings.StopStringMatcher` / :func:`~.stopstrings.trim_at_stop` (string stop sequences),
+  :class:`~.triton_io.RequestError`.
+
+Only the standard library, numpy and transformers are used; no ``repo_builder`` or Triton imports, so
+``render`` can vendor this package as ``repo_builder_runtime/``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from .detokenizer import (REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory,  # noqa: F401
+                          IncrementalDetokenizer, cleanup_active, decode_fn)
+from .stopstrings import StopResult, StopStringMatcher, find_stop, trim_at_stop  # noqa: F401
+from .triton_io import RequestError
+from .wordlists import WordEncoder, parse_token_ids  # noqa: F401
+
+# Files one of which a tokenizer directory must hold for AutoTokenizer to load it locally.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+                   "spiece.model", "vocab.txt", "qwen.tiktoken", "merges.txt")
+
+
+class TokenizerLoadError(RuntimeError):
+    """The tokenizer directory is missing, not local, or cannot be loaded; the message names the path."""
+
+
+def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False,
+                   key: str = "tokenizer_dir") -> Any:
+    """Load a Hugging Face tokenizer from a local directory (``local_files_only=True``).
+
+    Args:
+        path: the tokenizer directory as the server sees it.
+        trust_remote_code: allow the directory's own tokenizer code (ChatGLM, Qwen v1...), B21.
+        key: the parameter name to put in error messages.
+    Returns:
+        the tokenizer (``transformers.PreTrainedTokenizerBase``).
+    Raises:
+        TokenizerLoadError: ``path`` is not a directory, holds no tokenizer file, or fails to load (the
+            message names the path and, for remote-code tokenizers, the ``trust_remote_code`` switch).
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise TokenizerLoadError(
+            f"{key} '{path}' is not a directory in this filesystem; repo-builder loads tokenizers from "
+            "local directories only and never downloads from the Hugging Face hub "
+            "(hint: mount the tokenizer into the server's filesystem and set the path it has there)")
+    if not any((p / name).exists() for name in TOKENIZER_FILES) and not list(p.glob("*.tiktoken")):
+        raise TokenizerLoadError(
+            f"{key} '{path}' holds none of {', '.join(TOKENIZER_FILES)} "
+            "(hint: point it at the folder with the tokenizer files of the model)")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(p), local_files_only=True,
+                                             trust_remote_code=trust_remote_code)
+    except Exception as exc:  # transformers raises ValueError/OSError/ImportError/...
+        text = str(exc)
+        hint = ""
+        if not trust_remote_code and ("trust_remote_code" in text or "does not exist" in text):
+            hint = " (hint: this tokenizer needs its own code: set trust_remote_code to true)"
+        raise TokenizerLoadError(f"{key} '{path}': the tokenizer failed to load: "
+                                 f"{type(exc).__name__}: {text}{hint}") from exc
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """True when the tokenizer carries a chat template (``tokenizer.chat_template``)."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_chat(tokenizer: Any, prompt: str) -> str:
+    """The prompt as one user message in the tokenizer's chat template, with the generation prompt."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def encode_prompt(tokenizer: Any, text: str, *, add_special_tokens: bool = True,
+                  chat_template: bool = False) -> list[int]:
+    """Token ids of a prompt.
+
+    Without a chat template: ``tokenizer.encode(text, add_special_tokens=add_special_tokens)``; with
+    ``True`` this is the Hugging Face default encoding that reference runners use (B18; LLaMA-2
+    ``"What is machine learning?"`` -> ``[1, 1724, 338, 4933, 6509, 29973]``).
+
+    With ``chat_template``: the template is applied to the prompt as a single user message; when the
+    rendered text already starts with the BOS token's text (LLaMA-3 ``<|begin_of_text|>``), it is
+    encoded without special tokens so no second BOS appears; otherwise ``add_special_tokens`` applies.
+
+    Raises:
+        RequestError: ``text_input`` is empty.
+    """
+    if text == "":
+        raise RequestError("text_input", "is empty", "send a non-empty prompt")
+    if chat_template:
+        rendered = render_chat(tokenizer, text)
+        bos = getattr(tokenizer, "bos_token", None)
+        special = add_special_tokens and not (bos and rendered.startswith(bos))
+        return list(tokenizer.encode(rendered, add_special_tokens=special))
+    return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+
+def check_lengths(prompt_tokens: int, max_tokens: int | None, *, max_input_len: int | None,
+                  max_seq_len: int | None) -> None:
+    """Reject a prompt the engine cannot take (B34), before it is queued.
+
+    Args:
+        prompt_tokens: prompt length in tokens.
+        max_tokens: requested new tokens (the ``max_tokens`` field), or None.
+        max_input_len / max_seq_len: the engine's limits in tokens (parameters from the engine
+            config; None = unknown, not checked).
+    Raises:
+        RequestError: naming ``text_input`` (prompt longer than ``max_input_len``, or alone filling
+            ``max_seq_len``) or ``max_tokens`` (prompt + max_tokens above ``max_seq_len``), with the numbers.
+    """
+    if max_input_len is not None and prompt_tokens > max_input_len:
+        raise RequestError("text_input", f"the prompt is {prompt_tokens} tokens, more than the engine's "
+                                         f"max_input_len of {max_input_len} tokens", "shorten the prompt")
+    if max_seq_len is not None:
+        if prompt_tokens >= max_seq_len:
+            raise RequestError("text_input", f"the prompt is {prompt_tokens} tokens, which leaves no room "
+                                             f"in the engine's max_seq_len of {max_seq_len} tokens",
+                               "shorten the prompt")
+        if max_tokens is not None and prompt_tokens + max_tokens > max_seq_len:
+            raise RequestError("max_tokens", f"prompt {prompt_tokens} tokens + max_tokens {max_tokens} = "
+                                             f"{prompt_tokens + max_tokens} exceeds the engine's "
+                                             f"max_seq_len of {max_seq_len} tokens",
+                               f"ask for at most {max_seq_len - prompt_tokens} tokens")
+
+
+def decode_ids(tokenizer: Any, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+    """Non-streaming text of ``ids`` (``tokenizer.decode``); the reference the streaming deltas add up to."""
+    return tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)

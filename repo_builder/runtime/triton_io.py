@@ -1,0 +1,112 @@
+"""Small helpers shared by the Python-backend ``model.py`` files (preprocessing, postprocessing, engines, BLS).
+
+Nothing here imports ``triton_python_backend_utils`` at module level: functions that need it take the
+module as their ``pb`` argument, so this file stays importable (and testable) without Triton.
+
+* :class:`RequestError`: a bad request. Its message names the request field (the client-facing name,
+  e.g. ``text_input``, ``max_tokens``, ``stop_words``) so one bad request fails alone with a clear
+  error while the other requests of the same batch succeed.
+* :func:`get_input`: an optional input tensor as a numpy array, or None.
+* :func:`output_dtypes`: numpy dtype of every output from the model config (so one model.py serves
+  the trtllm-1.2 (INT32) and trtllm-0.5 (UINT32) profiles).
+* :func:`strings`: a TYPE_STRING tensor as Python ``str`` (strict UTF-8, error names the field).
+* :func:`error_response`: an ``InferenceResponse`` carrying a ``TritonError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+# Triton data type names (model config "data_type" without the TYPE_ prefix, as in the JSON config
+# Triton hands to initialize) -> numpy dtype. TYPE_STRING maps to object (bytes elements).
+_NP = {
+    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+    "FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "STRING": np.object_, "BF16": np.float32,
+}
+
+
+class RequestError(ValueError):
+    """A request that cannot be served; fails alone with a message naming the field.
+
+    Args:
+        field: the client-facing request field at fault (``text_input``, ``max_tokens``, ``stop_words``...).
+        message: what is wrong, with the numbers involved.
+        hint: how to fix it, if known.
+    """
+
+    def __init__(self, field: str, message: str, hint: str | None = None) -> None:
+        self.field = field
+        self.message = message
+        self.hint = hint
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        text = f"{self.field}: {self.message}"
+        if self.hint:
+            text += f" (hint: {self.hint})"
+        return text
+
+
+def numpy_dtype(data_type: str) -> Any:
+    """numpy dtype for a Triton data type name (``TYPE_INT32`` or ``INT32``); TYPE_STRING -> object."""
+    key = data_type[5:] if data_type.startswith("TYPE_") else data_type
+    try:
+        return _NP[key]
+    except KeyError:
+        raise ValueError(f"unknown Triton data type {data_type!r}") from None
+
+
+def _entries(model_config: Mapping[str, Any], kind: str) -> dict[str, Mapping[str, Any]]:
+    return {e["name"]: e for e in model_config.get(kind, []) or []}
+
+
+def output_dtypes(model_config: Mapping[str, Any]) -> dict[str, Any]:
+    """{output name: numpy dtype} from the model config dict (``json.loads(args["model_config"])``)."""
+    return {n: numpy_dtype(e["data_type"]) for n, e in _entries(model_config, "output").items()}
+
+
+def input_dtypes(model_config: Mapping[str, Any]) -> dict[str, Any]:
+    """{input name: numpy dtype} from the model config dict."""
+    return {n: numpy_dtype(e["data_type"]) for n, e in _entries(model_config, "input").items()}
+
+
+def output_dims(model_config: Mapping[str, Any]) -> dict[str, list[int]]:
+    """{output name: dims without the batch dimension} from the model config dict."""
+    return {n: [int(d) for d in e.get("dims", [])] for n, e in _entries(model_config, "output").items()}
+
+
+def get_input(pb: Any, request: Any, name: str) -> np.ndarray | None:
+    """The input tensor ``name`` of ``request`` as a numpy array, or None when the client did not send it."""
+    tensor = pb.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return None
+    return tensor.as_numpy()
+
+
+def strings(array: np.ndarray | None, field: str) -> list[str] | None:
+    """Flatten a TYPE_STRING array into Python strings (bytes decoded as strict UTF-8).
+
+    Raises:
+        RequestError: an element is not valid UTF-8 (the message names ``field`` and the byte offset).
+    """
+    if array is None:
+        return None
+    out = []
+    for item in np.asarray(array, dtype=object).reshape(-1).tolist():
+        if isinstance(item, (bytes, bytearray)):
+            try:
+                out.append(bytes(item).decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise RequestError(field, f"is not valid UTF-8 (byte {exc.start}: {exc.reason})",
+                                   "send UTF-8 text") from None
+        else:
+            out.append(str(item))
+    return out
+
+
+def error_response(pb: Any, exc: BaseException) -> Any:
+    """An ``InferenceResponse`` that carries ``exc`` as a ``TritonError`` (request fails, others go on)."""
+    return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(str(exc)))
