@@ -109,6 +109,16 @@ def make_environment(params: Mapping[str, Any] | None = None):
 
     known = dict(params or {})
 
+    def strict(func: Any) -> Any:
+        # StrictUndefined only fails when printed or iterated; a filter receiving one makes it fail with the
+        # variable's name instead of a confusing type error.
+        def wrapper(value: Any, *args: Any) -> Any:
+            if isinstance(value, jinja2.Undefined):
+                value._fail_with_undefined_error()
+            return func(value, *args)
+
+        return wrapper
+
     def _param_text(value: Any, key: str | None = None) -> str:
         param = known.get(key or "")
         if param is not None and value is not None:
@@ -121,10 +131,10 @@ def make_environment(params: Mapping[str, Any] | None = None):
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters["pbstr"] = lambda v, key=None: quote(v, key=key)
-    env.filters["param_text"] = _param_text
-    env.filters["pbint"] = _pbint
-    env.filters["dtype"] = _dtype
+    env.filters["pbstr"] = strict(lambda v, key=None: quote(v, key=key))
+    env.filters["param_text"] = strict(_param_text)
+    env.filters["pbint"] = strict(_pbint)
+    env.filters["dtype"] = strict(_dtype)
     return env
 
 

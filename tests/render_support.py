@@ -1,0 +1,36 @@
+"""Helpers for the render/template/validate tests: template variables without an engine, a rendered repo on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from repo_builder.contract import MODEL_NAMES
+from repo_builder.schema import load_schema
+
+# Values resolve() would derive from an engine; the tests of templates alone pass them explicitly.
+STRUCTURAL = {"triton_max_batch_size": 8, "logits_datatype": "TYPE_FP32", "max_beam_width": 1,
+              "engine_dir": "/srv/repo/tensorrt_llm/1", "tokenizer_dir": "/srv/tokenizer",
+              "max_input_len": 100, "max_seq_len": 200}
+
+
+def template_values(profile: str, engine_kind: str = "trtllm", **overrides: Any) -> dict[str, Any]:
+    """{parameter: value} for every rendered parameter of ``profile``: schema defaults + STRUCTURAL + overrides."""
+    params = load_schema().for_profile(profile)
+    values = {name: p.default_for(profile) for name, p in params.items()}
+    for name, value in STRUCTURAL.items():
+        if name in params:
+            values[name] = value
+    if "triton_backend" in params:
+        values["triton_backend"] = "tensorrtllm" if engine_kind == "trtllm" else "python"
+    values.update(overrides)
+    return values
+
+
+def write_configs(root: Path, configs: dict[str, str]) -> Path:
+    """Write {model: config text} as ``root/<model>/config.pbtxt`` plus empty version folders."""
+    for model in MODEL_NAMES:
+        if model in configs:
+            (root / model / "1").mkdir(parents=True, exist_ok=True)
+            (root / model / "config.pbtxt").write_text(configs[model])
+    return root
