@@ -733,7 +733,8 @@ class Scheduler:
         return n
 
     def run_step(self) -> None:
-        """One iteration: admit waiting sequences, honour stop/cancel, step, emit responses."""
+        """One iteration: take new requests, admit waiting sequences, honour stop/cancel, step, emit."""
+        self._drain(block=False)
         while self._waiting and len(self._active) < self.max_active:
             seq = self._waiting.pop(0)
             seq.first_scheduled_ns = time.time_ns()
@@ -877,7 +878,9 @@ class TritonEngineModel:
             raise EngineLoadError(str(exc)) from exc
         max_active = getattr(backend, "max_batch_size", None) or self.params.max_batch_size or 64
         log = getattr(getattr(pb_utils, "Logger", None), "log_warn", None)
-        self.scheduler = Scheduler(backend, max_active=int(max_active), log=log)
+        period_ms = self.params.int("cancellation_check_period_ms", 100) or 100
+        self.scheduler = Scheduler(backend, max_active=int(max_active), cancel_check_period_s=period_ms / 1000.0,
+                                   log=log)
         self.scheduler.start()
 
     def _tensors(self, request: Any) -> dict[str, np.ndarray]:

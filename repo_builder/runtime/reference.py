@@ -94,7 +94,7 @@ class ReferenceBackend:
     @classmethod
     def from_params(cls, params: ModelParams, io: ModelIO) -> "ReferenceBackend":
         """Build from the model parameters (``engine_dir``; see docs/design.md)."""
-        engine_dir = params.str("engine_dir")
+        engine_dir = params.str("engine_dir") or params.str("gpt_model_path")
         if not engine_dir:
             raise EngineLoadError(f"model '{params.model_name}': parameter 'engine_dir' is not set; it must name "
                                   "the Hugging Face checkpoint directory")

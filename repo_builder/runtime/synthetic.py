@@ -122,7 +122,7 @@ class SyntheticBackend:
     @classmethod
     def from_params(cls, params: ModelParams, io: ModelIO) -> "SyntheticBackend":
         """Build from ``engine_dir`` and ``synthetic_token_delay_ms`` (docs/design.md)."""
-        engine_dir = params.str("engine_dir")
+        engine_dir = params.str("engine_dir") or params.str("gpt_model_path")
         if not engine_dir:
             raise EngineLoadError(f"model '{params.model_name}': parameter 'engine_dir' is not set; it must name "
                                   f"a directory holding {SPEC_FILE}")

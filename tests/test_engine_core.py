@@ -1,0 +1,329 @@
+"""engine_core: the tensorrt_llm contract for Python engines, tested in-process with a scripted backend
+and a stand-in for triton_python_backend_utils (the real one exists only inside Triton's stub)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_fakes import (ScriptedBackend, FakeRequest, engine_model_config, fake_pb_utils, init_args,
+                          req_inputs)
+from repo_builder.runtime.engine_core import (CollectingSink, EngineLimits, ModelIO, RequestError, RequestGroup,
+                                              SamplingParams, Scheduler, TritonEngineModel, parse_request,
+                                              parse_word_list)
+
+IO12 = ModelIO.from_config(engine_model_config("trtllm-1.2"))
+IO05 = ModelIO.from_config(engine_model_config("trtllm-0.5"))
+LIMITS = EngineLimits(vocab_size=100, max_input_len=16, max_seq_len=24, exclude_input_in_output=True)
+
+
+def run(backend, *requests, io=IO12, limits=LIMITS):
+    """Parse and schedule requests in-process; returns one CollectingSink per request."""
+    sched = Scheduler(backend)
+    sinks = []
+    for inputs in requests:
+        sink = CollectingSink()
+        sched.submit(RequestGroup(parse_request(inputs, io, limits), sink, io))
+        sinks.append(sink)
+    sched.run_until_idle()
+    return sinks
+
+
+def final_ids(sink):
+    outputs, final, error = sink.responses[-1]
+    assert final and error is None
+    n = int(outputs["sequence_length"][0, 0])
+    return outputs["output_ids"][0, 0, :n].tolist()
+
+
+# ---------------------------------------------------------------------------------------------- word lists
+def test_word_list_uses_cumulative_offsets_and_minus_one_padding():
+    arr = np.array([[[5, 6, 7, 9, 0, 0], [2, 3, 4, -1, -1, -1]]], np.int32)
+    assert parse_word_list(arr, "stop_words_list") == [[5, 6], [7], [9]]
+    # what upstream preprocessing sends when there are no words
+    assert parse_word_list(np.array([[[0], [-1]]], np.int32), "stop_words_list") == []
+
+
+def test_malformed_word_list_names_the_input():
+    with pytest.raises(RequestError, match="stop_words_list"):
+        parse_word_list(np.array([[1, 2, 3]], np.int32), "stop_words_list")
+    with pytest.raises(RequestError, match="bad_words_list"):
+        parse_word_list(np.array([[1, 2], [5, -1]], np.int32), "bad_words_list")
+
+
+# ---------------------------------------------------------------------------------------------- stop rules
+def test_end_id_stops_generation_and_is_not_in_the_output():
+    backend = ScriptedBackend({1: [10, 11, 2, 12, 13]})
+    (sink,) = run(backend, req_inputs([1, 4], 8, end_id=[2]))
+    assert final_ids(sink) == [10, 11]
+    assert sink.responses[-1][0]["num_output_tokens"][0, 0] == 2
+
+
+def test_without_end_id_generation_runs_to_request_output_len():
+    backend = ScriptedBackend({1: [10, 11, 2, 12, 13]})
+    (sink,) = run(backend, req_inputs([1, 4], 4))
+    assert final_ids(sink) == [10, 11, 2, 12]
+
+
+def test_stop_word_sequence_stops_and_is_included():
+    backend = ScriptedBackend({1: [10, 11, 12, 13, 14, 15]})
+    stop = np.array([[[12, 13, 40], [2, 3, -1]]], np.int32)  # words [12, 13] and [40]
+    (sink,) = run(backend, req_inputs([1], 10, stop_words_list=stop))
+    assert final_ids(sink) == [10, 11, 12, 13]
+
+
+def test_stop_word_list_of_another_row_does_not_apply():
+    backend = ScriptedBackend({1: [10, 11, 12]})
+    stop = np.array([[[99], [1]]], np.int32)
+    (sink,) = run(backend, req_inputs([1], 5, stop_words_list=stop))
+    assert final_ids(sink) == [10, 11, 12, 10, 11]
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+def test_exclude_input_in_output_false_prepends_prompt_and_counts_it():
+    backend = ScriptedBackend({1: [10, 11, 12]})
+    a, b = run(backend, req_inputs([1, 5, 6], 3, exclude_input_in_output=[False]), req_inputs([1, 5, 6], 3))
+    assert final_ids(a) == [1, 5, 6, 10, 11, 12]
+    assert a.responses[-1][0]["sequence_length"][0, 0] == 6
+    assert final_ids(b) == [10, 11, 12]  # the parameter default (true) applies when the input is absent
+
+
+def test_parameter_default_false_is_overridden_by_request():
+    backend = ScriptedBackend({1: [10]})
+    limits = EngineLimits(vocab_size=100, max_input_len=16, max_seq_len=24, exclude_input_in_output=False)
+    a, b = run(backend, req_inputs([1, 3], 1), req_inputs([1, 3], 1, exclude_input_in_output=[True]), limits=limits)
+    assert final_ids(a) == [1, 3, 10]
+    assert final_ids(b) == [10]
+
+
+@pytest.mark.parametrize("profile", ["trtllm-1.2", "trtllm-0.5"])
+def test_every_declared_output_is_sent_with_its_dtype(profile):
+    cfg = engine_model_config(profile)
+    io = ModelIO.from_config(cfg)
+    backend = ScriptedBackend({1: [10, 11]})
+    (sink,) = run(backend, req_inputs([1], 2, uint=profile == "trtllm-0.5"), io=io)
+    outputs = sink.responses[-1][0]
+    assert set(outputs) == {o["name"] for o in cfg["output"]}
+    for o in cfg["output"]:
+        arr = outputs[o["name"]]
+        assert arr.dtype == io.outputs[o["name"]].numpy_dtype, o["name"]
+        assert arr.ndim == 1 + len(o["dims"]), o["name"]
+        assert arr.shape[0] == 1
+    assert outputs["output_ids"].shape == (1, 1, 2)
+
+
+def test_log_probs_are_returned_only_when_asked():
+    backend = ScriptedBackend({1: [10, 11, 12]})
+    a, b = run(backend, req_inputs([1], 3, return_log_probs=[True]), req_inputs([1], 3))
+    assert a.responses[-1][0]["cum_log_probs"][0, 0] == pytest.approx(-1.5)
+    assert a.responses[-1][0]["output_log_probs"][0, 0].tolist() == [-0.5, -0.5, -0.5]
+    assert b.responses[-1][0]["cum_log_probs"][0, 0] == 0.0
+
+
+def test_two_rows_in_one_request_are_padded_into_one_response():
+    backend = ScriptedBackend({1: [10, 2], 3: [30, 31, 32]})
+    inputs = {"input_ids": np.array([[1, 7], [3, 0]], np.int32), "input_lengths": np.array([2, 1], np.int32),
+              "request_output_len": np.array([3, 3], np.int32), "end_id": np.array([2, 2], np.int32),
+              "pad_id": np.array([0, 0], np.int32)}
+    (sink,) = run(backend, inputs)
+    outputs, final, _ = sink.responses[-1]
+    assert len(sink.responses) == 1 and final
+    assert outputs["output_ids"].tolist() == [[[10, 0, 0]], [[30, 31, 32]]]
+    assert outputs["sequence_length"].tolist() == [[1], [3]]
+    assert outputs["batch_index"].tolist() == [[0], [1]]
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+def test_streaming_sends_only_new_tokens_then_final():
+    backend = ScriptedBackend({1: [10, 11, 12, 2]})
+    (sink,) = run(backend, req_inputs([1, 9], 8, end_id=[2], streaming=[True], exclude_input_in_output=[False]))
+    data = [(o["output_ids"][0, 0].tolist(), final) for o, final, _ in sink.responses if o is not None]
+    assert data == [([10], False), ([11], False), ([12], False)]
+    assert sink.responses[-1] == (None, True, None)  # end_id produced no token: a bare final flag
+
+
+def test_streaming_last_token_carries_the_final_flag():
+    backend = ScriptedBackend({1: [10, 11]})
+    (sink,) = run(backend, req_inputs([1], 2, streaming=[True]))
+    assert [(o["output_ids"][0, 0].tolist(), f) for o, f, _ in sink.responses] == [([10], False), ([11], True)]
+
+
+# ---------------------------------------------------------------------------------------------- scheduling
+def test_long_request_does_not_block_a_short_one():
+    backend = ScriptedBackend({1: [10], 2: [20]})
+    sched = Scheduler(backend)
+    long_sink, short_sink = CollectingSink(), CollectingSink()
+    sched.submit(RequestGroup(parse_request(req_inputs([1], 20, streaming=[True]), IO12, LIMITS), long_sink, IO12))
+    sched.run_step()
+    sched.run_step()
+    sched.submit(RequestGroup(parse_request(req_inputs([2], 3), IO12, LIMITS), short_sink, IO12))
+    sched.run_until_idle()
+    finals = [i for i, s in enumerate(backend.batches) if 2 in s]
+    assert finals == [2, 3, 4]  # the short request joined the running batch at once
+    assert len(backend.batches) == 20
+    assert short_sink.event.is_set() and final_ids(short_sink) == [20, 20, 20]
+    long_lengths = [len(o["output_ids"][0, 0]) for o, _, _ in long_sink.responses]
+    assert long_lengths == [1] * 20
+
+
+def test_requests_beyond_max_active_wait_their_turn():
+    backend = ScriptedBackend({1: [10], 2: [20], 3: [30]})
+    sched = Scheduler(backend, max_active=2)
+    sinks = []
+    for first in (1, 2, 3):
+        sink = CollectingSink()
+        sched.submit(RequestGroup(parse_request(req_inputs([first], 2), IO12, LIMITS), sink, IO12))
+        sinks.append(sink)
+    sched.run_until_idle()
+    assert backend.batches == [[1, 2], [1, 2], [3], [3]]
+    assert all(s.event.is_set() for s in sinks)
+
+
+def test_cancelled_request_is_dropped_with_a_bare_final_flag():
+    backend = ScriptedBackend({1: [10], 2: [20]})
+    sched = Scheduler(backend, cancel_check_period_s=0.0)
+    a, b = CollectingSink(), CollectingSink()
+    sched.submit(RequestGroup(parse_request(req_inputs([1], 10, streaming=[True]), IO12, LIMITS), a, IO12))
+    sched.submit(RequestGroup(parse_request(req_inputs([2], 5), IO12, LIMITS), b, IO12))
+    sched.run_step()
+    sched.run_step()
+    a.cancelled = True
+    sched.run_until_idle()
+    assert a.responses[-1] == (None, True, None)
+    assert len(a.responses) == 3
+    assert final_ids(b) == [20] * 5
+    assert backend.batches[-1] == [2]
+    assert backend.released == 2
+
+
+def test_greedy_unless_top_k_or_top_p_asks_for_sampling():
+    assert SamplingParams().greedy
+    assert SamplingParams(temperature=0.7).greedy
+    assert SamplingParams(top_k=0, top_p=0.0).greedy
+    assert SamplingParams(top_k=1, top_p=0.9).greedy
+    assert SamplingParams(top_k=5, temperature=0.0).greedy
+    assert not SamplingParams(top_k=5).greedy
+    assert not SamplingParams(top_p=0.9).greedy
+
+
+# ---------------------------------------------------------------------------------------------- validation
+@pytest.mark.parametrize("extra,field", [
+    ({"beam_width": [2]}, "beam_width"),
+    ({"beam_width": [2], "streaming": [True]}, "beam_width"),
+    ({"lora_weights": np.ones((1, 2, 2), np.float16)}, "lora_weights"),
+    ({"lora_task_id": np.array([3], np.uint64)}, "lora_task_id"),
+    ({"return_generation_logits": [True]}, "return_generation_logits"),
+    ({"num_return_sequences": [2]}, "num_return_sequences"),
+    ({"runtime_top_p": [1.5]}, "runtime_top_p"),
+    ({"embedding_bias": np.ones((1, 7), np.float32)}, "embedding_bias"),
+])
+def test_bad_request_error_names_the_input(extra, field):
+    with pytest.raises(RequestError, match=f"'{field}'"):
+        parse_request(req_inputs([1, 2], 4, **extra), IO12, LIMITS)
+
+
+def test_length_limits():
+    with pytest.raises(RequestError, match="'request_output_len'.*> 0"):
+        parse_request(req_inputs([1, 2], 0), IO12, LIMITS)
+    with pytest.raises(RequestError, match="'input_ids'.*max_input_len 16"):
+        parse_request(req_inputs(list(range(1, 18)), 4), IO12, LIMITS)
+    with pytest.raises(RequestError, match="'input_ids'.*vocabulary"):
+        parse_request(req_inputs([1, 100], 4), IO12, LIMITS)
+    with pytest.raises(RequestError, match="'input_lengths'"):
+        parse_request({**req_inputs([1, 2], 4), "input_lengths": np.array([3], np.int32)}, IO12, LIMITS)
+    # prompt + output beyond max_seq_len: the output length is clamped (TRT-LLM 1.x)
+    parsed = parse_request(req_inputs(list(range(1, 11)), 100), IO12, LIMITS)
+    assert parsed.rows[0].max_new_tokens == LIMITS.max_seq_len - 10
+
+
+def test_optional_inputs_the_ensemble_always_sends_are_accepted():
+    inputs = req_inputs([1, 2], 4, prompt_table_extra_ids=np.zeros((1, 2), np.uint64),
+                        embedding_bias=np.zeros((1, 0), np.float32), return_context_logits=[False],
+                        return_generation_logits=[False], bad_words_list=np.array([[[0], [-1]]], np.int32),
+                        stop_words_list=np.array([[[0], [-1]]], np.int32), end_id=[2], pad_id=[2])
+    parsed = parse_request(inputs, IO12, LIMITS)
+    assert parsed.rows[0].stop_words == [] and parsed.rows[0].embedding_bias is None
+
+
+def test_profile_0_5_names_and_uint32_inputs():
+    inputs = req_inputs([1, 2], 4, uint=True, end_id=np.array([2], np.uint32),
+                        min_length=np.array([3], np.uint32), random_seed=np.array([7], np.uint64),
+                        runtime_top_k=np.array([4], np.uint32))
+    row = parse_request(inputs, IO05, LIMITS).rows[0]
+    assert (row.max_new_tokens, row.end_id, row.sampling.min_tokens, row.sampling.seed, row.sampling.top_k) == \
+        (4, 2, 3, 7, 4)
+    assert parse_request(req_inputs([1], 4, min_tokens=[5]), IO12, LIMITS).rows[0].sampling.min_tokens == 5
+
+
+# ---------------------------------------------------------------------------------------------- Triton adapter
+def make_model(decoupled=True, profile="trtllm-1.2", scripts=None, pause_after=None, **params):
+    backend = ScriptedBackend(scripts or {1: [10, 11, 12, 13], 2: [20, 21]}, pause_after=pause_after)
+    cfg = engine_model_config(profile, decoupled=decoupled,
+                              params={"max_input_len": "16", "max_seq_len": "24", "max_beam_width": "1",
+                                      "exclude_input_in_output": "true", **params})
+    return TritonEngineModel(fake_pb_utils(), init_args(cfg), lambda p, io: backend), backend
+
+
+def test_decoupled_execute_fails_bad_requests_alone():
+    model, _ = make_model()
+    good = FakeRequest(req_inputs([1], 3, streaming=[True]))
+    bad = [FakeRequest(req_inputs([1], 3, beam_width=[2])), FakeRequest(req_inputs([1], 0)),
+           FakeRequest(req_inputs(list(range(1, 20)), 3)),
+           FakeRequest(req_inputs([1], 3, lora_weights=np.ones((1, 2, 2), np.float16)))]
+    assert model.execute([bad[0], good, *bad[1:]]) is None
+    assert good.sender.done.wait(10)
+    model.finalize()
+    assert [r.tensors["output_ids"][0, 0].tolist() for r in good.sender.data()] == [[10], [11], [12]]
+    assert good.sender.sent[-1][1] == 1
+    for req, field in zip(bad, ["beam_width", "request_output_len", "input_ids", "lora_weights"]):
+        (resp, flags), = req.sender.sent
+        assert flags == 1 and f"'{field}'" in resp.error.message()
+
+
+def test_non_decoupled_execute_returns_one_response_per_request_in_order():
+    model, backend = make_model(decoupled=False)
+    reqs = [FakeRequest(req_inputs([2], 2)), FakeRequest(req_inputs([1], 3, streaming=[True])),
+            FakeRequest(req_inputs([1], 4))]
+    responses = model.execute(reqs)
+    model.finalize()
+    assert responses[0].tensors["output_ids"].tolist() == [[[20, 21]]]
+    assert "'streaming'" in responses[1].error.message() and "decoupled" in responses[1].error.message()
+    assert responses[2].tensors["output_ids"].tolist() == [[[10, 11, 12, 13]]]
+    assert [2, 1] in backend.batches  # both requests of the batch were stepped together
+
+
+def test_stop_input_finishes_the_request_with_the_same_id():
+    model, backend = make_model(scripts={1: [10]}, pause_after=2)
+    running = FakeRequest(req_inputs([1], 20, streaming=[True]), request_id="req-7")
+    other = FakeRequest(req_inputs([1], 5), request_id="req-8")
+    model.execute([running, other])
+    assert backend.paused.wait(10)  # the engine is inside its third step
+    stopper = FakeRequest({**req_inputs([1], 1), "stop": np.array([True])}, request_id="req-7")
+    model.execute([stopper])
+    backend.gate.set()
+    assert running.sender.done.wait(10) and other.sender.done.wait(10)
+    model.finalize()
+    assert stopper.sender.sent == [(None, 1)]
+    assert [r.tensors["output_ids"][0, 0].tolist() for r in running.sender.data()] == [[10], [10], [10]]
+    assert running.sender.sent[-1] == (None, 1)
+    assert other.sender.data()[0].tensors["output_ids"].tolist() == [[[10] * 5]]  # a different id keeps going
+
+
+def test_cancellation_through_the_response_sender():
+    model, backend = make_model(scripts={1: [10]})
+    req = FakeRequest(req_inputs([1], 20, streaming=[True]))
+    req.sender.cancelled = True
+    model.execute([req])
+    assert req.sender.done.wait(10)
+    model.finalize()
+    assert req.sender.sent[-1] == (None, 1)
+    assert len(req.sender.data()) < 20
+
+
+def test_missing_engine_dir_parameter_is_a_load_error():
+    from repo_builder.runtime.engine_core import EngineLoadError
+    from repo_builder.runtime.synthetic import SyntheticBackend
+
+    cfg = engine_model_config(params={"engine_dir": "${engine_dir}"})
+    with pytest.raises(EngineLoadError, match="engine_dir"):
+        TritonEngineModel(fake_pb_utils(), init_args(cfg), SyntheticBackend.from_params)

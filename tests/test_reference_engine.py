@@ -1,0 +1,190 @@
+"""The CPU reference engine against transformers' own generate() on the tiny random LLaMA checkpoint
+(real LLaMA-2 tokenizer): greedy equality, KV-cache isolation between interleaved sequences, the
+logits rules (end_id, min_tokens, bad words, bias, penalties), seeded sampling and load errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_fakes import FakeRequest, engine_model_config, fake_pb_utils, init_args, req_inputs
+from repo_builder.runtime.engine_core import (CollectingSink, EngineLimits, EngineLoadError, ModelIO, RequestGroup,
+                                              Scheduler, TritonEngineModel, parse_request)
+from repo_builder.runtime.reference import ReferenceBackend
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+IO = ModelIO.from_config(engine_model_config("trtllm-1.2"))
+PROMPTS = ["What is machine learning?", "I like the summer", "Tell me about forests"]
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_llama):
+    return transformers.AutoTokenizer.from_pretrained(str(tiny_llama))
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_llama):
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_llama), dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_llama):
+    return ReferenceBackend(tiny_llama)
+
+
+def hf_generate(hf_model, ids, n, **kwargs):
+    with torch.inference_mode():
+        out = hf_model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0, **kwargs)
+    return out[0, len(ids):].tolist()
+
+
+def generate(backend, *requests):
+    limits = EngineLimits(vocab_size=backend.vocab_size, max_input_len=256, max_seq_len=512,
+                          exclude_input_in_output=True)
+    sched = Scheduler(backend)
+    sinks = []
+    for inputs in requests:
+        sink = CollectingSink()
+        sched.submit(RequestGroup(parse_request(inputs, IO, limits), sink, IO))
+        sinks.append(sink)
+    sched.run_until_idle()
+    results = []
+    for sink in sinks:
+        outputs, final, error = sink.responses[-1]
+        assert final and error is None, error
+        n = int(outputs["sequence_length"][0, 0])
+        results.append((outputs["output_ids"][0, 0, :n].tolist(), outputs))
+    return results
+
+
+def test_greedy_matches_transformers_generate_token_for_token(backend, hf_model, tok):
+    requests = [req_inputs(tok(p)["input_ids"], 24) for p in PROMPTS]
+    # all three run interleaved in one batch: each keeps its own KV cache
+    got = generate(backend, *requests)
+    for p, (ids, _) in zip(PROMPTS, got):
+        assert ids == hf_generate(hf_model, tok(p)["input_ids"], 24), p
+
+
+def test_end_id_stops_before_it_and_min_tokens_forbids_it(backend, hf_model, tok):
+    ids = tok("I like the summer")["input_ids"]
+    greedy = hf_generate(hf_model, ids, 12)
+    end_id = greedy[7]  # first token that differs from the repeated one (see the fixture's greedy output)
+    assert end_id not in greedy[:7]
+    ((stopped, _), (forced, _)) = generate(backend, req_inputs(ids, 12, end_id=[end_id]),
+                                           req_inputs(ids, 12, end_id=[end_id], min_tokens=[10]))
+    assert stopped == greedy[:7]
+    assert len(forced) == 12 and forced[:7] == greedy[:7] and end_id not in forced[:10]
+
+
+def test_bad_words_and_embedding_bias_steer_the_choice(backend, hf_model, tok):
+    ids = tok("What is machine learning?")["input_ids"]
+    greedy = hf_generate(hf_model, ids, 4)
+    bad = np.array([[[greedy[0]], [1]]], np.int32)
+    bias = np.zeros((1, backend.vocab_size), np.float32)
+    bias[0, 1234] = 1e4
+    ((banned, _), (biased, _)) = generate(backend, req_inputs(ids, 4, bad_words_list=bad),
+                                          req_inputs(ids, 4, embedding_bias=bias))
+    assert greedy[0] not in banned
+    assert biased == [1234] * 4
+
+
+def test_multi_token_bad_word_bans_only_after_its_prefix(backend, hf_model, tok):
+    ids = tok("I like the summer")["input_ids"]
+    greedy = hf_generate(hf_model, ids, 9)  # 11801 x7, then 2114 ("fact")
+    assert greedy[7] not in greedy[:7]
+    banned = np.array([[[greedy[6], greedy[7]], [2, -1]]], np.int32)
+    unmatched = np.array([[[99, greedy[7]], [2, -1]]], np.int32)  # prefix 99 never occurs
+    ((out, _), (same, _)) = generate(backend, req_inputs(ids, 9, bad_words_list=banned),
+                                     req_inputs(ids, 9, bad_words_list=unmatched))
+    assert out[:7] == greedy[:7] and out[7] != greedy[7]
+    assert same == greedy
+
+
+def test_repetition_penalty_matches_transformers(backend, hf_model, tok):
+    ids = tok("What is machine learning?")["input_ids"]
+    expected = hf_generate(hf_model, ids, 16, repetition_penalty=1.8)
+    assert expected != hf_generate(hf_model, ids, 16)
+    ((got, _),) = generate(backend, req_inputs(ids, 16, repetition_penalty=[1.8]))
+    assert got == expected
+
+
+def test_log_probs_are_the_chosen_tokens_log_softmax(backend, hf_model, tok):
+    ids = tok("Tell me about forests")["input_ids"]
+    with torch.inference_mode():
+        out = hf_model.generate(torch.tensor([ids]), max_new_tokens=5, do_sample=False, pad_token_id=0,
+                                output_logits=True, return_dict_in_generate=True)
+    chosen = out.sequences[0, len(ids):].tolist()
+    expected = [float(torch.log_softmax(lg[0].float(), -1)[t]) for lg, t in zip(out.logits, chosen)]
+    ((got, outputs),) = generate(backend, req_inputs(ids, 5, return_log_probs=[True]))
+    assert got == chosen
+    assert outputs["output_log_probs"][0, 0].tolist() == pytest.approx(expected, abs=1e-4)
+    assert outputs["cum_log_probs"][0, 0] == pytest.approx(sum(expected), abs=1e-3)
+
+
+def test_sampling_is_reproducible_per_seed(backend, tok):
+    ids = tok("Tell me about forests")["input_ids"]
+    sample = dict(runtime_top_k=[50], temperature=[1.5])
+    a, b, c = generate(backend, req_inputs(ids, 16, seed=np.array([11], np.uint64), **sample),
+                       req_inputs(ids, 16, seed=np.array([11], np.uint64), **sample),
+                       req_inputs(ids, 16, seed=np.array([12], np.uint64), **sample))
+    assert a[0] == b[0]
+    assert a[0] != c[0]
+
+
+def test_top_p_keeps_only_the_nucleus(backend, tok):
+    ids = tok("Tell me about forests")["input_ids"]
+    logits = torch.zeros(backend.vocab_size)
+    logits[7] = 12.0  # ~0.78 of the mass: the 0.5 nucleus is this token alone
+    logits[8] = 9.5  # ~0.06: sampled now and then without top_p
+    from repo_builder.runtime.engine_core import GenerationRequest, SamplingParams, Sequence
+
+    class _G:
+        pass
+
+    for seed in range(20):
+        req = GenerationRequest(prompt=ids, max_new_tokens=1, sampling=SamplingParams(top_p=0.5, seed=seed))
+        seq = Sequence(req, _G())
+        from repo_builder.runtime.reference import _SeqState
+
+        st = _SeqState()
+        st.generator = torch.Generator().manual_seed(seed)
+        token, _ = backend.choose(logits, seq, st)
+        assert token == 7
+    picked = set()
+    for seed in range(100):  # control: top_k=2 without top_p does sample token 8
+        seq = Sequence(GenerationRequest(prompt=ids, max_new_tokens=1, sampling=SamplingParams(top_k=2)), _G())
+        st = _SeqState()
+        st.generator = torch.Generator().manual_seed(seed)
+        picked.add(backend.choose(logits, seq, st)[0])
+    assert picked == {7, 8}
+
+
+def test_served_through_the_adapter_streaming_and_not(tiny_llama, hf_model, tok):
+    ids = tok("Tell me about forests")["input_ids"]
+    expected = hf_generate(hf_model, ids, 8)
+    cfg = engine_model_config(params={"engine_dir": str(tiny_llama), "max_beam_width": "1",
+                                      "exclude_input_in_output": "true", "max_input_len": "256",
+                                      "max_seq_len": "512"})
+    model = TritonEngineModel(fake_pb_utils(), init_args(cfg), ReferenceBackend.from_params)
+    stream, whole = FakeRequest(req_inputs(ids, 8, streaming=[True])), FakeRequest(req_inputs(ids, 8))
+    model.execute([stream, whole])
+    assert stream.sender.done.wait(60) and whole.sender.done.wait(60)
+    model.finalize()
+    assert [t for r in stream.sender.data() for t in r.tensors["output_ids"][0, 0].tolist()] == expected
+    (resp,) = whole.sender.data()
+    assert resp.tensors["output_ids"][0, 0].tolist() == expected
+
+
+def test_load_errors_name_the_engine_dir(tmp_path):
+    with pytest.raises(EngineLoadError, match="is not a directory") as info:
+        ReferenceBackend(tmp_path / "missing")
+    assert str(tmp_path / "missing") in str(info.value)
+    with pytest.raises(EngineLoadError, match="has no config.json"):
+        ReferenceBackend(tmp_path)
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
+    with pytest.raises(EngineLoadError, match="cannot load the Hugging Face checkpoint") as info:
+        ReferenceBackend(tmp_path)
+    assert str(tmp_path) in str(info.value)
