@@ -1,0 +1,41 @@
+"""postprocessing (Python backend): token ids -> text, incrementally when streaming.
+
+A thin adapter: all logic is ``repo_builder_runtime.postprocessing.Postprocessor`` (vendored by
+``repo-builder render``), unit-tested without Triton. Streaming requests (``STREAM`` true with a
+``DETOKENIZER_KEY`` from preprocessing) get only the new text of each engine response, so the streamed
+text concatenates to the non-streaming text (no lost SentencePiece spaces, no U+FFFD).
+"""
+
+import json
+
+import triton_python_backend_utils as pb_utils
+
+from repo_builder_runtime.postprocessing import Postprocessor
+from repo_builder_runtime.triton_io import RequestError, error_response, get_input
+
+INPUT_NAMES = ("TOKENS_BATCH", "SEQUENCE_LENGTH", "DETOKENIZER_KEY", "STREAM", "SEQUENCE_INDEX")
+
+
+class TritonPythonModel:
+    """One response per request; requests fail independently."""
+
+    def initialize(self, args):
+        self.core = Postprocessor(json.loads(args["model_config"]))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                inputs = {name: get_input(pb_utils, request, name) for name in INPUT_NAMES}
+                outputs = self.core.process(inputs)
+                tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items()]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            except RequestError as exc:
+                responses.append(error_response(pb_utils, exc))
+            except Exception as exc:  # a bug must not take the other requests down
+                responses.append(error_response(
+                    pb_utils, RuntimeError(f"postprocessing failed: {type(exc).__name__}: {exc}")))
+        return responses
+
+    def finalize(self):
+        pass

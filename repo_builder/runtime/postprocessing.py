@@ -1,0 +1,114 @@
+"""Logic of the ``postprocessing`` Python-backend model, free of Triton imports.
+
+Inputs (contract.yaml ``postprocessing``): ``TOKENS_BATCH`` int32 ``[batch, beam, len]``,
+``SEQUENCE_LENGTH`` int32 ``[batch, beam]`` (absent in trtllm-0.5: the whole row is decoded), and
+repo-builder's optional ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``, ``STREAM`` bool ``[batch, 1]``,
+``SEQUENCE_INDEX`` int32 ``[batch, 1]``.
+
+Output ``OUTPUT`` (TYPE_STRING, UTF-8 bytes): ``[batch, beam]`` when the config declares dims ``[-1]``
+with ``max_batch_size > 0`` (trtllm-1.2), ``[batch, beam, 1]`` for dims ``[-1, -1]`` (trtllm-0.5),
+``[batch * beam]`` for a model without a batch dimension and dims ``[-1]``.
+
+* Non-streaming (``STREAM`` false/absent, or no key): each beam trimmed to its length and decoded whole
+  with ``skip_special_tokens`` (parameter, default true: no ``<s>``/``</s>``/``<|im_end|>`` in the text, B27).
+* Streaming (``STREAM`` true and ``DETOKENIZER_KEY`` != 0): the response's new tokens go to the
+  incremental detokenizer of (key, ``SEQUENCE_INDEX`` or 0, beam) held in an LRU of
+  ``detokenizer_max_streams`` streams; ``OUTPUT`` is only the text delta (B24, B25).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .detokenizer import DetokenizerCache, DetokenizerFactory
+from .params import ModelParams
+from .text import TokenizerLoadError, load_tokenizer
+from .triton_io import RequestError, output_dims
+
+
+def _flag(array: np.ndarray | None, b: int) -> Any:
+    if array is None:
+        return None
+    a = np.asarray(array).reshape(np.asarray(array).shape[0] if np.asarray(array).ndim else 1, -1)
+    row = a[b] if a.shape[0] > b else a[0]
+    return row[0].item() if row.size else None
+
+
+class Postprocessor:
+    """Detokenizes engine responses.
+
+    Args:
+        model_config: the model config dict or JSON (``args["model_config"]``).
+        tokenizer: an already loaded tokenizer (tests); default: loaded from ``tokenizer_dir``.
+    Raises:
+        TokenizerLoadError: ``tokenizer_dir`` unset, not local, or unloadable.
+    """
+
+    def __init__(self, model_config: Mapping[str, Any] | str, tokenizer: Any = None) -> None:
+        self.params = params = ModelParams(model_config)
+        self.tokenizer_dir = params.str("tokenizer_dir")
+        if tokenizer is None:
+            if not self.tokenizer_dir:
+                raise TokenizerLoadError(f"model '{params.model_name}': parameter 'tokenizer_dir' is not set "
+                                         "(hint: render the repository with --tokenizer-dir)")
+            tokenizer = load_tokenizer(self.tokenizer_dir,
+                                       trust_remote_code=bool(params.bool("trust_remote_code", False)))
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = bool(params.bool("skip_special_tokens", True))
+        self.max_streams = int(params.int("detokenizer_max_streams", 1024) or 1024)
+        self.factory = DetokenizerFactory(tokenizer, self.skip_special_tokens)
+        self.streams = DetokenizerCache(self.factory, self.max_streams)
+        dims = output_dims(params.config).get("OUTPUT", [-1])
+        self.output_rank = len(dims) + (1 if params.max_batch_size > 0 else 0)
+
+    def decode(self, ids: list[int]) -> str:
+        """Non-streaming text of ``ids``."""
+        return self.factory.decode(ids)
+
+    def process(self, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+        """One request: input arrays by name -> ``{"OUTPUT": object array of UTF-8 bytes}``.
+
+        Raises:
+            RequestError: ``TOKENS_BATCH`` missing or of the wrong rank, ``SEQUENCE_LENGTH`` shape mismatch.
+        """
+        tokens = inputs.get("TOKENS_BATCH")
+        if tokens is None:
+            raise RequestError("TOKENS_BATCH", "is missing")
+        t = np.asarray(tokens)
+        if t.ndim == 2:  # [batch, len] (beam 1) with a batch dim, else [beam, len]
+            t = t[:, None, :] if self.params.max_batch_size > 0 else t[None, :, :]
+        if t.ndim != 3:
+            raise RequestError("TOKENS_BATCH", f"must be [batch, beam, len], got shape {list(np.shape(tokens))}")
+        batch, beam, length = t.shape
+        lengths = inputs.get("SEQUENCE_LENGTH")
+        if lengths is None:
+            seq_len = np.full((batch, beam), length, dtype=np.int64)
+        else:
+            seq_len = np.asarray(lengths).reshape(-1)
+            if seq_len.size != batch * beam:
+                raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
+            seq_len = seq_len.reshape(batch, beam)
+        keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
+
+        texts = np.empty((batch, beam), dtype=object)
+        for b in range(batch):
+            key = _flag(keys, b)
+            streaming = bool(_flag(stream, b)) and key is not None and int(key) != 0
+            index = int(_flag(seq_index, b) or 0)
+            for k in range(beam):
+                n = max(0, min(int(seq_len[b, k]), length))
+                ids = [int(x) for x in t[b, k, :n].tolist()]
+                if streaming:
+                    text = self.streams.add((int(key), index, k), ids)
+                else:
+                    text = self.decode(ids)
+                texts[b, k] = text.encode("utf-8")
+        if self.output_rank <= 1:
+            out = texts.reshape(-1)
+        elif self.output_rank == 2:
+            out = texts
+        else:
+            out = texts.reshape(batch, beam, *([1] * (self.output_rank - 2)))
+        return {"OUTPUT": out}

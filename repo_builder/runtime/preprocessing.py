@@ -1,0 +1,269 @@
+"""Logic of the ``preprocessing`` Python-backend model, free of Triton imports.
+
+``model_templates/python_models/preprocessing/model.py`` reads the request tensors into a dict of numpy
+arrays, calls :meth:`Preprocessor.process` per request and turns the result into output tensors (or an
+error response when :class:`~.triton_io.RequestError` is raised: that request fails alone).
+
+Tensor contract: ``model_templates/<profile>/contract.yaml`` (``preprocessing``). Output dtypes come from
+the model config, so one implementation serves trtllm-1.2 (INT32 ``REQUEST_OUTPUT_LEN``/``OUT_END_ID``)
+and trtllm-0.5 (UINT32). Every output declared in the config is produced for every request (a missing
+output stalls the ensemble).
+
+Parameters (docs/design.md): ``tokenizer_dir``, ``add_special_tokens`` (default true, B18),
+``apply_chat_template`` (default false), ``trust_remote_code`` (default false), ``end_id``, ``pad_id``
+(unset: :func:`~.special_ids.resolve_special_ids` from the tokenizer directory's
+``generation_config.json``/``config.json``/tokenizer, B20), ``stop_token_ids`` (unset: the extra
+``eos_token_id`` entries found by ``resolve_special_ids``), ``max_input_len``, ``max_seq_len`` (tokens;
+unset = not checked).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Mapping
+
+import numpy as np
+
+from .params import ModelParams
+from .special_ids import resolve_special_ids
+from .text import (TokenizerLoadError, WordEncoder, check_lengths, encode_prompt, has_chat_template,
+                   load_tokenizer)
+from .triton_io import RequestError, output_dtypes
+
+# model input -> client-facing ensemble field (for error messages)
+FIELDS = {
+    "QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
+    "STOP_WORDS_DICT": "stop_words", "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
+    "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights", "END_ID": "end_id", "PAD_ID": "pad_id",
+    "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
+}
+INPUT_NAMES = tuple(FIELDS)
+
+
+class KeySource:
+    """Unique ``DETOKENIZER_KEY`` values (UINT64, never 0).
+
+    A random 64-bit start from ``os.urandom`` per process plus a counter: keys from different model
+    instances/processes collide with probability about n^2 / 2^64.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = int.from_bytes(os.urandom(8), "little")
+
+    def take(self, n: int = 1) -> list[int]:
+        """``n`` fresh keys."""
+        with self._lock:
+            keys = []
+            while len(keys) < n:
+                self._next = (self._next + 1) & 0xFFFFFFFFFFFFFFFF
+                if self._next:
+                    keys.append(self._next)
+            return keys
+
+
+def _rows(array: np.ndarray | None, batch: int) -> list[np.ndarray] | None:
+    """Split a ``[batch, ...]`` request tensor into per-row flat arrays (a 1-D tensor is one row)."""
+    if array is None:
+        return None
+    a = np.asarray(array)
+    if a.ndim == 0:
+        a = a.reshape(1, 1)
+    elif a.ndim == 1:
+        a = a.reshape(1, -1) if batch == 1 else a.reshape(batch, -1)
+    if a.shape[0] != batch:
+        if a.shape[0] == 1:
+            a = np.repeat(a, batch, axis=0)
+        else:
+            raise RequestError("batch", f"an input has batch size {a.shape[0]}, text_input has {batch}")
+    return [a[b].reshape(-1) for b in range(batch)]
+
+
+def _strings(row: np.ndarray, field: str) -> list[str]:
+    out = []
+    for item in row.tolist():
+        if isinstance(item, (bytes, bytearray)):
+            try:
+                out.append(bytes(item).decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise RequestError(field, f"is not valid UTF-8 (byte {exc.start}: {exc.reason})",
+                                   "send UTF-8 text") from None
+        elif isinstance(item, str):
+            out.append(item)
+        else:
+            raise RequestError(field, f"must hold strings, got {type(item).__name__} {item!r}",
+                               "send a list of strings (TYPE_STRING)")
+    return out
+
+
+def _ints(row: np.ndarray, field: str) -> list[int]:
+    if row.dtype.kind not in "iub":
+        raise RequestError(field, f"must be an integer, got dtype {row.dtype}")
+    return [int(v) for v in row.tolist()]
+
+
+class Preprocessor:
+    """Tokenizes requests for the engine.
+
+    Args:
+        model_config: the model config dict or JSON (``args["model_config"]``).
+        tokenizer: an already loaded tokenizer (tests); default: loaded from ``tokenizer_dir``.
+    Raises:
+        TokenizerLoadError: ``tokenizer_dir`` unset, not local, or unloadable; ``apply_chat_template``
+            set for a tokenizer without a chat template.
+        ParameterValueError: a parameter of the wrong type (names the key).
+    """
+
+    def __init__(self, model_config: Mapping[str, Any] | str, tokenizer: Any = None) -> None:
+        self.params = params = ModelParams(model_config)
+        self.tokenizer_dir = params.str("tokenizer_dir")
+        if tokenizer is None:
+            if not self.tokenizer_dir:
+                raise TokenizerLoadError(f"model '{params.model_name}': parameter 'tokenizer_dir' is not set "
+                                         "(hint: render the repository with --tokenizer-dir)")
+            tokenizer = load_tokenizer(self.tokenizer_dir,
+                                       trust_remote_code=bool(params.bool("trust_remote_code", False)))
+        self.tokenizer = tokenizer
+        self.add_special_tokens = bool(params.bool("add_special_tokens", True))
+        self.chat_template = bool(params.bool("apply_chat_template", False))
+        if self.chat_template and not has_chat_template(tokenizer):
+            raise TokenizerLoadError(f"model '{params.model_name}': apply_chat_template is true but the "
+                                     f"tokenizer in '{self.tokenizer_dir}' has no chat_template "
+                                     "(hint: set apply_chat_template to false)")
+        self.max_input_len = params.int("max_input_len")
+        self.max_seq_len = params.int("max_seq_len")
+        end_id, pad_id = params.int("end_id"), params.int("pad_id")
+        stop_ids = params.int_list("stop_token_ids")
+        self.special_error: str | None = None
+        self.end_id: int | None = end_id
+        self.pad_id: int | None = pad_id
+        if end_id is None or pad_id is None or stop_ids is None:
+            try:
+                resolved = resolve_special_ids(tokenizer, self.tokenizer_dir, end_id, pad_id)
+                self.end_id, self.pad_id = resolved.end_id, resolved.pad_id
+                if stop_ids is None:
+                    stop_ids = list(resolved.stop_token_ids)
+            except ValueError as exc:  # no end id anywhere: requests must send end_id (B20)
+                self.special_error = str(exc)
+        self.stop_token_ids = [int(i) for i in (stop_ids or [])]
+        self.out_dtypes = output_dtypes(params.config)
+        self.words = WordEncoder(tokenizer)
+        self.keys = KeySource()
+
+    # ---------------------------------------------------------------------------------------------
+
+    def _special(self, rows: list[np.ndarray] | None, default: int | None, field: str, batch: int) -> list[int]:
+        if rows is not None:
+            return [_ints(r, field)[0] if r.size else self._require(default, field) for r in rows]
+        return [self._require(default, field)] * batch
+
+    def _require(self, value: int | None, field: str) -> int:
+        if value is None:
+            raise RequestError(field, "is required: the model has no default ("
+                               + (self.special_error or "end_id/pad_id parameters unset") + ")",
+                               f"send {field} with the request or render with --set {field}=<id>")
+        return value
+
+    def process(self, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+        """One request: input arrays by model input name -> output arrays by model output name.
+
+        Shapes (batch = rows of ``QUERY``): ``INPUT_ID`` int32 ``[batch, L]`` right-padded with the pad
+        id, ``REQUEST_INPUT_LEN`` int32 ``[batch, 1]``, ``BAD_WORDS_IDS``/``STOP_WORDS_IDS`` int32
+        ``[batch, 2, N]``, ``EMBEDDING_BIAS`` fp32 ``[batch, vocab]`` or ``[batch, 0]``,
+        ``REQUEST_OUTPUT_LEN``/``OUT_END_ID``/``OUT_PAD_ID`` ``[batch, 1]`` (config dtype),
+        ``OUT_PROMPT_TABLE_EXTRA_IDS`` uint64 ``[batch, L]``, ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``.
+
+        Raises:
+            RequestError: naming the client field: empty/non-UTF-8 ``text_input``, ``max_tokens`` <= 0,
+                prompt too long (B34), malformed ``stop_words``/``bad_words``, mismatched embedding bias.
+        """
+        query = inputs.get("QUERY")
+        if query is None or np.asarray(query).size == 0:
+            raise RequestError("text_input", "is missing or empty", "send a non-empty prompt")
+        q = np.asarray(query)
+        batch = int(q.shape[0]) if q.ndim >= 2 else 1
+        prompts = []
+        for row in _rows(q, batch) or []:
+            texts = _strings(row, "text_input")
+            if len(texts) != 1:
+                raise RequestError("text_input", f"must hold one string per batch row, got {len(texts)}")
+            prompts.append(texts[0])
+
+        out_len_rows = _rows(inputs.get("REQUEST_OUTPUT_LEN"), batch)
+        if out_len_rows is None:
+            raise RequestError("max_tokens", "is missing", "send max_tokens > 0")
+        max_tokens = []
+        for row in out_len_rows:
+            values = _ints(row, "max_tokens")
+            if len(values) != 1:
+                raise RequestError("max_tokens", f"must be one value per batch row, got {len(values)}")
+            if values[0] <= 0:
+                raise RequestError("max_tokens", f"must be > 0, got {values[0]}")
+            max_tokens.append(values[0])
+
+        end_ids = self._special(_rows(inputs.get("END_ID"), batch), self.end_id, "end_id", batch)
+        pad_ids = self._special(_rows(inputs.get("PAD_ID"), batch), self.pad_id, "pad_id", batch)
+
+        ids_rows = []
+        for b, prompt in enumerate(prompts):
+            ids = encode_prompt(self.tokenizer, prompt, add_special_tokens=self.add_special_tokens,
+                                chat_template=self.chat_template)
+            if not ids:
+                raise RequestError("text_input", f"encodes to no tokens (batch row {b})")
+            check_lengths(len(ids), max_tokens[b], max_input_len=self.max_input_len,
+                          max_seq_len=self.max_seq_len)
+            ids_rows.append(ids)
+        longest = max(len(ids) for ids in ids_rows)
+        input_id = np.empty((batch, longest), dtype=np.int32)
+        for b, ids in enumerate(ids_rows):
+            input_id[b, :] = pad_ids[b]
+            input_id[b, :len(ids)] = ids
+
+        def word_rows(name: str) -> list[list[str]] | None:
+            rows = _rows(inputs.get(name), batch)
+            if rows is None:
+                return None
+            # "" elements mean "no word" (v0.5 clients must send bad_words/stop_words: "")
+            return [[w for w in _strings(r, FIELDS[name]) if w != ""] for r in rows]
+
+        stop_rows = word_rows("STOP_WORDS_DICT") or [None] * batch
+        bad_rows = word_rows("BAD_WORDS_DICT") or [None] * batch
+        stop_words = self.words.word_list(stop_rows, "stop_words", self.stop_token_ids)
+        bad_words = self.words.word_list(bad_rows, "bad_words")
+
+        word_arrays = _rows(inputs.get("EMBEDDING_BIAS_WORDS"), batch)
+        bias_words = None if word_arrays is None else [_strings(r, "embedding_bias_words") for r in word_arrays]
+        weight_rows = _rows(inputs.get("EMBEDDING_BIAS_WEIGHTS"), batch)
+        weights = None if weight_rows is None else [[float(x) for x in r.tolist()] for r in weight_rows]
+        if weights is None and bias_words is not None and all(w == "" for r in bias_words for w in r):
+            bias_words = None  # only "" placeholders: no bias asked for
+        bias = self.words.embedding_bias(bias_words, weights, batch)
+
+        extra_rows = _rows(inputs.get("PROMPT_TABLE_EXTRA_ID"), batch)
+        extra_ids = np.zeros((batch, longest), dtype=np.uint64)
+        if extra_rows is not None:
+            vocab = len(self.tokenizer)
+            for b, row in enumerate(extra_rows):
+                extra = _ints(row, "prompt_table_extra_id")
+                if extra:
+                    extra_ids[b, input_id[b] >= vocab] = extra[0]
+
+        produced = {
+            "INPUT_ID": input_id,
+            "REQUEST_INPUT_LEN": np.array([[len(ids)] for ids in ids_rows]),
+            "BAD_WORDS_IDS": bad_words,
+            "STOP_WORDS_IDS": stop_words,
+            "EMBEDDING_BIAS": bias,
+            "REQUEST_OUTPUT_LEN": np.array([[m] for m in max_tokens]),
+            "OUT_END_ID": np.array([[e] for e in end_ids]),
+            "OUT_PAD_ID": np.array([[p] for p in pad_ids]),
+            "OUT_PROMPT_TABLE_EXTRA_IDS": extra_ids,
+            "DETOKENIZER_KEY": np.array([[k] for k in self.keys.take(batch)], dtype=np.uint64),
+        }
+        outputs = {}
+        for name, dtype in self.out_dtypes.items():
+            if name not in produced:
+                raise RequestError("model", f"preprocessing does not know how to produce output {name}")
+            outputs[name] = np.asarray(produced[name]).astype(dtype, copy=False)
+        return outputs

@@ -1,0 +1,48 @@
+"""Helpers for the text tests: model configs as Triton hands them to ``initialize`` and tokenizer loading.
+
+Not a test module (leading underscore). Tokenizers are the real ones in ../shared/assets.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from repo_builder.contract import load_contract
+
+from conftest import ASSETS
+
+
+@lru_cache(maxsize=None)
+def tokenizer(name: str) -> Any:
+    """A real tokenizer from ../shared/assets/<name> (cached per test session)."""
+    from repo_builder.runtime.text import load_tokenizer
+
+    return load_tokenizer(ASSETS / name)
+
+
+def model_config(profile: str, model: str, params: dict[str, Any] | None = None, *,
+                 max_batch_size: int = 8, as_json: bool = False) -> dict[str, Any] | str:
+    """The model config of ``model`` in ``profile`` as Triton's JSON (int64 dims as strings).
+
+    ``params`` values are written as ``{"string_value": str(value)}``; booleans as ``true``/``false``.
+    """
+    spec = load_contract(profile).models[model]
+
+    def entry(t: Any) -> dict[str, Any]:
+        dtype = t.data_type or "TYPE_FP32"
+        return {"name": t.name, "data_type": dtype, "dims": [str(d) for d in t.dims],
+                "optional": bool(t.optional)}
+
+    def sv(v: Any) -> dict[str, str]:
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, (list, tuple)):
+            v = ",".join(str(x) for x in v)
+        return {"string_value": str(v)}
+
+    cfg = {"name": model, "backend": "python", "max_batch_size": max_batch_size,
+           "input": [entry(t) for t in spec.inputs], "output": [entry(t) for t in spec.outputs],
+           "parameters": {k: sv(v) for k, v in (params or {}).items()}}
+    return json.dumps(cfg) if as_json else cfg
