@@ -318,13 +318,6 @@ def wiring_data(contract: ProfileContract, values: Mapping[str, Any]) -> dict[st
             "inputs": [tensor(s) for s in bls.inputs], "outputs": [tensor(s) for s in bls.outputs]}
 
 
-def _engine_attr(engine: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if hasattr(engine, name):
-            return getattr(engine, name)
-    return default
-
-
 def _load_values_file(values_file: str | Path) -> dict[str, Any]:
     import yaml
 
@@ -389,16 +382,16 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
         raise RenderError("the serve path must be absolute (the repository's path inside the server)",
                           key="--serve-path", path=serve_root)
 
-    engine = inspect_engine(engine_path)
-    check_rank_files(engine)
-    tokenizer = inspect_tokenizer(tokenizer_path)
-    kind = _engine_attr(engine, "kind")
-
     checked: dict[str, Any] = {}
     if values_file is not None:
         checked.update(validate_user_values(profile, _load_values_file(values_file), source=str(values_file)))
     if user_values:
         checked.update(validate_user_values(profile, dict(user_values), source="--set"))
+
+    engine = inspect_engine(engine_path)
+    check_rank_files(engine)
+    tokenizer = inspect_tokenizer(tokenizer_path, trust_remote_code=bool(checked.get("trust_remote_code")))
+    kind = engine.kind
 
     placement = plan_placement(kind, engine_path, engine_mode)
     engine_dir_value = placement.engine_dir_in(serve_root)
