@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .bench_stats import CSV_COLUMNS, LevelStats, RequestRecord, csv_row, summarize
-from .client import GenerateRequest, GenerateResult, LLMClient, ModelInfo, token_counter
+from .client import GenerateRequest, GenerateResult, LLMClient, ModelInfo, load_tokenizer, token_counter
 from .errors import ClientError
 
 #: English words per token assumed when no tokenizer is given (rule of thumb for LLaMA/GPT vocabularies).
@@ -288,12 +288,11 @@ def run_bench(settings: BenchSettings, progress: bool = True, log: Callable[[str
     tokenizer = None
     count = None
     if settings.tokenizer_dir:
-        count = token_counter(settings.tokenizer_dir)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer_dir)
+        tokenizer = load_tokenizer(settings.tokenizer_dir)
+        count = token_counter(tokenizer)
     with LLMClient(settings.url, settings.protocol, settings.model, settings.timeout_s) as probe:  # type: ignore[arg-type]
         info = probe.model_info()
+        server_version = probe.server_version()
         if settings.stream and not info.decoupled:
             raise ClientError(f"model '{info.name}' is not decoupled, so it cannot stream", key="--stream",
                               hint="drop --stream or serve a streaming repository")
@@ -347,7 +346,7 @@ def run_bench(settings: BenchSettings, progress: bool = True, log: Callable[[str
         "tool": "repo-builder bench",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": asdict(settings),
-        "server": {"url": settings.url, "protocol": settings.protocol, "model": info.name,
+        "server": {"url": settings.url, "protocol": settings.protocol, "version": server_version, "model": info.name,
                    "decoupled": info.decoupled, "max_batch_size": info.max_batch_size,
                    "min_tokens_sent": bool(settings.min_tokens and info.accepts("min_tokens")),
                    "exclude_input_in_output_sent": info.accepts("exclude_input_in_output")},

@@ -308,9 +308,8 @@ class GenerateResult:
         return self
 
 
-def token_counter(tokenizer_dir: str) -> Callable[[str], int]:
-    """A function counting the tokens of a text with the Hugging Face tokenizer in ``tokenizer_dir``
-    (``add_special_tokens=False``: only the text's own tokens).
+def load_tokenizer(tokenizer_dir: str) -> Any:
+    """Load the Hugging Face tokenizer in ``tokenizer_dir`` (local files only).
 
     Raises:
         ClientError: the tokenizer cannot be loaded (key ``--tokenizer-dir``).
@@ -318,10 +317,20 @@ def token_counter(tokenizer_dir: str) -> Callable[[str], int]:
     try:
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        return AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
     except Exception as exc:  # transformers raises many types (OSError, ValueError, ...)
         raise ClientError(f"cannot load a tokenizer from {tokenizer_dir}: {exc}", key="--tokenizer-dir",
                           hint="pass a local Hugging Face tokenizer directory") from None
+
+
+def token_counter(tokenizer: Any) -> Callable[[str], int]:
+    """A function counting the tokens of a text (``add_special_tokens=False``: only the text's own tokens).
+
+    Args:
+        tokenizer: a loaded tokenizer, or a tokenizer directory (loaded with :func:`load_tokenizer`).
+    """
+    tok = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, bytes)) or hasattr(tokenizer, "__fspath__") \
+        else tokenizer
 
     def count(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False)) if text else 0
@@ -529,6 +538,27 @@ class LLMClient:
         return ClientError(f"cannot reach tritonserver at {self.url} over {self.protocol}: {exc}", key="--url",
                            hint="start the server (repo-builder launch REPO) or fix --url/--protocol "
                                 "(HTTP is port 8000 by default, gRPC 8001)")
+
+    # -- server ----------------------------------------------------------------------------------------
+    def server_version(self) -> str:
+        """The server's version string from its metadata (HTTP ``GET /v2``, gRPC ``ServerMetadata``).
+
+        Raises:
+            ClientError: the server cannot be reached (key ``--url``).
+        """
+        if self.protocol == "http":
+            import requests
+
+            try:
+                return str(self._http().get(f"http://{self.url}/v2", timeout=30).json().get("version", "?"))
+            except (requests.RequestException, ValueError) as exc:
+                raise self._unreachable(exc) from None
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            return str(self._grpc_client().get_server_metadata(as_json=True).get("version", "?"))
+        except InferenceServerException as exc:
+            raise self._unreachable(exc) from None
 
     # -- model config ----------------------------------------------------------------------------------
     def model_info(self, model: str | None = None) -> ModelInfo:
@@ -804,7 +834,6 @@ class LLMClient:
             handle = self._ensure_router().submit(info, arrays, res, rid)
             yield from handle.events(self.timeout_s)
             return
-        import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
         inputs = _grpc_inputs(info, arrays)
@@ -824,7 +853,6 @@ class LLMClient:
         res.end_ns = now
         event = _event_from_grpc(0, now, out, final=True)
         res.events.append(event)
-        _ = grpcclient  # imported for its side effect of loading the protobuf stubs
         yield event
 
 

@@ -59,12 +59,13 @@ def _machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    import tritonclient
+    from importlib.metadata import version
 
     from repo_builder import __version__
 
     return {"cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version(),
-            "repo-builder": __version__, "tritonclient": getattr(tritonclient, "__version__", "?"),
+            "repo-builder": __version__, "tritonclient": version("tritonclient"),
+
             "load average (1/5/15 min) at start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 
 
@@ -154,6 +155,7 @@ def main() -> int:
                                              end_id=args.end_id)
                     print(f"== {model} over {proto}", flush=True)
                     report = run_bench(settings, progress=sys.stdout.isatty(), log=print)
+                    machine["tritonserver"] = report["server"]["version"]
                     write_report(report, settings.output_dir)
                     sections.append(f"### {model} over {proto}{' (streaming)' if args.streaming else ''}\n\n"
                                     f"{_table(report)}\n")

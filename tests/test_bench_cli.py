@@ -48,6 +48,7 @@ def test_bench_stream_http_writes_json_csv_png_with_exact_counts(server, tmp_pat
 
     report = json.loads((out / "bench.json").read_text())
     assert report["server"]["model"] == "fake_llm" and report["server"]["decoupled"] is True
+    assert report["server"]["version"].count(".") == 2  # e.g. 2.51.0 from GET /v2
     assert report["server"]["min_tokens_sent"] and report["server"]["exclude_input_in_output_sent"]
     assert report["prompts"]["input_tokens_mean"] == pytest.approx(12, abs=1)
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
