@@ -15,9 +15,9 @@ from ..cli import app, report_errors
 
 
 def _help(field: str) -> str:
-    from ..server.config import LaunchConfig
+    from ..server.options import HELP
 
-    return LaunchConfig.model_fields[field].description or ""
+    return HELP[field]
 
 
 def launch(

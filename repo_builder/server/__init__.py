@@ -10,14 +10,37 @@ Public API (stable; other modules and tests use it)::
 Modules: :mod:`.binary` (finding tritonserver, nvidia-pytriton environment), :mod:`.config` (options,
 repository scan, world-size resolution), :mod:`.command` (rank and mpirun argv), :mod:`.preflight` (ports,
 /dev/shm, other servers), :mod:`.process` (``TritonServer``), :mod:`.procs` (/proc helpers), :mod:`.run`
-(foreground/detached launch and stop used by the CLI).
+(foreground/detached launch and stop used by the CLI), :mod:`.options` (help texts).
+
+Names are imported lazily so that ``repo_builder.server.options`` stays cheap for the CLI.
 """
 
-from .binary import TritonBinary, find_tritonserver
-from .command import launch_argv, rank_argv, shm_prefix
-from .config import LaunchConfig, LaunchPlan, ModelEntry, RepositoryInfo, resolve_plan, scan_repository
-from .process import TritonServer, default_pid_file
+from __future__ import annotations
 
-__all__ = ["LaunchConfig", "LaunchPlan", "ModelEntry", "RepositoryInfo", "TritonBinary", "TritonServer",
-           "default_pid_file", "find_tritonserver", "launch_argv", "rank_argv", "resolve_plan", "scan_repository",
-           "shm_prefix"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "TritonBinary": "binary", "find_tritonserver": "binary",
+    "launch_argv": "command", "rank_argv": "command", "shm_prefix": "command",
+    "LaunchConfig": "config", "LaunchPlan": "config", "ModelEntry": "config", "RepositoryInfo": "config",
+    "resolve_plan": "config", "scan_repository": "config",
+    "TritonServer": "process", "LaunchInterrupted": "process", "default_pid_file": "process",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .binary import TritonBinary, find_tritonserver
+    from .command import launch_argv, rank_argv, shm_prefix
+    from .config import LaunchConfig, LaunchPlan, ModelEntry, RepositoryInfo, resolve_plan, scan_repository
+    from .process import LaunchInterrupted, TritonServer, default_pid_file
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
+from .options import HELP
 
 LOCK_FILE = "repo-builder.lock.json"
 DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
@@ -24,39 +25,25 @@ class LaunchConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    model_repo: Path = Field(description="Model repository to serve (the folder holding <model>/config.pbtxt).")
-    world_size: int | None = Field(
-        None, ge=1,
-        description="Number of tritonserver MPI ranks (tensor x pipeline parallel size). Default: the repository's "
-                    "lock file (launch.world_size), then 1. A value that contradicts the lock file is refused.")
-    tritonserver: str | None = Field(
-        None, description="tritonserver binary. Default: $TRITONSERVER, /opt/tritonserver/bin/tritonserver, then "
-                          "the one nvidia-pytriton installs.")
-    http_port: int = Field(8000, ge=1, le=65535, description="HTTP port of rank 0.")
-    grpc_port: int = Field(8001, ge=1, le=65535, description="gRPC port of rank 0.")
-    metrics_port: int = Field(8002, ge=1, le=65535, description="Metrics port of rank 0.")
-    http_address: str = Field("127.0.0.1", description="Address rank 0 binds its HTTP, gRPC and metrics "
-                                                       "endpoints to (0.0.0.0 = every interface).")
-    log: bool = Field(False, description="Verbose server log (--log-verbose=3 on rank 0).")
-    log_file: Path | None = Field(None, description="File that receives the output of every rank. Default: a new "
-                                                    "file under <tmp>/repo-builder/logs (its path is printed).")
-    force: bool = Field(False, description="Start even if another tritonserver already serves this repository.")
-    multi_model: bool = Field(False, description="TensorRT-LLM orchestrator mode (sets TRTLLM_ORCHESTRATOR=1); "
-                                                 "needs world size 1.")
-    no_mpi: bool = Field(False, description="Run one tritonserver process without mpirun (world size must be 1).")
-    oversubscribe: bool = Field(False, description="Pass --oversubscribe to mpirun (added automatically when there "
-                                                   "are more ranks than CPU cores).")
-    tensorrt_llm_model_name: list[str] | None = Field(
-        None, description="Comma-separated TensorRT-LLM model name(s) that ranks > 0 load. Default: the lock file's "
-                          "launch.tensorrt_llm_model_names, then tensorrt_llm.")
-    detach: bool = Field(False, description="Return once the server is ready and leave it running; write a pid file "
-                                            "that `repo-builder stop` uses.")
-    pid_file: Path | None = Field(None, description="Pid file written by --detach (default: under "
-                                                    "<tmp>/repo-builder/run, derived from the repository path).")
-    timeout: float = Field(600.0, gt=0, description="Seconds to wait for the server and every model to be ready.")
-    stop_timeout: float = Field(30.0, gt=0, description="Seconds to wait for a graceful stop before SIGKILL.")
-    server_args: list[str] = Field(default_factory=list,
-                                   description="Extra arguments appended to every rank's tritonserver command.")
+    model_repo: Path = Field(description=HELP["model_repo"])
+    world_size: int | None = Field(None, ge=1, description=HELP["world_size"])
+    tritonserver: str | None = Field(None, description=HELP["tritonserver"])
+    http_port: int = Field(8000, ge=1, le=65535, description=HELP["http_port"])
+    grpc_port: int = Field(8001, ge=1, le=65535, description=HELP["grpc_port"])
+    metrics_port: int = Field(8002, ge=1, le=65535, description=HELP["metrics_port"])
+    http_address: str = Field("127.0.0.1", description=HELP["http_address"])
+    log: bool = Field(False, description=HELP["log"])
+    log_file: Path | None = Field(None, description=HELP["log_file"])
+    force: bool = Field(False, description=HELP["force"])
+    multi_model: bool = Field(False, description=HELP["multi_model"])
+    no_mpi: bool = Field(False, description=HELP["no_mpi"])
+    oversubscribe: bool = Field(False, description=HELP["oversubscribe"])
+    tensorrt_llm_model_name: list[str] | None = Field(None, description=HELP["tensorrt_llm_model_name"])
+    detach: bool = Field(False, description=HELP["detach"])
+    pid_file: Path | None = Field(None, description=HELP["pid_file"])
+    timeout: float = Field(600.0, gt=0, description=HELP["timeout"])
+    stop_timeout: float = Field(30.0, gt=0, description=HELP["stop_timeout"])
+    server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod
