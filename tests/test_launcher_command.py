@@ -320,3 +320,37 @@ def test_script_accepts_upstream_flags(tiny: Path) -> None:
     per_rank = split_ranks(command)
     assert len(per_rank) == 3
     assert per_rank[2][-5:-3] == ["--load-model=tensorrt_llm", "--load-model=postprocessing"]
+
+
+# ---------------------------------------------------------------- world size from the engine (case B12)
+
+def add_trtllm_model(repo: Path, engine_dir: Path, name: str = "trtllm_cpp") -> None:
+    model = repo / name
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "tensorrtllm"\nmax_batch_size: 8\n'
+        f'parameters {{ key: "engine_dir" value {{ string_value: "{engine_dir}" }} }}\n')
+
+
+def test_world_size_from_engine_tp(tiny: Path, engine_copy) -> None:
+    add_trtllm_model(tiny, engine_copy("old-llama2-70b-tp2-int8wo"))
+    p = plan(tiny)
+    assert p.world_size == 2 and p.world_size_origin.startswith("engine ")
+    assert p.trtllm_models == ["trtllm_cpp"]  # the tensorrtllm-backend model, not the default name
+
+
+def test_world_size_contradicting_engine_is_refused(tiny: Path, engine_copy) -> None:
+    engine = engine_copy("old-llama2-7b-tp4")
+    add_trtllm_model(tiny, engine)
+    with pytest.raises(LaunchError) as err:
+        plan(tiny, world_size=1)
+    assert "world size 4" in str(err.value) and err.value.path == engine / "config.json"
+    write_lock(tiny, 2)  # a stale lock file disagreeing with the engine is refused too
+    with pytest.raises(LaunchError, match="world size 4"):
+        plan(tiny)
+
+
+def test_engine_dir_missing_here_is_a_note(tiny: Path, tmp_path: Path) -> None:
+    add_trtllm_model(tiny, tmp_path / "not-here")
+    p = plan(tiny)
+    assert p.world_size == 1 and any("not a directory here" in n for n in p.notes)

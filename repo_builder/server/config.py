@@ -83,7 +83,13 @@ class RepositoryInfo:
     lock_world_size: int | None = None
     lock_model_names: list[str] | None = None
     lock_path: Path | None = None
+    engine_world_sizes: dict[str, tuple[int, Path]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def trtllm_backend_models(self) -> list[str]:
+        """Models served by the C++ TensorRT-LLM backend (``backend: "tensorrtllm"``)."""
+        return [m.name for m in self.models if m.backend == "tensorrtllm"]
 
     @property
     def model_names(self) -> list[str]:
@@ -103,8 +109,41 @@ def _python_instances(cfg: object) -> int:
     return total
 
 
+#: ``parameters`` keys of a tensorrtllm-backend model that name its engine directory (``gpt_model_path`` before
+#: TRT-LLM 0.9 templates, ``engine_dir`` in the python-backend and newer templates).
+ENGINE_DIR_KEYS = ("engine_dir", "gpt_model_path")
+
+
+def _engine_world_size(cfg: object, config_path: Path, warnings: list[str]) -> tuple[int, Path] | None:
+    """World size (tp x pp) of the engine a tensorrtllm-backend config points at, if it can be read here."""
+    params = cfg.parameters  # type: ignore[attr-defined]
+    for key in ENGINE_DIR_KEYS:
+        if key not in params:
+            continue
+        value = params[key].string_value
+        if not value or "${" in value:
+            continue
+        engine_dir = Path(value)
+        if not engine_dir.is_absolute():
+            engine_dir = config_path.parent / engine_dir
+        if not engine_dir.is_dir():
+            warnings.append(f"{config_path}: {key} {value} is not a directory here; world size not checked "
+                            "against the engine")
+            return None
+        from ..engine import inspect_engine
+        from ..errors import RepoBuilderError
+
+        try:
+            info = inspect_engine(engine_dir)
+        except RepoBuilderError as exc:
+            warnings.append(f"cannot read the engine's world size: {exc}")
+            return None
+        return info.world_size, info.config_file
+    return None
+
+
 def scan_repository(repo: Path) -> RepositoryInfo:
-    """Parse every ``<repo>/<model>/config.pbtxt`` and the lock file.
+    """Parse every ``<repo>/<model>/config.pbtxt``, the lock file, and the world size of tensorrtllm engines.
 
     Configs are parsed with protobuf ``text_format`` into ``tritonclient.grpc.model_config_pb2.ModelConfig``,
     the message tritonserver itself reads them into.
@@ -121,6 +160,8 @@ def scan_repository(repo: Path) -> RepositoryInfo:
         raise LaunchError("model repository does not exist or is not a directory", path=repo, key="--model_repo",
                           hint="render one with `repo-builder render` or pass the right path")
     models: list[ModelEntry] = []
+    warnings: list[str] = []
+    engine_ws: dict[str, tuple[int, Path]] = {}
     for config_path in sorted(repo.glob("*/config.pbtxt")):
         cfg = model_config_pb2.ModelConfig()
         try:
@@ -129,12 +170,16 @@ def scan_repository(repo: Path) -> RepositoryInfo:
             raise LaunchError(f"config does not parse: {exc}", path=config_path,
                               hint="run `repo-builder validate` on the repository") from exc
         backend = cfg.backend or cfg.platform
+        if cfg.backend == "tensorrtllm":
+            found = _engine_world_size(cfg, config_path, warnings)
+            if found is not None:
+                engine_ws[config_path.parent.name] = found
         models.append(ModelEntry(name=config_path.parent.name, config_path=config_path, backend=backend,
                                  python_instances=_python_instances(cfg) if cfg.backend == "python" else 0))
     if not models:
         raise LaunchError("model repository holds no <model>/config.pbtxt", path=repo, key="--model_repo",
                           hint="pass the folder that contains the model folders")
-    info = RepositoryInfo(path=repo, models=models)
+    info = RepositoryInfo(path=repo, models=models, engine_world_sizes=engine_ws, warnings=warnings)
     lock_path = repo / LOCK_FILE
     if lock_path.is_file():
         try:
@@ -155,7 +200,7 @@ def scan_repository(repo: Path) -> RepositoryInfo:
                 raise LaunchError(f"tensorrt_llm_model_names must be a list of strings, got {names!r}",
                                   path=lock_path, key="launch.tensorrt_llm_model_names")
             info = RepositoryInfo(path=repo, models=models, lock_world_size=ws, lock_model_names=names or None,
-                                  lock_path=lock_path)
+                                  lock_path=lock_path, engine_world_sizes=engine_ws, warnings=warnings)
     return info
 
 
@@ -174,15 +219,23 @@ class LaunchPlan:
 def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, have_mpirun: bool) -> LaunchPlan:
     """Decide world size, rank > 0 models and mpirun use from the options and the repository.
 
-    World size: ``--world_size`` if given, else the lock file's ``launch.world_size``, else 1. A given value that
-    differs from the lock file is refused (case B12: a world size that does not match the engine's tp x pp
-    makes every rank abort with ``mpiSize == tp * pp``).
+    World size: ``--world_size`` if given, else the lock file's ``launch.world_size``, else the tp x pp of the
+    engine a ``backend: "tensorrtllm"`` model points at (``engine_dir``), else 1. A world size that differs
+    from the lock file or from the engine is refused (case B12: a world size that does not match the engine's
+    tp x pp makes every rank abort with ``mpiSize == tp * pp``). Ranks > 0 load ``--tensorrt_llm_model_name``,
+    else the lock file's names, else every tensorrtllm-backend model, else ``tensorrt_llm``.
 
     Raises:
-        LaunchError: world size contradicts the lock file; ``--no-mpi`` or ``--multi-model`` with world size > 1;
+        LaunchError: world size contradicts the lock file or the engine; ``--no-mpi`` or ``--multi-model`` with world size > 1;
             a ``--tensorrt_llm_model_name`` is not in the repository; mpirun is needed but not installed.
     """
-    notes: list[str] = []
+    notes: list[str] = list(repo.warnings)
+    engine_sizes = {ws for ws, _ in repo.engine_world_sizes.values()}
+    if len(engine_sizes) > 1:
+        detail = ", ".join(f"{m}: {ws} ({path})" for m, (ws, path) in sorted(repo.engine_world_sizes.items()))
+        raise LaunchError(f"the TensorRT-LLM engines need different world sizes: {detail}", path=repo.path,
+                          hint="serve engines built with the same tp x pp in one repository")
+    engine = next(iter(repo.engine_world_sizes.values()), None)
     if config.world_size is not None:
         world_size, origin = config.world_size, "--world_size"
         if repo.lock_world_size is not None and repo.lock_world_size != config.world_size:
@@ -193,8 +246,15 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
                 hint=f"drop --world_size or pass --world_size {repo.lock_world_size}; re-render if the engine changed")
     elif repo.lock_world_size is not None:
         world_size, origin = repo.lock_world_size, f"{LOCK_FILE} launch.world_size"
+    elif engine is not None:
+        world_size, origin = engine[0], f"engine {engine[1]}"
     else:
         world_size, origin = 1, "default"
+    if engine is not None and engine[0] != world_size:
+        raise LaunchError(f"the engine was built for world size {engine[0]} (tp x pp), but the launch would start "
+                          f"{world_size} rank(s) ({origin}); every rank would abort with 'mpiSize == tp * pp'",
+                          path=engine[1], key="--world_size",
+                          hint=f"launch with --world_size {engine[0]} (re-render if the lock file is stale)")
     if config.no_mpi and world_size != 1:
         raise LaunchError(f"--no-mpi runs a single tritonserver, but the world size is {world_size} ({origin})",
                           key="--no-mpi", hint="drop --no-mpi (mpirun starts one rank per engine shard)")
@@ -205,6 +265,8 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
         names, names_key = list(config.tensorrt_llm_model_name), "--tensorrt_llm_model_name"
     elif repo.lock_model_names:
         names, names_key = list(repo.lock_model_names), f"{LOCK_FILE} launch.tensorrt_llm_model_names"
+    elif repo.trtllm_backend_models:
+        names, names_key = repo.trtllm_backend_models, "backend tensorrtllm models"
     else:
         names, names_key = [DEFAULT_TRTLLM_MODEL], "--tensorrt_llm_model_name"
     if world_size > 1:
