@@ -65,7 +65,10 @@ def test_streaming_sets_decoupled(engine_copy, llama2_tok):
     eng = inspect_engine(engine_copy("v0.8-mistral-7b-dolphin"))
     res = resolve("trtllm-1.2", eng, llama2_tok, {}, streaming=True)
     assert res["decoupled_mode"] is True and res.origin("decoupled_mode") == "user"
-    assert resolve("trtllm-1.2", eng, llama2_tok, {})["decoupled_mode"] is False
+    default = resolve("trtllm-1.2", eng, llama2_tok, {})
+    assert default["decoupled_mode"] is True and default.origin("decoupled_mode") == "default"
+    off = resolve("trtllm-1.2", eng, llama2_tok, {}, streaming=False)
+    assert off["decoupled_mode"] is False and off.origin("decoupled_mode") == "user"
     with pytest.raises(ParameterError, match="decoupled_mode: False contradicts --streaming"):
         resolve("trtllm-1.2", eng, llama2_tok, {"decoupled_mode": "false"}, streaming=True)
 
