@@ -289,3 +289,35 @@ def test_another_server_on_the_port_does_not_count_as_ready(repo_copy, tmp_path:
     assert "before it was ready" in str(err.value) or "not from our tritonserver" in str(err.value)
     assert server.pids == []
     assert procs.shm_files(server.shm_prefix) == []
+
+
+def test_sigint_in_foreground_without_mpi(repo_copy, tmp_path: Path) -> None:
+    repo = repo_copy()
+    out = tmp_path / "launch.out"
+    proc = start_cli(["launch", str(repo), "--no-mpi", "-q", "--log-file", str(tmp_path / "ts.log"),
+                      *cli_ports(ports3())], out)
+    try:
+        wait_for(lambda: "ready in" in out.read_text(), 120, "the launcher to report ready")
+        (pid,) = servers_on_repository(repo)
+        prefixes = rank_prefixes(pid)
+        assert procs.proc_info(pid).ppid == proc.pid  # the single rank runs without mpirun
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, out.read_text()
+    assert "successfully unloaded" in (tmp_path / "ts.log").read_text()  # graceful, not killed
+    assert_all_gone(repo, prefixes)
+
+
+def test_stop_escalates_to_sigkill(repo_copy, tmp_path: Path) -> None:
+    """A model whose finalize() hangs keeps tritonserver alive after SIGTERM: stop() must SIGKILL and clean up."""
+    repo = repo_copy("hang_on_stop")
+    server = TritonServer(LaunchConfig(model_repo=repo, no_mpi=True, log_file=tmp_path / "ts.log", stop_timeout=2,
+                                       **ports3()))
+    with server:
+        prefix = server.rank_shm_prefix(0)
+        assert procs.shm_files(prefix)
+    assert server.returncode == -signal.SIGKILL
+    assert_all_gone(repo, [prefix])
