@@ -38,15 +38,21 @@ TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model",
 
 @dataclass(frozen=True)
 class Problem:
-    """One finding: ``file`` is relative to the repository (``model/config.pbtxt``); ``line`` is 1-based."""
+    """One finding: ``file`` is relative to the repository (``model/config.pbtxt``); ``line`` is 1-based.
+
+    ``severity`` is ``"error"`` (the repository will not load or will misbehave) or ``"warning"`` (valid, but
+    some requests will be refused, e.g. streaming with beam search, case B30).
+    """
 
     file: str
     message: str
     line: int | None = None
+    severity: str = "error"
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.message}"
+        prefix = "warning: " if self.severity == "warning" else ""
+        return f"{where}: {prefix}{self.message}"
 
 
 @dataclass
@@ -270,10 +276,12 @@ def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
 
 
 def validate_repository(repo: str | Path, *, engine_dir: str | Path | None = None,
-                        served_at: str | Path | None = None) -> list[Problem]:
+                        served_at: str | Path | None = None, warnings: bool = False) -> list[Problem]:
     """Lint the Triton model repository ``repo``; returns the problems found (empty = valid).
 
     Args:
+        warnings: also return findings of severity ``"warning"`` (the CLI prints them; they do not make the
+            repository invalid).
         repo: the repository directory.
         engine_dir: an engine directory to cross-check the TRT-LLM model's config against.
         served_at: the path the server will see the repository at, when it differs from ``repo`` (the
@@ -304,6 +312,8 @@ def validate_repository(repo: str | Path, *, engine_dir: str | Path | None = Non
     _check_structure(models, problems)
     if engine_dir is not None:
         problems.extend(check_against_engine(models, engine_dir))
+    if not warnings:
+        problems = [p for p in problems if p.severity == "error"]
     return problems
 
 
@@ -390,8 +400,8 @@ def check_against_engine(models: dict[str, _Model] | str | Path, engine_dir: str
         eff_beam = beam if beam is not None else int(e_beam)
         if decoupled and eff_beam > 1:
             out.append(Problem(m.rel, f"decoupled (streaming) with max_beam_width {eff_beam}: TRT-LLM streams only with "
-                                      "beam width 1 (B30); stream with beam_width 1 or render with --no-streaming",
-                               m.line_of(r"^\s*decoupled\s*:")))
+                                      "beam width 1 (B30); streaming requests must use beam_width 1",
+                               m.line_of(r"^\s*decoupled\s*:"), severity="warning"))
         if e_logits is not None:
             want = _dtype_of_engine_logits(e_logits)
             outs = {t.name: t for t in c.output}

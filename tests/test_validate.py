@@ -292,7 +292,7 @@ def test_engine_without_rank_files_is_reported():
 
 
 def _engine_lines(repo: Path, engine: Path) -> list[str]:
-    return lines(validate_repository(repo, engine_dir=engine))
+    return lines(validate_repository(repo, engine_dir=engine, warnings=True))
 
 
 def test_max_beam_width_above_the_engine(mini, engine_copy):
@@ -310,7 +310,8 @@ def test_streaming_with_beam_search(mini, engine_copy):
     edit(mini, "tensorrt_llm", 'string_value: "1"', 'string_value: "2"')
     engine = engine_copy("old-gpt-starfish-3b-beam2")
     got = _engine_lines(mini, engine)
-    assert len(got) == 1 and "decoupled (streaming) with max_beam_width 2" in got[0]
+    assert len(got) == 1 and "warning: decoupled (streaming) with max_beam_width 2" in got[0]
+    assert validate_repository(mini, engine_dir=engine) == []  # a warning: the repository is valid
     edit(mini, "tensorrt_llm", "decoupled: true", "decoupled: false")
     assert _engine_lines(mini, engine) == []
 

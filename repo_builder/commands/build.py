@@ -124,13 +124,14 @@ def validate(
     """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
     from ..validate import validate_repository
 
-    problems = validate_repository(repo, engine_dir=engine_dir)
-    if problems:
-        for p in problems:
-            typer.echo(str(p))
-        typer.echo(f"{len(problems)} problem(s) in {repo}", err=True)
+    problems = validate_repository(repo, engine_dir=engine_dir, warnings=True)
+    for p in problems:
+        typer.echo(str(p))
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        typer.echo(f"{len(errors)} problem(s) in {repo}", err=True)
         raise typer.Exit(1)
-    typer.echo(f"{repo}: valid")
+    typer.echo(f"{repo}: valid" + (f" ({len(problems)} warning(s))" if problems else ""))
 
 
 @app.command()
