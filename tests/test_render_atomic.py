@@ -1,0 +1,149 @@
+"""Atomic write and dry run: a failure mid-render leaves nothing; --force swaps only after success."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import asset
+from repo_builder.errors import RenderError
+from repo_builder.lockfile import LOCK_NAME
+from repo_builder.render import render_repository
+
+from test_render_errors import snapshot
+
+TOK = "mistral_v1_tokenizer"
+
+
+@pytest.fixture
+def engine(engine_copy):
+    return engine_copy("v0.8-mistral-7b-dolphin")
+
+
+@pytest.fixture
+def work(tmp_path):
+    d = tmp_path / "work"
+    d.mkdir()
+    return d
+
+
+def _failing_place(monkeypatch):
+    """Placement that writes one engine file and then fails, as a full disk would."""
+    import repo_builder.render as render_mod
+
+    def place(plan, root, **kwargs):
+        first = plan.files[0]
+        target = root / first.target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"partial")
+        raise RenderError("simulated failure while placing engine files", path=first.source)
+
+    monkeypatch.setattr(render_mod, "place", place)
+
+
+def test_failure_mid_render_leaves_no_repository_and_no_temp_dir(work, engine, monkeypatch):
+    _failing_place(monkeypatch)
+    with pytest.raises(RenderError, match="simulated failure"):
+        render_repository(engine, asset(TOK), work / "repo")
+    assert list(work.iterdir()) == []
+
+
+def test_failure_creating_nested_output_removes_the_parents_it_made(work, engine, monkeypatch):
+    _failing_place(monkeypatch)
+    with pytest.raises(RenderError):
+        render_repository(engine, asset(TOK), work / "a" / "b" / "repo")
+    assert list(work.iterdir()) == []
+
+
+def test_failed_forced_render_keeps_the_old_repository(work, engine, monkeypatch):
+    out = work / "repo"
+    render_repository(engine, asset(TOK), out)
+    before = snapshot(work)
+    _failing_place(monkeypatch)
+    with pytest.raises(RenderError):
+        render_repository(engine, asset(TOK), out, force=True, user_values={"max_queue_size": "9"})
+    assert snapshot(work) == before
+
+
+def test_interrupt_mid_render_cleans_up(work, engine, monkeypatch):
+    import repo_builder.render as render_mod
+
+    def place(plan, root, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(render_mod, "place", place)
+    with pytest.raises(KeyboardInterrupt):
+        render_repository(engine, asset(TOK), work / "repo")
+    assert list(work.iterdir()) == []
+
+
+def test_failed_validation_of_the_temp_dir_writes_nothing(work, engine, monkeypatch):
+    import repo_builder.validate as validate_mod
+    from repo_builder.validate import Problem
+
+    monkeypatch.setattr(validate_mod, "validate_repository",
+                        lambda *a, **k: [Problem("tensorrt_llm/config.pbtxt", "simulated problem", 3)])
+    with pytest.raises(RenderError, match="tensorrt_llm/config.pbtxt:3: simulated problem"):
+        render_repository(engine, asset(TOK), work / "repo")
+    assert list(work.iterdir()) == []
+
+
+def test_rename_failure_with_force_restores_the_old_repository(work, engine, monkeypatch):
+    out = work / "repo"
+    render_repository(engine, asset(TOK), out)
+    before = snapshot(work)
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if "repo-builder-tmp" in str(src):
+            raise OSError(28, "No space left on device")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(RenderError, match="No space left"):
+        render_repository(engine, asset(TOK), out, force=True, user_values={"max_queue_size": "9"})
+    assert snapshot(work) == before
+
+
+def test_force_replaces_a_rendered_repository(work, engine):
+    out = work / "repo"
+    render_repository(engine, asset(TOK), out)
+    (out / "stray.txt").write_text("old")
+    result = render_repository(engine, asset(TOK), out, force=True, user_values={"max_queue_size": "9"})
+    assert result.written and result.existed
+    assert not (out / "stray.txt").exists()
+    assert '"max_queue_size"' in (out / LOCK_NAME).read_text()
+    assert "max_queue_size: 9" in (out / "tensorrt_llm" / "config.pbtxt").read_text()
+    assert sorted(p.name for p in work.iterdir()) == ["repo"]  # old copy removed, no temp dirs
+
+
+def test_dry_run_writes_nothing(work, engine):
+    result = render_repository(engine, asset(TOK), work / "repo", dry_run=True)
+    assert not result.written and result.diff == "" and not result.existed
+    assert list(work.iterdir()) == []
+    assert "tensorrt_llm/config.pbtxt" in result.plan.files and LOCK_NAME in result.plan.files
+    assert [f.target for f in result.plan.placement.files] == ["tensorrt_llm/1/config.json",
+                                                               "tensorrt_llm/1/rank0.engine"]
+
+
+def test_dry_run_shows_a_diff_against_the_existing_repository(work, engine):
+    out = work / "repo"
+    render_repository(engine, asset(TOK), out)
+    before = snapshot(work)
+    same = render_repository(engine, asset(TOK), out, dry_run=True)
+    assert same.diff == ""  # rendering is deterministic
+    changed = render_repository(engine, asset(TOK), out, dry_run=True, user_values={"max_queue_size": "9"})
+    assert snapshot(work) == before
+    assert "--- a/tensorrt_llm/config.pbtxt\n+++ b/tensorrt_llm/config.pbtxt" in changed.diff
+    assert "-  default_queue_policy: { max_queue_size: 0 }" in changed.diff
+    assert "+  default_queue_policy: { max_queue_size: 9 }" in changed.diff
+    assert "--- a/repo-builder.lock.json" in changed.diff
+
+
+def test_dry_run_diff_lists_removed_files(work, engine):
+    out = work / "repo"
+    render_repository(engine, asset(TOK), out)
+    (out / "extra.txt").write_text("hand-made\n")
+    result = render_repository(engine, asset(TOK), out, dry_run=True)
+    assert "--- a/extra.txt\n+++ /dev/null" in result.diff
