@@ -66,10 +66,25 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
     except Exception as exc:  # transformers raises ValueError/OSError/ImportError/...
         text = str(exc)
         hint = ""
-        if not trust_remote_code and ("trust_remote_code" in text or "does not exist" in text):
-            hint = " (hint: this tokenizer needs its own code: set trust_remote_code to true)"
+        if not trust_remote_code and ("trust_remote_code" in text or "custom code" in text
+                                      or "does not exist" in text or _has_auto_map(p)):
+            hint = (" (hint: this tokenizer needs its own code (auto_map): set trust_remote_code to true"
+                    " and make sure its tokenization_*.py is in the directory)")
         raise TokenizerLoadError(f"{key} '{path}': the tokenizer failed to load: "
                                  f"{type(exc).__name__}: {text}{hint}") from exc
+
+
+def _has_auto_map(path: Path) -> bool:
+    """True when tokenizer_config.json or config.json of ``path`` names remote code (``auto_map``)."""
+    import json
+
+    for name in ("tokenizer_config.json", "config.json"):
+        try:
+            if "auto_map" in json.loads((path / name).read_text(encoding="utf-8")):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def has_chat_template(tokenizer: Any) -> bool:

@@ -1,0 +1,156 @@
+"""Stop/bad word lists ([batch, 2, N] ids/offsets) and embedding bias (../shared/cases B15, B16)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _text_support import tokenizer as load
+from repo_builder.runtime.triton_io import RequestError
+from repo_builder.runtime.wordlists import WordEncoder, parse_token_ids
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return WordEncoder(load("llama2_tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return WordEncoder(load("gpt2_tokenizer"))
+
+
+def sequences(wl: np.ndarray, row: int = 0) -> list[list[int]]:
+    """Decode the [batch, 2, N] layout of one row back into its id sequences."""
+    ids, offsets = wl[row, 0].tolist(), wl[row, 1].tolist()
+    out, start = [], 0
+    for end in offsets:
+        if end < 0:
+            break
+        out.append(ids[start:end])
+        start = end
+    return out
+
+
+# ---- B15 -----------------------------------------------------------------------------------------------
+
+def test_b15_eos_text_is_the_eos_id_alone(llama):
+    wl = llama.word_list([["</s>"]], "stop_words")
+    assert wl.dtype == np.int32 and wl.tolist() == [[[2], [1]]]
+
+
+def test_b15_word_has_no_bos(llama):
+    tok = llama.tokenizer
+    wl = llama.word_list([["branch"]], "stop_words")
+    seqs = sequences(wl)
+    assert all(1 not in s for s in seqs)                       # no BOS anywhere
+    assert tok.encode("branch", add_special_tokens=False) in seqs   # "▁branch", as generated after a space
+    assert all(tok.decode(s) == "branch" for s in seqs)
+
+
+@pytest.mark.parametrize("name,dummy", [("llama2_tokenizer", 29871), ("mistral_v1_tokenizer", 28705)])
+def test_b16_newline_has_no_dummy_prefix(name, dummy):
+    enc = WordEncoder(load(name))
+    assert enc.tokenizer.encode("\n", add_special_tokens=False) == [dummy, 13]   # the reported bug input
+    assert enc.word_list([["\n"]], "stop_words").tolist() == [[[13], [1]]]
+
+
+def test_b16_codellama_report_generation_stops(llama):
+    """Report: tokens 29898 2749 1125 13 were generated; the stop list must contain [13] alone."""
+    seqs = sequences(llama.word_list([["\n"]], "stop_words"))
+    generated = [29898, 2749, 1125, 13]
+    assert any(generated[-len(s):] == s for s in seqs)
+
+
+# ---- variants with and without a leading space ------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["gpt2_tokenizer", "llama3_tokenizer", "qwen3_tokenizer", "llama2_tokenizer"])
+def test_stop_word_matches_with_and_without_space_before(name):
+    enc = WordEncoder(load(name))
+    tok = enc.tokenizer
+    seqs = sequences(enc.word_list([["Hello"]], "stop_words"))
+    for generated_text in ("Say:Hello", "Say: Hello", "Say:\nHello"):
+        generated = tok.encode(generated_text, add_special_tokens=False)
+        assert any(generated[-len(s):] == s for s in seqs), (generated_text, generated, seqs)
+
+
+def test_gpt2_both_variants(gpt2):
+    tok = gpt2.tokenizer
+    seqs = sequences(gpt2.word_list([["Hello"]], "stop_words"))
+    assert seqs == [tok.encode("Hello"), tok.encode(" Hello")] == [[15496], [18435]]
+    # a word that starts with a space gets no extra-space variant
+    assert sequences(gpt2.word_list([[" Hello"]], "stop_words")) == [[18435]]
+
+
+def test_commas_are_never_split(gpt2):
+    tok = gpt2.tokenizer
+    seqs = sequences(gpt2.word_list([["a, b", "c"]], "stop_words"))
+    comma = tok.convert_tokens_to_ids(",")
+    phrase = [s for s in seqs if comma in s]
+    assert phrase and all(tok.decode(s).strip() == "a, b" for s in phrase)
+    assert len(seqs) == 4                                       # "a, b" x2 variants, "c" x2 variants
+
+
+def test_special_token_texts(llama):
+    qwen = WordEncoder(load("qwen3_tokenizer"))
+    assert sequences(qwen.word_list([["<|im_end|>"]], "stop_words")) == [[151645]]
+
+
+# ---- raw ids -----------------------------------------------------------------------------------------
+
+def test_raw_token_ids(llama):
+    assert llama.word_list([["[13]", "[29871, 13]"]], "stop_words").tolist() == [[[13, 29871, 13], [1, 3, -1]]]
+
+
+@pytest.mark.parametrize("word", ["[1.5]", "[]", "[32000]", "[-1]", "[true]"])
+def test_bad_raw_ids_name_the_field(llama, word):
+    with pytest.raises(RequestError) as err:
+        llama.word_list([[word]], "stop_words")
+    assert err.value.field == "stop_words" and word in str(err.value)
+
+
+def test_bracketed_text_is_text(llama):
+    assert parse_token_ids("[INST]", 32000, "stop_words") is None
+    seqs = sequences(llama.word_list([["[INST]"]], "stop_words"))
+    assert seqs and all(llama.tokenizer.decode(s) == "[INST]" for s in seqs)
+
+
+# ---- layout ------------------------------------------------------------------------------------------
+
+def test_layout_padding_per_batch_row(llama):
+    wl = llama.word_list([["</s>"], ["\n", "</s>"], None], "stop_words", extra_ids=[7])
+    assert wl.shape == (3, 2, 3) and wl.dtype == np.int32
+    assert wl.tolist() == [[[2, 7, 0], [1, 2, -1]],
+                           [[13, 2, 7], [1, 2, 3]],
+                           [[7, 0, 0], [1, -1, -1]]]
+
+
+def test_empty_lists(llama):
+    assert llama.word_list([None, [], [""]], "bad_words").shape == (3, 2, 0)
+
+
+def test_stop_token_ids_appended_once(llama):
+    wl = llama.word_list([["[7]"]], "stop_words", extra_ids=[7, 9])
+    assert sequences(wl) == [[7], [9]]
+
+
+# ---- embedding bias ------------------------------------------------------------------------------------
+
+def test_embedding_bias(llama):
+    bias = llama.embedding_bias([["Hello", "world"]], [[2.0, -1.5]], batch=1)
+    assert bias.shape == (1, 32000) and bias.dtype == np.float32
+    tok = llama.tokenizer
+    assert bias[0, tok.encode("Hello", add_special_tokens=False)[0]] == 2.0
+    assert bias[0, tok.encode("world", add_special_tokens=False)[0]] == -1.5
+    assert bias[0, 1] == 0.0 and bias[0, 29871] == 0.0          # neither BOS nor the dummy prefix
+    assert np.count_nonzero(bias) == len({t for w in ("Hello", "world") for s in llama.text_variants(w) for t in s})
+
+
+def test_embedding_bias_errors_name_the_fields(llama):
+    with pytest.raises(RequestError) as err:
+        llama.embedding_bias([["a", "b"]], [[1.0]], batch=1)
+    assert err.value.field == "embedding_bias_words" and "embedding_bias_weights" in str(err.value)
+    with pytest.raises(RequestError) as err:
+        llama.embedding_bias([["a"]], None, batch=1)
+    assert err.value.field == "embedding_bias_weights"
+    assert llama.embedding_bias(None, None, batch=2).shape == (2, 0)
