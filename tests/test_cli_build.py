@@ -1,0 +1,157 @@
+"""CLI: repo-builder render / validate / params / inspect (typer's CliRunner, the real app)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import REPOS, asset
+from repo_builder.cli import app
+
+TOK = "mistral_v1_tokenizer"
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def engine(engine_copy):
+    return engine_copy("v1.2-smollm-llama-beam5")
+
+
+def render_args(engine, out, *extra):
+    return ["render", "--engine-dir", str(engine), "--tokenizer-dir", str(asset(TOK)), "--output", str(out), *extra]
+
+
+def test_render_then_validate(runner, engine, tmp_path):
+    out = tmp_path / "repo"
+    res = runner.invoke(app, render_args(engine, out, "--set", "max_queue_size=3", "--no-streaming"))
+    assert res.exit_code == 0, res.output
+    assert f"rendered {out}" in res.stdout
+    lock = json.loads((out / "repo-builder.lock.json").read_text())
+    assert lock["values"]["max_queue_size"] == {"value": 3, "origin": "user"}
+    assert lock["values"]["decoupled_mode"]["value"] is False
+    res = runner.invoke(app, ["validate", str(out)])
+    assert res.exit_code == 0 and res.stdout.strip() == f"{out}: valid"
+
+
+def test_render_prints_resolve_warnings(runner, engine, tmp_path):
+    res = runner.invoke(app, render_args(engine, tmp_path / "repo", "--streaming"))
+    assert res.exit_code == 0, res.output
+    assert "warning:" in res.stderr and "B30" in res.stderr  # streaming with an engine of max beam 5
+
+
+def test_render_set_without_equals(runner, engine, tmp_path):
+    res = runner.invoke(app, render_args(engine, tmp_path / "repo", "--set", "max_queue_size"))
+    assert res.exit_code == 2
+    assert "--set expects KEY=VALUE" in res.stderr and "max_queue_size" in res.stderr
+    assert not (tmp_path / "repo").exists()
+
+
+def test_render_error_is_one_red_line_without_traceback(runner, engine, tmp_path):
+    res = runner.invoke(app, render_args(engine, tmp_path / "repo", "--set", "max_beam_width=9"))
+    assert res.exit_code == 2
+    assert "error:" in res.stderr and "max_beam_width" in res.stderr and "Traceback" not in res.output
+
+
+def test_render_dry_run_prints_plan_and_diff(runner, engine, tmp_path):
+    out = tmp_path / "repo"
+    res = runner.invoke(app, render_args(engine, out, "--dry-run"))
+    assert res.exit_code == 0, res.output
+    assert "dry run" in res.stdout and "tensorrt_llm/config.pbtxt" in res.stdout
+    assert "triton_max_batch_size" in res.stdout and "engine" in res.stdout
+    assert not out.exists()
+    assert runner.invoke(app, render_args(engine, out)).exit_code == 0
+    res = runner.invoke(app, render_args(engine, out, "--dry-run", "--set", "max_queue_size=9"))
+    assert res.exit_code == 0
+    assert "max_queue_size: 9" in res.stdout and "tensorrt_llm/config.pbtxt" in res.stdout
+
+
+def test_render_force_and_engine_mode(runner, engine, tmp_path):
+    out = tmp_path / "repo"
+    assert runner.invoke(app, render_args(engine, out)).exit_code == 0
+    res = runner.invoke(app, render_args(engine, out, "--engine-mode", "symlink"))
+    assert res.exit_code == 2 and "--force" in res.stderr
+    res = runner.invoke(app, render_args(engine, out, "--engine-mode", "symlink", "--force"))
+    assert res.exit_code == 0 and "replaced" in res.stdout
+    assert (out / "tensorrt_llm" / "1" / "rank0.engine").is_symlink()
+
+
+def test_render_values_file(runner, engine, tmp_path):
+    values = tmp_path / "v.yaml"
+    values.write_text("max_queue_delay_microseconds: 250\n")
+    out = tmp_path / "repo"
+    assert runner.invoke(app, render_args(engine, out, "--values", str(values))).exit_code == 0
+    assert "max_queue_delay_microseconds: 250" in (out / "tensorrt_llm" / "config.pbtxt").read_text()
+
+
+def test_validate_prints_one_line_per_problem_and_exits_1(runner):
+    repo = REPOS / "hayleyhu-llama2-70b-tp2-v0.5"
+    res = runner.invoke(app, ["validate", str(repo)])
+    assert res.exit_code == 1
+    lines = res.stdout.strip().splitlines()
+    assert "tensorrt_llm/config.pbtxt:168: unfilled placeholder ${max_tokens_in_paged_kv_cache}" in lines
+    assert all(":" in line.split(" ")[0] for line in lines)
+    assert f"{len(lines)} problem(s)" in res.stderr
+
+
+def test_validate_with_engine_dir(runner, engine_copy):
+    repo = REPOS / "hayleyhu-llama2-70b-tp2-v0.5"
+    res = runner.invoke(app, ["validate", str(repo), "--engine-dir", str(engine_copy("old-llama2-70b-tp2-int8wo"))])
+    assert res.exit_code == 1
+    assert "max_batch_size 64 is above the engine's max_batch_size 32" in res.stdout
+
+
+def test_validate_missing_repo(runner, tmp_path):
+    res = runner.invoke(app, ["validate", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "nope" in res.stderr
+
+
+def test_params_json_lists_every_parameter(runner):
+    from repo_builder.schema import load_schema
+
+    for profile in ("trtllm-1.2", "trtllm-0.5"):
+        res = runner.invoke(app, ["params", "--profile", profile, "--json"])
+        assert res.exit_code == 0
+        rows = json.loads(res.stdout)
+        assert {r["name"] for r in rows} == set(load_schema().for_profile(profile, include_build_time=True))
+        assert {"name", "models", "type", "default", "allowed", "kind", "description"} <= set(rows[0])
+
+
+def test_params_table(runner):
+    res = runner.invoke(app, ["params"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0
+    assert "kv_cache_free_gpu_mem_fraction" in res.stdout and "description" in res.stdout
+
+
+def test_params_unknown_profile(runner):
+    res = runner.invoke(app, ["params", "--profile", "nope"])
+    assert res.exit_code == 2 and "nope" in res.stderr
+
+
+def test_inspect_engine_dir(runner):
+    res = runner.invoke(app, ["inspect", str(asset("engines", "old-llama2-7b-tp4")), "--json"])
+    assert res.exit_code == 0
+    data = json.loads(res.stdout)
+    assert data["engine"]["world_size"] == 4 and data["engine"]["max_batch_size"] == 8
+
+
+def test_inspect_repository(runner, engine, tmp_path):
+    out = tmp_path / "repo"
+    assert runner.invoke(app, render_args(engine, out)).exit_code == 0
+    res = runner.invoke(app, ["inspect", str(out), "--json"])
+    assert res.exit_code == 0
+    data = json.loads(res.stdout)
+    assert data["lock"]["values"]["max_beam_width"] == {"value": 5, "origin": "engine"}
+    assert data["engine"]["max_beam_width"] == 5
+    res = runner.invoke(app, ["inspect", str(out)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "max_beam_width" in res.stdout and "engine" in res.stdout
+
+
+def test_inspect_bert_explains(runner):
+    res = runner.invoke(app, ["inspect", str(asset("engines", "old-bert-base-benchmark"))])
+    assert res.exit_code == 2 and "encoder" in res.stderr
