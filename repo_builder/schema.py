@@ -371,7 +371,7 @@ def _unknown_key_message(schema: Schema, profile: str, key: str) -> str:
 
 
 _NOT_SETTABLE_HINT = {
-    "engine_dir": "pass the engine with --engine-dir (and --engine-placement)",
+    "engine_dir": "pass the engine with --engine-dir (and --engine-mode)",
     "tokenizer_dir": "pass the tokenizer with --tokenizer-dir",
 }
 

@@ -95,7 +95,12 @@ def render(
     force: bool = typer.Option(False, "--force", help="Replace an existing repository rendered by repo-builder."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
 ) -> None:
-    """Render a Triton model repository for an engine and a tokenizer."""
+    """Render a Triton model repository for an engine and a tokenizer.
+
+    engine_dir (and the Python models' paths) are absolute paths inside the repository as rendered: serve the
+    repository at --output, or pass --serve-path with the path the server sees (e.g. a container mount).
+    tokenizer_dir is the --tokenizer-dir path; it must exist at the same path for the server.
+    """
     from ..render import render_repository
 
     result = render_repository(engine_dir, tokenizer_dir, output, profile=profile, user_values=_parse_sets(set_),
