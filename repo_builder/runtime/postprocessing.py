@@ -3,17 +3,26 @@
 Inputs (contract.yaml ``postprocessing``): ``TOKENS_BATCH`` int32 ``[batch, beam, len]``,
 ``SEQUENCE_LENGTH`` int32 ``[batch, beam]`` (absent in trtllm-0.5: the whole row is decoded), and
 repo-builder's optional ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``, ``STREAM`` bool ``[batch, 1]``,
-``SEQUENCE_INDEX`` int32 ``[batch, 1]``.
+``SEQUENCE_INDEX`` int32 ``[batch, 1]``, ``ARRIVAL_TIME_NS`` int64 ``[batch, 1]``.
 
 Output ``OUTPUT`` (TYPE_STRING, UTF-8 bytes): ``[batch, beam]`` when the config declares dims ``[-1]``
 with ``max_batch_size > 0`` (trtllm-1.2), ``[batch, beam, 1]`` for dims ``[-1, -1]`` (trtllm-0.5),
 ``[batch * beam]`` for a model without a batch dimension and dims ``[-1]``.
 
-* Non-streaming (``STREAM`` false/absent, or no key): each beam trimmed to its length and decoded whole
-  with ``skip_special_tokens`` (parameter, default true: no ``<s>``/``</s>``/``<|im_end|>`` in the text, B27).
-* Streaming (``STREAM`` true and ``DETOKENIZER_KEY`` != 0): the response's new tokens go to the
-  incremental detokenizer of (key, ``SEQUENCE_INDEX`` or 0, beam) held in an LRU of
-  ``detokenizer_max_streams`` streams; ``OUTPUT`` is only the text delta (B24, B25).
+Which responses belong to one request decides between two paths:
+
+* BLS: ``DETOKENIZER_KEY`` != 0 (from preprocessing) with ``STREAM`` true -> the response's new tokens go
+  to the incremental detokenizer of (key, ``SEQUENCE_INDEX`` or 0, beam); ``STREAM`` false -> decoded whole.
+* Ensemble: Triton does not let an ensemble step mix inputs from preprocessing with inputs from the
+  decoupled tensorrt_llm model, so the key is the request id (which the ensemble propagates to every
+  step) together with the engine's ``ARRIVAL_TIME_NS`` output (repo-builder's preprocessing always asks
+  for perf metrics). Whenever that key is non-empty the incremental path is used, for streaming and
+  non-streaming requests alike: fed all ids at once it returns the whole text.
+* No key at all: each response is decoded whole (correct for non-streaming requests).
+
+Incremental states live in an LRU of ``detokenizer_max_streams`` streams; ``OUTPUT`` is the text delta
+(B24, B25). Decoding uses ``skip_special_tokens`` (parameter, default true: no ``<s>``/``</s>``/``<|im_end|>``
+in the text, B27).
 """
 
 from __future__ import annotations
@@ -67,8 +76,11 @@ class Postprocessor:
         """Non-streaming text of ``ids``."""
         return self.factory.decode(ids)
 
-    def process(self, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    def process(self, inputs: Mapping[str, np.ndarray | None], request_id: str = "") -> dict[str, np.ndarray]:
         """One request: input arrays by name -> ``{"OUTPUT": object array of UTF-8 bytes}``.
+
+        ``request_id`` is the Triton request id (``request.request_id()``; the ensemble passes the
+        client's id to every step), part of the ensemble streaming key.
 
         Raises:
             RequestError: ``TOKENS_BATCH`` missing or of the wrong rank, ``SEQUENCE_LENGTH`` shape mismatch.
@@ -91,17 +103,25 @@ class Postprocessor:
                 raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
             seq_len = seq_len.reshape(batch, beam)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
+        arrival = inputs.get("ARRIVAL_TIME_NS")
 
         texts = np.empty((batch, beam), dtype=object)
         for b in range(batch):
             key = _flag(keys, b)
-            streaming = bool(_flag(stream, b)) and key is not None and int(key) != 0
+            stream_key: tuple | None = None
+            if key is not None and int(key) != 0:  # BLS: preprocessing's key, streaming as the request says
+                if bool(_flag(stream, b)):
+                    stream_key = ("bls", int(key))
+            else:  # ensemble: request id + the engine's arrival time of this request
+                arrived = int(_flag(arrival, b) or 0)
+                if request_id or arrived:
+                    stream_key = ("ens", request_id, arrived)
             index = int(_flag(seq_index, b) or 0)
             for k in range(beam):
                 n = max(0, min(int(seq_len[b, k]), length))
                 ids = [int(x) for x in t[b, k, :n].tolist()]
-                if streaming:
-                    text = self.streams.add((int(key), index, k), ids)
+                if stream_key is not None:
+                    text = self.streams.add((*stream_key, index, k), ids)
                 else:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")

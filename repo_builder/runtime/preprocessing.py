@@ -172,7 +172,8 @@ class Preprocessor:
         id, ``REQUEST_INPUT_LEN`` int32 ``[batch, 1]``, ``BAD_WORDS_IDS``/``STOP_WORDS_IDS`` int32
         ``[batch, 2, N]``, ``EMBEDDING_BIAS`` fp32 ``[batch, vocab]`` or ``[batch, 0]``,
         ``REQUEST_OUTPUT_LEN``/``OUT_END_ID``/``OUT_PAD_ID`` ``[batch, 1]`` (config dtype),
-        ``OUT_PROMPT_TABLE_EXTRA_IDS`` uint64 ``[batch, L]``, ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``.
+        ``OUT_PROMPT_TABLE_EXTRA_IDS`` uint64 ``[batch, L]``, ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``,
+        ``OUT_RETURN_PERF_METRICS`` bool ``[batch, 1]`` (always true).
 
         Raises:
             RequestError: naming the client field: empty/non-UTF-8 ``text_input``, ``max_tokens`` <= 0,
@@ -260,6 +261,8 @@ class Preprocessor:
             "OUT_PAD_ID": np.array([[p] for p in pad_ids]),
             "OUT_PROMPT_TABLE_EXTRA_IDS": extra_ids,
             "DETOKENIZER_KEY": np.array([[k] for k in self.keys.take(batch)], dtype=np.uint64),
+            # always ask the engine for perf metrics: postprocessing keys ensemble streams on arrival_time_ns
+            "OUT_RETURN_PERF_METRICS": np.ones((batch, 1), dtype=bool),
         }
         outputs = {}
         for name, dtype in self.out_dtypes.items():

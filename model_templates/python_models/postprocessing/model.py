@@ -1,9 +1,10 @@
 """postprocessing (Python backend): token ids -> text, incrementally when streaming.
 
 A thin adapter: all logic is ``repo_builder_runtime.postprocessing.Postprocessor`` (vendored by
-``repo-builder render``), unit-tested without Triton. Streaming requests (``STREAM`` true with a
-``DETOKENIZER_KEY`` from preprocessing) get only the new text of each engine response, so the streamed
-text concatenates to the non-streaming text (no lost SentencePiece spaces, no U+FFFD).
+``repo-builder render``), unit-tested without Triton. Streamed responses of one request (keyed by the
+request id and the engine's ``ARRIVAL_TIME_NS`` in the ensemble, by ``DETOKENIZER_KEY`` through the BLS)
+get only their new text, so the streamed text concatenates to the non-streaming text (no lost
+SentencePiece spaces, no U+FFFD).
 """
 
 import json
@@ -13,7 +14,7 @@ import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.postprocessing import Postprocessor
 from repo_builder_runtime.triton_io import RequestError, error_response, get_input
 
-INPUT_NAMES = ("TOKENS_BATCH", "SEQUENCE_LENGTH", "DETOKENIZER_KEY", "STREAM", "SEQUENCE_INDEX")
+INPUT_NAMES = ("TOKENS_BATCH", "SEQUENCE_LENGTH", "DETOKENIZER_KEY", "STREAM", "SEQUENCE_INDEX", "ARRIVAL_TIME_NS")
 
 
 class TritonPythonModel:
@@ -27,7 +28,7 @@ class TritonPythonModel:
         for request in requests:
             try:
                 inputs = {name: get_input(pb_utils, request, name) for name in INPUT_NAMES}
-                outputs = self.core.process(inputs)
+                outputs = self.core.process(inputs, request.request_id())
                 tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items()]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except RequestError as exc:
