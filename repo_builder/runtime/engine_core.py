@@ -94,6 +94,7 @@ class IOSpec:
 
     @property
     def numpy_dtype(self) -> Any:
+        """The numpy dtype of ``data_type`` (BF16 as float32, see TRITON_TO_NUMPY)."""
         return TRITON_TO_NUMPY.get(self.data_type, np.float32)
 
 
@@ -498,6 +499,25 @@ def _filler(spec: IOSpec, batch: int) -> np.ndarray:
     return np.zeros(shape, dtype=spec.numpy_dtype)
 
 
+_COMPUTED = {"output_ids", "sequence_length", "cum_log_probs", "output_log_probs", "batch_index", "num_input_tokens",
+             "num_output_tokens", "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns",
+             "last_token_time_ns"}
+_PLANS: dict[int, tuple[ModelIO, list[tuple[str, Any, np.ndarray | None]]]] = {}
+
+
+def _plan(io: ModelIO) -> list[tuple[str, Any, np.ndarray | None]]:
+    """(name, numpy dtype, batch-1 zero filler or None when computed) per declared output, cached per ModelIO."""
+    hit = _PLANS.get(id(io))
+    if hit is None or hit[0] is not io:
+        plan = [(name, spec.numpy_dtype, None if name in _COMPUTED else _filler(spec, 1))
+                for name, spec in io.outputs.items()]
+        for _name, _dt, filler in plan:
+            if filler is not None:
+                filler.setflags(write=False)
+        hit = _PLANS[id(io)] = (io, plan)
+    return hit[1]
+
+
 def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
                   arrival_ns: int = 0) -> dict[str, np.ndarray]:
     """The output tensors of one response for ``seqs`` (one per batch row, beam 1).
@@ -507,57 +527,59 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
     Shapes: ``output_ids`` ``[B, 1, T]`` (padded with pad_id, else end_id, else 0), ``sequence_length``
     ``[B, 1]``, ``cum_log_probs`` ``[B, 1]``, ``output_log_probs`` ``[B, 1, T_gen]`` (zeros unless
     ``return_log_probs``); ``batch_index``/``sequence_index``/``num_*_tokens``/``*_time_ns`` ``[B, 1]``;
-    every other declared output is zeros (see module docstring). Dtypes come from the model config.
+    every other declared output is zeros (see module docstring; batch-1 fillers are shared read-only
+    arrays). Dtypes come from the model config.
     """
     token_rows: list[list[int]] = []
     lp_rows: list[list[float]] = []
     for s in seqs:
         if streaming:
-            new = s.tokens[s.sent:]
-            token_rows.append(new)
+            token_rows.append(s.tokens[s.sent:])
             lp_rows.append(s.log_probs[s.sent:])
         else:
-            gen = s.tokens
-            token_rows.append(gen if s.req.exclude_input_in_output else s.req.prompt + gen)
+            token_rows.append(s.tokens if s.req.exclude_input_in_output else s.req.prompt + s.tokens)
             lp_rows.append(s.log_probs)
     batch = len(seqs)
-    width = max((len(r) for r in token_rows), default=0)
-    lp_width = max((len(r) for r in lp_rows), default=0)
     out: dict[str, np.ndarray] = {}
-    for name, spec in io.outputs.items():
-        dt = spec.numpy_dtype
+    for name, dt, filler in _plan(io):
+        if filler is not None:
+            out[name] = filler if batch == 1 else _filler(io.outputs[name], batch)
+            continue
         if name == "output_ids":
-            arr = np.zeros((batch, 1, width), dtype=dt)
-            for i, (s, row) in enumerate(zip(seqs, token_rows)):
-                pad = s.req.pad_id if s.req.pad_id is not None else (s.req.end_id or 0)
-                arr[i, 0, :] = pad
-                arr[i, 0, :len(row)] = row
-        elif name == "sequence_length":
-            arr = np.array([[len(r)] for r in token_rows], dtype=dt).reshape(batch, 1)
-        elif name == "cum_log_probs":
-            arr = np.array([[sum(s.log_probs) if s.req.return_log_probs else 0.0] for s in seqs],
-                           dtype=dt).reshape(batch, 1)
-        elif name == "output_log_probs":
-            arr = np.zeros((batch, 1, max(lp_width, 1)), dtype=dt)
-            for i, (s, row) in enumerate(zip(seqs, lp_rows)):
-                if s.req.return_log_probs:
+            if batch == 1:
+                arr = np.array(token_rows, dtype=dt).reshape(1, 1, -1)
+            else:
+                width = max(len(r) for r in token_rows)
+                arr = np.zeros((batch, 1, width), dtype=dt)
+                for i, (s, row) in enumerate(zip(seqs, token_rows)):
+                    arr[i, 0, :] = s.req.pad_id if s.req.pad_id is not None else (s.req.end_id or 0)
                     arr[i, 0, :len(row)] = row
-        elif name == "batch_index":
-            arr = np.array([[s.req.batch_index] for s in seqs], dtype=dt).reshape(batch, 1)
-        elif name == "num_input_tokens":
-            arr = np.array([[len(s.req.prompt)] for s in seqs], dtype=dt).reshape(batch, 1)
-        elif name == "num_output_tokens":
-            arr = np.array([[len(s.tokens)] for s in seqs], dtype=dt).reshape(batch, 1)
-        elif name == "arrival_time_ns":
-            arr = np.full((batch, 1), arrival_ns, dtype=dt)
-        elif name == "first_scheduled_time_ns":
-            arr = np.array([[s.first_scheduled_ns] for s in seqs], dtype=dt).reshape(batch, 1)
-        elif name == "first_token_time_ns":
-            arr = np.array([[s.first_token_ns] for s in seqs], dtype=dt).reshape(batch, 1)
-        elif name == "last_token_time_ns":
-            arr = np.array([[s.last_token_ns] for s in seqs], dtype=dt).reshape(batch, 1)
-        else:  # sequence_index (always 0), logits, context_phase_params, kv-cache and draft statistics
-            arr = _filler(spec, batch)
+        elif name == "output_log_probs":
+            width = max(max((len(r) for r in lp_rows), default=0), 1)
+            arr = np.zeros((batch, 1, width), dtype=dt)
+            for i, (s, row) in enumerate(zip(seqs, lp_rows)):
+                if s.req.return_log_probs and row:
+                    arr[i, 0, :len(row)] = row
+        else:
+            if name == "sequence_length":
+                col = [len(r) for r in token_rows]
+            elif name == "cum_log_probs":
+                col = [sum(s.log_probs) if s.req.return_log_probs else 0.0 for s in seqs]
+            elif name == "batch_index":
+                col = [s.req.batch_index for s in seqs]
+            elif name == "num_input_tokens":
+                col = [len(s.req.prompt) for s in seqs]
+            elif name == "num_output_tokens":
+                col = [len(s.tokens) for s in seqs]
+            elif name == "arrival_time_ns":
+                col = [arrival_ns] * batch
+            elif name == "first_scheduled_time_ns":
+                col = [s.first_scheduled_ns for s in seqs]
+            elif name == "first_token_time_ns":
+                col = [s.first_token_ns for s in seqs]
+            else:  # last_token_time_ns
+                col = [s.last_token_ns for s in seqs]
+            arr = np.array(col, dtype=dt).reshape(batch, 1)
         out[name] = arr
     return out
 
