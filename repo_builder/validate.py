@@ -391,7 +391,7 @@ def check_against_engine(models: dict[str, _Model] | str | Path, engine_dir: str
         if e_batch is not None and c.max_batch_size > int(e_batch):
             out.append(Problem(m.rel, f"max_batch_size {c.max_batch_size} is above the engine's max_batch_size "
                                       f"{e_batch} (the engine decides: at most {e_batch} requests run at once, B08)",
-                               m.line_of(r"^\s*max_batch_size\s*:")))
+                               m.line_of(r"^\s*max_batch_size\s*:"), severity="warning"))
         beam = _as_int(params.get("max_beam_width"))
         if beam is not None and beam > int(e_beam):
             out.append(Problem(m.rel, f"max_beam_width {beam} is above the engine's max_beam_width {e_beam} (B07)",
