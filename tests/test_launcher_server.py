@@ -207,6 +207,9 @@ def test_model_that_fails_to_load(repo_copy, tmp_path: Path) -> None:
     assert out.returncode != 0
     assert "exited with code 1 before it was ready" in out.stderr
     assert "last 40 lines of" in out.stderr and "fails to load on purpose" in out.stderr
+    # the reason is quoted on its own, whatever the log tail holds
+    summary = out.stderr.split("models that failed to load:")[1].split("---")[0]
+    assert "broken: " in summary and "RuntimeError: launcher fixture: this model fails to load on purpose" in summary
     assert servers_on_repository(repo) == []
     stubs = [p for p in procs.all_pids() if any(str(repo) in a for a in procs.cmdline(p))]
     assert stubs == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -38,6 +39,8 @@ class LaunchInterrupted(LaunchError):
 
     exit_code = 130
 
+
+_LOAD_ERROR_RE = re.compile(r"failed to load '([^']+)' version \d+: ([^\n]*)")
 
 #: Readiness poll interval (seconds).
 POLL_S = 0.05
@@ -263,8 +266,31 @@ class TritonServer:
             return ""
         return b"".join(lines).decode("utf-8", "replace")
 
+    def load_errors(self, max_bytes: int = 4 << 20) -> dict[str, str]:
+        """``{model: first line of the reason}`` for every ``failed to load 'M' version V: ...`` in the log.
+
+        Source: tritonserver 2.51 ``model_lifecycle.cc`` log lines; the reason's traceback (escaped ``\\n``)
+        is cut at its first line. Only the last ``max_bytes`` of the log are read.
+        """
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - max_bytes))
+                text = fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return {}
+        errors: dict[str, str] = {}
+        for match in _LOAD_ERROR_RE.finditer(text):
+            reason = match.group(2).split("\\n")[0].strip().rstrip('"')
+            errors.setdefault(match.group(1), reason)
+        return errors
+
     def _fail(self, message: str, **kwargs: Any) -> LaunchError:
         self.stop()
+        errors = self.load_errors()
+        if errors:
+            message += "\nmodels that failed to load:\n" + "\n".join(f"  {m}: {r}" for m, r in errors.items())
+            kwargs.setdefault("key", next(iter(errors)))
         tail = self.log_tail(TAIL_LINES).rstrip()
         text = f"{message}\n--- last {TAIL_LINES} lines of {self.log_path} ---\n{tail}" if tail else message
         return LaunchError(text, **kwargs)
