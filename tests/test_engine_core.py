@@ -327,3 +327,12 @@ def test_missing_engine_dir_parameter_is_a_load_error():
     cfg = engine_model_config(params={"engine_dir": "${engine_dir}"})
     with pytest.raises(EngineLoadError, match="engine_dir"):
         TritonEngineModel(fake_pb_utils(), init_args(cfg), SyntheticBackend.from_params)
+
+
+def test_arrival_time_is_the_same_for_every_response_of_a_request_and_unique_per_request():
+    """Postprocessing keys streaming state on (request id, arrival_time_ns): it must identify a request."""
+    backend = ScriptedBackend({1: [10]})
+    sinks = run(backend, *[req_inputs([1], 3, streaming=[True]) for _ in range(50)])
+    per_request = [{int(o["arrival_time_ns"][0, 0]) for o, _, _ in s.responses if o is not None} for s in sinks]
+    assert all(len(v) == 1 for v in per_request)
+    assert len({next(iter(v)) for v in per_request}) == 50

@@ -584,6 +584,22 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
     return out
 
 
+_ARRIVAL_LOCK = threading.Lock()
+_LAST_ARRIVAL = [0]
+
+
+def _unique_arrival_ns() -> int:
+    """Wall-clock arrival time (ns since the epoch), strictly increasing within the process.
+
+    Postprocessing keys its streaming detokenizer state on (request id, ``arrival_time_ns``), so two
+    requests of one model instance never share a value, even with equal (or empty) request ids.
+    """
+    with _ARRIVAL_LOCK:
+        now = max(time.time_ns(), _LAST_ARRIVAL[0] + 1)
+        _LAST_ARRIVAL[0] = now
+        return now
+
+
 class RequestGroup:
     """The sequences of one Triton request and the sink its responses go to.
 
@@ -598,7 +614,7 @@ class RequestGroup:
         self.sink = sink
         self.io = io
         self.seqs = [Sequence(r, self) for r in parsed.rows]
-        self.arrival_ns = time.time_ns()
+        self.arrival_ns = _unique_arrival_ns()
         self.done = False
         self.stop_requested = False
         self.last_cancel_check = 0.0
