@@ -324,3 +324,25 @@ def test_stop_escalates_to_sigkill(repo_copy, tmp_path: Path) -> None:
         assert procs.shm_files(prefix)
     assert server.returncode == -signal.SIGKILL
     assert_all_gone(repo, [prefix])
+
+
+def test_second_signal_kills_at_once(repo_copy, tmp_path: Path) -> None:
+    """First SIGTERM starts a graceful stop that hangs (finalize sleeps); the second one SIGKILLs right away."""
+    repo = repo_copy("hang_on_stop")
+    out = tmp_path / "launch.out"
+    proc = start_cli(["launch", str(repo), "--no-mpi", "-q", "--stop-timeout", "600", "--log-file",
+                      str(tmp_path / "ts.log"), *cli_ports(ports3())], out)
+    try:
+        wait_for(lambda: "ready in" in out.read_text(), 120, "the launcher to report ready")
+        (pid,) = servers_on_repository(repo)
+        prefixes = rank_prefixes(pid)
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "stopping tritonserver" in out.read_text(), 30, "the launcher to start stopping")
+        assert proc.poll() is None  # still waiting for the graceful stop (stop timeout 600 s)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 128 + signal.SIGKILL, out.read_text()
+    assert_all_gone(repo, prefixes)
