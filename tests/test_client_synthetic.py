@@ -1,0 +1,99 @@
+"""Client and benchmark against a real rendered repository: synthetic engine, LLaMA-2 tokenizer, streaming.
+
+The synthetic engine emits a deterministic token stream (repo_builder.runtime.synthetic.synthetic_token_ids),
+never its end id, one response per token when streaming; so token-id requests have exact expected ids and a
+streamed request has exactly ``max_tokens`` output-carrying responses.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import asset, free_ports
+from repo_builder.cli import app
+from repo_builder.client import GenerateRequest, LLMClient
+from repo_builder.errors import ClientError
+
+pytestmark = pytest.mark.server
+
+SPEC = {"vocab_size": 32000, "max_batch_size": 16, "max_input_len": 256, "max_seq_len": 512}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from repo_builder.render import render_repository
+    from repo_builder.server import LaunchConfig, TritonServer
+
+    base = tmp_path_factory.mktemp("synthetic")
+    engine = base / "engine"
+    engine.mkdir()
+    (engine / "synthetic_engine.json").write_text(json.dumps(SPEC))
+    repo = base / "repo"
+    render_repository(engine, asset("llama2_tokenizer"), repo, streaming=True)
+    http, grpc, metrics = free_ports(3)
+    with TritonServer(LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                                   no_mpi=True, timeout=300)) as srv:
+        yield srv
+
+
+def _url(server, proto):
+    return server.http_hostport if proto == "http" else server.grpc_url
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_streamed_text_equals_whole_text_with_one_response_per_token(server, proto, model):
+    with LLMClient(_url(server, proto), proto, model) as c:
+        info = c.model_info()
+        assert info.decoupled and info.inputs["max_tokens"].data_type == "TYPE_INT32"
+        req = dict(max_tokens=12, min_tokens=12, exclude_input_in_output=True)
+        whole = c.generate(GenerateRequest("What is machine learning?", **req))
+        streamed = c.generate(GenerateRequest("What is machine learning?", stream=True, **req))
+    assert whole.ok and streamed.ok, (whole.error, streamed.error)
+    assert whole.text and streamed.text == whole.text
+    assert len(whole.chunk_times_ns) == 1
+    assert len(streamed.chunk_times_ns) == 12  # the synthetic engine answers once per token
+
+
+def test_grpc_concurrent_requests_get_their_own_text(server):
+    prompts = [f"Tell me about topic number {i}." for i in range(5)]
+    with LLMClient(server.grpc_url, "grpc", "ensemble") as c:
+        alone = [c.generate(GenerateRequest(p, max_tokens=6, exclude_input_in_output=True)).text for p in prompts]
+        together = c.generate_many([GenerateRequest(p, max_tokens=6, stream=True, exclude_input_in_output=True,
+                                                    request_id=f"r{i}") for i, p in enumerate(prompts)])
+    assert len(set(alone)) == 5
+    assert [r.text for r in together] == alone
+    assert [r.request_id for r in together] == [f"r{i}" for i in range(5)]
+
+
+def test_token_ids_to_the_engine_over_grpc_exact(server):
+    from repo_builder.runtime.synthetic import synthetic_token_ids
+
+    prompt = [1, 1724, 338, 4933, 6509, 29973]
+    with LLMClient(server.grpc_url, "grpc") as c:
+        res = c.infer_token_ids(prompt, 5, streaming=True)
+    assert res.token_ids == synthetic_token_ids(prompt, 5, SPEC["vocab_size"])
+    with LLMClient(server.http_hostport, "http") as c:
+        with pytest.raises(ClientError) as exc:  # tensorrt_llm is decoupled: HTTP /infer would refuse it
+            c.infer_token_ids(prompt, 5)
+    assert exc.value.key == "protocol"
+
+
+def test_bench_on_rendered_repository(server, tmp_path):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(app, [
+        "bench", "--url", server.grpc_url, "--protocol", "grpc", "--model", "tensorrt_llm_bls", "--stream",
+        "--concurrency", "1,2", "--requests", "4", "--input-tokens", "32", "--output-tokens", "8",
+        "--tokenizer-dir", str(asset("llama2_tokenizer")), "--output", str(out), "--no-progress", "--warmup", "1"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "bench.json").read_text())
+    assert report["server"]["min_tokens_sent"] and report["server"]["exclude_input_in_output_sent"]
+    for lv in report["levels"]:
+        assert (lv["completed"], lv["errors"]) == (4, 0)
+        assert lv["chunks_per_request"] == 8
+        assert lv["itl_ms"]["count"] == 4 * 7
+        assert lv["output_tokens"] > 0
+    assert (out / "bench.png").stat().st_size > 0 and (out / "bench.csv").read_text().count("\n") == 3
