@@ -273,3 +273,46 @@ def test_bad_request_fails_alone_naming_the_input(server, tok, offline, stream):
             pending.discard(rid)
     assert len(errors) == 1 and "beam_width" in errors[0]
     assert "".join(texts) == text_of(tok, offline[PROMPTS[1]])
+
+
+# ---------------------------------------------------------------------------------------------- synthetic, 0.5
+@pytest.fixture(scope="module")
+def synthetic_05(tmp_path_factory, render_repo_module, serve_module):
+    """The synthetic engine rendered with the trtllm-0.5 profile (UINT32 integers, only output_ids)."""
+    from conftest import asset
+
+    engine = tmp_path_factory.mktemp("synthetic_engine")
+    (engine / "synthetic_engine.json").write_text(json.dumps(
+        {"vocab_size": 32000, "max_batch_size": 8, "max_input_len": 128, "max_seq_len": 256}))
+    tokenizer = asset("llama2_tokenizer")
+    repo = render_repo_module(engine, tokenizer, profile="trtllm-0.5", streaming=True,
+                              values={"synthetic_token_delay_ms": 1}, name="synthetic05")
+    with serve_module(repo) as srv:
+        yield srv, transformers.AutoTokenizer.from_pretrained(str(tokenizer))
+
+
+def test_synthetic_engine_serves_the_predicted_tokens_with_the_0_5_contract(synthetic_05):
+    from repo_builder.runtime.synthetic import synthetic_token_ids
+
+    server, tok05 = synthetic_05
+    prompt = "What is machine learning?"
+    ids = tok05(prompt)["input_ids"]
+    expected = synthetic_token_ids(ids, 12, 32000, end_id=tok05.eos_token_id)
+    body = http_generate(server, "ensemble", {"text_input": prompt, "max_tokens": 12, "bad_words": "",
+                                              "stop_words": ""})
+    assert body["text_output"] == tok05.decode(expected, skip_special_tokens=True)
+
+    s = Stream(server)
+    try:
+        inputs = [_input("input_ids", np.array([ids], np.int32)),
+                  _input("input_lengths", np.array([[len(ids)]], np.int32)),
+                  _input("streaming", np.array([[True]], bool))]
+        out_len = grpcclient.InferInput("request_output_len", [1, 1], "UINT32")
+        out_len.set_data_from_numpy(np.array([[12]], np.uint32))
+        s.send("tensorrt_llm", inputs + [out_len], "syn")
+        results = s.collect({"syn"})["syn"]
+    finally:
+        s.close()
+    assert [r.as_numpy("output_ids")[0, 0].tolist() for r in results] == [[t] for t in
+                                                                          synthetic_token_ids(ids, 12, 32000)]
+    assert {o.name for o in results[0].get_response().outputs} == {"output_ids"}
