@@ -678,11 +678,12 @@ class Scheduler:
     """
 
     def __init__(self, backend: GenerationBackend, *, max_active: int = 64, cancel_check_period_s: float = 0.1,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, info: Callable[[str], None] | None = None) -> None:
         self.backend = backend
         self.max_active = max(1, int(max_active))
         self.cancel_check_period_s = cancel_check_period_s
         self.log = log or (lambda _msg: None)
+        self.info = info or (lambda _msg: None)
         self._inbox: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()
         self._waiting: list[Sequence] = []
         self._active: list[Sequence] = []
@@ -785,6 +786,8 @@ class Scheduler:
                 for s in g.seqs:
                     if s.finished is None:
                         s.finished = "stopped"
+                self.info(f"tensorrt_llm: request '{g.request_id}' stopped by a stop request after "
+                          f"{sum(len(s.tokens) for s in g.seqs)} generated token(s)")
                 g.emit(g.seqs)
             elif now - g.last_cancel_check >= self.cancel_check_period_s:
                 g.last_cancel_check = now
@@ -793,6 +796,8 @@ class Scheduler:
                 except Exception:  # noqa: BLE001 - a broken sender counts as cancelled
                     cancelled = True
                 if cancelled:
+                    self.info(f"tensorrt_llm: request '{g.request_id}' cancelled by the client after "
+                              f"{sum(len(s.tokens) for s in g.seqs)} generated token(s)")
                     g.drop()
         self._retire()
         if not self._active:
@@ -915,10 +920,12 @@ class TritonEngineModel:
         except ValueError as exc:  # ParameterValueError from ModelParams
             raise EngineLoadError(str(exc)) from exc
         max_active = getattr(backend, "max_batch_size", None) or self.params.max_batch_size or 64
-        log = getattr(getattr(pb_utils, "Logger", None), "log_warn", None)
+        logger = getattr(pb_utils, "Logger", None)
+        log = getattr(logger, "log_warn", None)
+        info = getattr(logger, "log_info", None)
         period_ms = self.params.int("cancellation_check_period_ms", 100) or 100
         self.scheduler = Scheduler(backend, max_active=int(max_active), cancel_check_period_s=period_ms / 1000.0,
-                                   log=log)
+                                   log=log, info=info)
         self.scheduler.start()
 
     def _tensors(self, request: Any) -> dict[str, np.ndarray]:

@@ -316,3 +316,29 @@ def test_synthetic_engine_serves_the_predicted_tokens_with_the_0_5_contract(synt
     assert [r.as_numpy("output_ids")[0, 0].tolist() for r in results] == [[t] for t in
                                                                           synthetic_token_ids(ids, 12, 32000)]
     assert {o.name for o in results[0].get_response().outputs} == {"output_ids"}
+
+
+def test_client_cancellation_stops_generation(server, tok):
+    """Cancelling a gRPC stream reaches the engine (response_sender.is_cancelled()): it stops early."""
+    import re
+    import time
+
+    s = Stream(server)
+    ids = tok(PROMPTS[0])["input_ids"]
+    inputs = [_input("input_ids", np.array([ids], np.int32)),
+              _input("input_lengths", np.array([[len(ids)]], np.int32)),
+              _input("request_output_len", np.array([[480]], np.int32)),
+              _input("streaming", np.array([[True]], bool))]
+    s.send("tensorrt_llm", inputs, "to-cancel")
+    rid, _result, error = s.events.get(timeout=120)  # generation is under way
+    assert error is None and rid == "to-cancel"
+    s.client.stop_stream(cancel_requests=True)
+    s.client.close()
+    pattern = re.compile(r"request 'to-cancel' cancelled by the client after (\d+) generated token")
+    for _ in range(600):  # the engine polls is_cancelled() every 100 ms
+        found = pattern.search(server.log_tail(400))
+        if found:
+            break
+        time.sleep(0.1)
+    assert found, server.log_tail(40)
+    assert 1 <= int(found.group(1)) < 480
