@@ -84,6 +84,8 @@ class BenchSettings:
         min_tokens: send ``min_tokens`` = output length when the model has it.
         end_id: sent as ``end_id`` if set (e.g. -1 to disable end-of-sequence on engines that support it).
         seed: seed of the synthetic prompts.
+        text_output_only: over gRPC, ask only for ``text_output`` (and ``output_ids`` if declared) instead of
+            every output the model produces (HTTP ``/generate_stream`` cannot select outputs).
     """
 
     url: str | None = None
@@ -102,6 +104,7 @@ class BenchSettings:
     min_tokens: bool = True
     end_id: int | None = None
     seed: int = 0
+    text_output_only: bool = True
 
     def check(self) -> None:
         """Raise :class:`ClientError` naming the option for values out of range."""
@@ -203,6 +206,8 @@ def build_request(settings: BenchSettings, info: ModelInfo, prompt: Prompt) -> G
         req.exclude_input_in_output = True
     if settings.end_id is not None:
         req.end_id = settings.end_id
+    if settings.protocol == "grpc" and settings.text_output_only:
+        req.outputs = [name for name in ("text_output", "output_ids") if name in info.outputs] or None
     return req
 
 
@@ -349,7 +354,8 @@ def run_bench(settings: BenchSettings, progress: bool = True, log: Callable[[str
         "server": {"url": settings.url, "protocol": settings.protocol, "version": server_version, "model": info.name,
                    "decoupled": info.decoupled, "max_batch_size": info.max_batch_size,
                    "min_tokens_sent": bool(settings.min_tokens and info.accepts("min_tokens")),
-                   "exclude_input_in_output_sent": info.accepts("exclude_input_in_output")},
+                   "exclude_input_in_output_sent": info.accepts("exclude_input_in_output"),
+                   "outputs_requested": build_request(settings, info, prompts[0]).outputs or "all"},
         "prompts": {"source": source, "count": len(prompts), "words_per_token": WORDS_PER_TOKEN,
                     "input_tokens_mean": (sum(prompt_tokens) / len(prompt_tokens)) if prompt_tokens else None,
                     "token_count_method": "tokenizer" if count else "returned ids or unknown"},

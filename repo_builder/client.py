@@ -38,7 +38,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -174,6 +174,8 @@ class GenerateRequest:
             ``random_seed`` on old ensembles). ``None`` = not sent.
         request_id: the request id (``id``); a numeric one is generated when absent.
         extra: further model inputs by their exact name.
+        outputs: gRPC only: the outputs to return (e.g. ``["text_output"]``); None = every output the model
+            produces. HTTP ``/generate`` cannot select outputs.
     """
 
     text: str
@@ -192,6 +194,7 @@ class GenerateRequest:
     seed: int | None = None
     request_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    outputs: list[str] | None = None
 
     _NAMED = ("stop_words", "bad_words", "temperature", "top_k", "top_p", "end_id", "pad_id",
               "exclude_input_in_output", "beam_width", "min_tokens", "seed")
@@ -218,7 +221,7 @@ class StreamEvent:
         time_ns: ``time.perf_counter_ns()`` at arrival.
         text: ``text_output`` of this response ("" if absent) — a delta when streaming.
         token_ids: ``output_ids`` flattened (token ids) if the model returned them, else None.
-        outputs: every output of the response (numpy arrays for gRPC, JSON values for HTTP).
+        outputs: every output of the response (numpy arrays, decoded on access, for gRPC; JSON values for HTTP).
         final: this response closed the request (gRPC ``triton_final_response``; HTTP: last of the body).
     """
 
@@ -226,7 +229,7 @@ class StreamEvent:
     time_ns: int
     text: str
     token_ids: list[int] | None
-    outputs: dict[str, Any]
+    outputs: Mapping[str, Any]
     final: bool = False
 
     @property
@@ -601,6 +604,14 @@ class LLMClient:
         info = self.model_info(model)
         fields = request.fields()
         check_request(info, fields)
+        if request.outputs is not None:
+            if self.protocol != "grpc":
+                raise ClientError("HTTP /generate returns every output; selecting outputs needs gRPC", key="outputs",
+                                  hint="drop outputs or use protocol grpc")
+            unknown = [o for o in request.outputs if o not in info.outputs]
+            if unknown:
+                raise ClientError(f"model '{info.name}' has no output '{unknown[0]}'", key="outputs",
+                                  hint=f"its outputs are: {', '.join(info.outputs)}")
         return info, fields, prepare_inputs(info, fields)
 
     def iter_events(self, request: GenerateRequest, model: str | None = None,
@@ -627,7 +638,7 @@ class LLMClient:
             endpoint = endpoint or ("generate_stream" if request.stream else "generate")
             yield from self._http_events(info, fields, arrays, endpoint, rid, res)
         else:
-            yield from self._grpc_events(info, arrays, rid, res)
+            yield from self._grpc_events(info, arrays, rid, res, request.outputs)
 
     def generate(self, request: GenerateRequest, model: str | None = None,
                  endpoint: str | None = None) -> GenerateResult:
@@ -661,17 +672,18 @@ class LLMClient:
             for req in requests:
                 info, _, arrays = self._prepare(req, model)
                 rid = req.request_id or new_request_id()
-                prepared.append((GenerateResult(model, rid, "grpc", req.stream, 0, prompt=req.text), arrays))
+                prepared.append((GenerateResult(model, rid, "grpc", req.stream, 0, prompt=req.text), arrays,
+                                 req.outputs))
             router = self._ensure_router()
             info = self.model_info(model)
-            handles = [router.submit(info, arrays, res) for res, arrays in prepared]
+            handles = [router.submit(info, arrays, res, outputs=outs) for res, arrays, outs in prepared]
             for handle in handles:
                 try:
                     for _ in handle.events(self.timeout_s):
                         pass
                 except ClientError:
                     pass  # stored in the handle's result
-            return [res for res, _ in prepared]
+            return [res for res, _, _ in prepared]
         results: list[GenerateResult | None] = [None] * len(requests)
         errors: list[BaseException] = []
 
@@ -829,9 +841,9 @@ class LLMClient:
             return self._router
 
     def _grpc_events(self, info: ModelInfo, arrays: dict[str, np.ndarray], rid: str,
-                     res: GenerateResult) -> Iterator[StreamEvent]:
+                     res: GenerateResult, outputs: list[str] | None = None) -> Iterator[StreamEvent]:
         if info.decoupled:
-            handle = self._ensure_router().submit(info, arrays, res, rid)
+            handle = self._ensure_router().submit(info, arrays, res, rid, outputs)
             yield from handle.events(self.timeout_s)
             return
         from tritonclient.utils import InferenceServerException
@@ -840,7 +852,8 @@ class LLMClient:
         res.request_id = rid
         res.start_ns = time.perf_counter_ns()
         try:
-            out = self._grpc_client().infer(info.name, inputs, request_id=rid, client_timeout=self.timeout_s)
+            out = self._grpc_client().infer(info.name, inputs, request_id=rid, client_timeout=self.timeout_s,
+                                            outputs=_grpc_outputs(outputs))
         except InferenceServerException as exc:
             res.end_ns = time.perf_counter_ns()
             text = exc.message() or str(exc)
@@ -854,6 +867,14 @@ class LLMClient:
         event = _event_from_grpc(0, now, out, final=True)
         res.events.append(event)
         yield event
+
+
+def _grpc_outputs(names: list[str] | None) -> list[Any] | None:
+    if names is None:
+        return None
+    import tritonclient.grpc as grpcclient
+
+    return [grpcclient.InferRequestedOutput(n) for n in names]
 
 
 def _grpc_inputs(info: ModelInfo, arrays: dict[str, np.ndarray]) -> list[Any]:
@@ -921,7 +942,7 @@ class _GrpcRouter:
         client.start_stream(callback=self._callback)
 
     def submit(self, info: ModelInfo, arrays: dict[str, np.ndarray], result: GenerateResult,
-               rid: str | None = None) -> _Handle:
+               rid: str | None = None, outputs: list[str] | None = None) -> _Handle:
         """Send one request on the stream; its responses arrive through the returned handle."""
         model = info.name
         rid = rid or result.request_id or new_request_id()
@@ -934,7 +955,8 @@ class _GrpcRouter:
         inputs = _grpc_inputs(info, arrays)
         result.start_ns = time.perf_counter_ns()
         try:
-            self.client.async_stream_infer(model, inputs, request_id=rid, enable_empty_final_response=True)
+            self.client.async_stream_infer(model, inputs, request_id=rid, enable_empty_final_response=True,
+                                           outputs=_grpc_outputs(outputs))
         except Exception as exc:  # noqa: BLE001 - a broken stream surfaces as InferenceServerException
             self.forget(rid)
             result.end_ns = time.perf_counter_ns()
@@ -987,10 +1009,32 @@ def _is_final(result: Any) -> bool:
     return "triton_final_response" in params and params["triton_final_response"].bool_param
 
 
+class _GrpcOutputs(Mapping[str, Any]):
+    """The outputs of one gRPC response, decoded to numpy on first access (most are never read)."""
+
+    def __init__(self, result: Any) -> None:
+        self._result = result
+        self._names = [o.name for o in result.get_response().outputs]
+        self._cache: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._cache:
+            self._cache[name] = self._result.as_numpy(name)
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 def _event_from_grpc(index: int, now: int, result: Any, final: bool) -> StreamEvent:
-    outputs = {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
+    outputs = _GrpcOutputs(result)
     return StreamEvent(index, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")),
-                       outputs, final)
+                       outputs, final)  # type: ignore[arg-type]
 
 
 def _event_from_json(index: int, now: int, payload: dict[str, Any], final: bool) -> StreamEvent:

@@ -163,6 +163,19 @@ def test_b33_token_ids_to_decoupled_model_over_http_refused(server):
     assert exc.value.key == "protocol" and "grpc" in str(exc.value)
 
 
+def test_output_selection_is_grpc_only_and_checked(server):
+    with LLMClient(server.grpc_url, "grpc", "fake_llm") as c:
+        res = c.generate(GenerateRequest("pick me", max_tokens=2, stream=True, outputs=["text_output"]))
+        assert res.text == " PICK ME" and all(list(e.outputs) in ([], ["text_output"]) for e in res.events)
+        with pytest.raises(ClientError) as exc:
+            c.generate(GenerateRequest("x", outputs=["no_such_output"]))
+        assert exc.value.key == "outputs"
+    with LLMClient(server.http_hostport, "http", "fake_llm") as c:
+        with pytest.raises(ClientError) as exc:
+            c.generate(GenerateRequest("x", outputs=["text_output"]))
+        assert exc.value.key == "outputs"
+
+
 def test_unknown_field_and_model_and_server_refused(server):
     with LLMClient(server.http_hostport, "http", "fake_llm") as c:
         with pytest.raises(ClientError) as exc:

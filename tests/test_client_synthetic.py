@@ -58,6 +58,16 @@ def test_streamed_text_equals_whole_text_with_one_response_per_token(server, pro
     assert len(streamed.chunk_times_ns) == 12  # the synthetic engine answers once per token
 
 
+def test_grpc_output_selection_on_rendered_ensemble(server):
+    with LLMClient(server.grpc_url, "grpc", "ensemble") as c:
+        full = c.generate(GenerateRequest("Hi there", max_tokens=3, stream=True, exclude_input_in_output=True))
+        only = c.generate(GenerateRequest("Hi there", max_tokens=3, stream=True, exclude_input_in_output=True,
+                                          outputs=["text_output"]))
+    assert only.text == full.text
+    assert "cum_log_probs" in full.events[0].outputs
+    assert list(only.events[0].outputs) == ["text_output"]
+
+
 def test_grpc_concurrent_requests_get_their_own_text(server):
     prompts = [f"Tell me about topic number {i}." for i in range(5)]
     with LLMClient(server.grpc_url, "grpc", "ensemble") as c:
@@ -91,6 +101,7 @@ def test_bench_on_rendered_repository(server, tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads((out / "bench.json").read_text())
     assert report["server"]["min_tokens_sent"] and report["server"]["exclude_input_in_output_sent"]
+    assert report["server"]["outputs_requested"] == ["text_output"]
     for lv in report["levels"]:
         assert (lv["completed"], lv["errors"]) == (4, 0)
         assert lv["chunks_per_request"] == 8

@@ -104,6 +104,9 @@ def bench(
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic prompts."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per request."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    all_outputs: bool = typer.Option(False, "--all-outputs/--text-output-only",
+                                     help="gRPC: receive every output the model produces instead of only "
+                                          "text_output (HTTP always receives every output)."),
 ) -> None:
     """Measure TTFT, inter-token latency, end-to-end latency and throughput at several concurrency levels."""
     from rich.console import Console
@@ -115,7 +118,7 @@ def bench(
                              concurrency=parse_concurrency(concurrency), requests=requests,
                              input_tokens=input_tokens, output_tokens=output_tokens, prompts_file=prompts,
                              tokenizer_dir=tokenizer_dir, output_dir=output, warmup=warmup, timeout_s=timeout,
-                             min_tokens=min_tokens, end_id=end_id, seed=seed)
+                             min_tokens=min_tokens, end_id=end_id, seed=seed, text_output_only=not all_outputs)
     report = run_bench(settings, progress=progress, log=lambda msg: console.print(f"[yellow]{msg}[/yellow]"))
     paths = write_report(report, output)
     console.print(format_table(report))
