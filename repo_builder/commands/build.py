@@ -144,6 +144,7 @@ def validate(
 def params(
     profile: str = typer.Option("trtllm-1.2", "--profile", help="Profile whose parameters to list."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON rows instead of a table."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table (docs/parameters.md is this)."),
 ) -> None:
     """List the parameters of a profile: name, models, type, default, allowed values, kind, description."""
     from ..schema import load_schema
@@ -151,6 +152,9 @@ def params(
     rows = load_schema().table(profile)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
+        return
+    if markdown:
+        typer.echo(params_markdown(profile, rows), nl=False)
         return
     from rich.table import Table
 
@@ -161,6 +165,25 @@ def params(
         table.add_row(r["name"], ",".join(r["models"]), r["type"], r["default"], r["allowed"], r["kind"],
                       r["description"])
     _console().print(table)
+
+
+def params_markdown(profile: str, rows: list[dict[str, Any]]) -> str:
+    """The parameter table of ``profile`` as Markdown (one row per parameter, from the schema)."""
+
+    def cell(text: Any) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    cols = ("name", "models", "type", "default", "source", "allowed", "kind", "description")
+    out = [f"## {profile}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        source = r.get("source") or ""
+        default = r["default"] or (f"from {source.split(':')[0]}" if source else "unset")
+        values = [f"`{r['name']}`", ", ".join(r["models"]), r["type"], default,
+                  r.get("source") or "", r["allowed"], r["kind"], r["description"]]
+        if r.get("build_flag"):
+            values[-1] += f" Set at engine build: `trtllm-build {r['build_flag']}`."
+        out.append("| " + " | ".join(cell(v) for v in values) + " |")
+    return "\n".join(out) + "\n"
 
 
 def _engine_facts(info: Any) -> dict[str, Any]:
