@@ -8,6 +8,8 @@ contract declares.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -18,6 +20,8 @@ from repo_builder.runtime.bls import (
     BLSSettings,
     BLSStepError,
     Wiring,
+    can_merge,
+    merge_responses,
     parse_request,
     parse_word_list,
     stack_rows,
@@ -97,6 +101,7 @@ class FakeModels:
             r = {"output_ids": np.array([[tokens] * beams], dtype=np.int32),
                  "sequence_length": np.array([[len(tokens)] * beams], dtype=np.int32),
                  "sequence_index": np.array([[seq]], dtype=np.int32),
+                 "arrival_time_ns": np.array([[123]], dtype=np.int64),
                  "cum_log_probs": np.zeros((1, beams), np.float32)}
             return {k: v for k, v in r.items() if k in outputs}
 
@@ -161,7 +166,8 @@ def test_request_fields_reach_engine_under_engine_names():
     assert bool(engine_inputs["streaming"][0, 0]) is False
     assert "temperature" in engine_inputs and "seed" not in engine_inputs
     post = [i for m, i in models.calls if m == "postprocessing"]
-    assert post and int(post[0]["DETOKENIZER_KEY"][0, 0]) == 7 and "STREAM" in post[0]
+    post_step = next(s for s in CONTRACT.models["ensemble"].steps if s.model == "postprocessing")
+    assert post and set(post[0]) == set(post_step.input_map)  # every wired input, engine outputs included
 
 
 def test_engine_model_name_parameter():
@@ -290,7 +296,8 @@ def test_streaming_with_beam_message_mentions_b30_rule():
 
 
 def test_word_list_parsing():
-    assert parse_word_list(np.array([[b"a,b", b'"x,y"', b""]], dtype=object)) == ["a", "b", "x,y"]
+    # one stop string per element (never split on commas); token-id lists are for the engine only
+    assert parse_word_list(np.array([[b"a,b", b"[13]", b"", b"[x]"]], dtype=object)) == ["a,b", "[x]"]
     with pytest.raises(BLSRequestError, match="stop_words"):
         parse_word_list(np.array([b"\xff"], dtype=object))
     with pytest.raises(BLSRequestError, match="stop_words"):
@@ -301,3 +308,78 @@ def test_step_error_carries_step_name():
     core = make_core(FakeModels(fail="postprocessing"))
     with pytest.raises(BLSStepError, match="^postprocessing: boom"):
         run(core, request())
+
+
+# ------------------------------------------------------------------------------------- coalescing
+
+
+class BatchingStream(FakeStream):
+    """A stream whose responses arrive in given groups (what the reader thread hands over)."""
+
+    def __init__(self, responses, owner, sizes):
+        super().__init__(responses, owner)
+        self.sizes = sizes
+
+    def batches(self):
+        it = iter(self)
+        for n in itertools.cycle(self.sizes):
+            batch = list(itertools.islice(it, n))
+            if not batch:
+                return
+            yield batch
+
+
+class BatchingModels(FakeModels):
+    def __init__(self, sizes):
+        super().__init__()
+        self.sizes = sizes
+
+    def stream(self, model, inputs, outputs, request_id):
+        self._check(model, inputs)
+        streaming = bool(inputs["streaming"].reshape(-1)[0])
+        s = BatchingStream(self._engine_responses(inputs, outputs, streaming), self, self.sizes)
+        self.streams.append(s)
+        return s
+
+
+def test_merge_responses_joins_tokens_and_keeps_first_and_last():
+    a = {"output_ids": np.array([[[5, 0]]], np.int32), "sequence_length": np.array([[1]], np.int32),
+         "arrival_time_ns": np.array([[10]], np.int64), "last_token_time_ns": np.array([[11]], np.int64)}
+    b = {"output_ids": np.array([[[6, 7]]], np.int32), "sequence_length": np.array([[2]], np.int32),
+         "arrival_time_ns": np.array([[10]], np.int64), "last_token_time_ns": np.array([[13]], np.int64)}
+    m = merge_responses([a, b])
+    assert m["output_ids"].tolist() == [[[5, 6, 7]]]
+    assert m["sequence_length"].tolist() == [[3]] and m["sequence_length"].dtype == np.int32
+    assert int(m["arrival_time_ns"][0, 0]) == 10 and int(m["last_token_time_ns"][0, 0]) == 13
+    assert can_merge(["output_ids", "sequence_length"]) and not can_merge(["some_new_output"])
+
+
+def test_coalescing_merges_waiting_responses_into_fewer_chunks():
+    models = BatchingModels([1, 3, 2])
+    sent = run(make_core(models, coalesce=True), request("abcdefg", 12, stream=True))
+    chunks = texts(sent)
+    assert "".join(chunks) == "abcdefgabcde"
+    assert len(chunks) == 6  # 12 engine responses arrived in groups 1,3,2,1,3,2
+    post_calls = [i for m, i in models.calls if m == "postprocessing"]
+    assert len(post_calls) == 6
+
+
+def test_coalescing_off_by_default_one_response_per_token():
+    models = BatchingModels([4])
+    sent = run(make_core(models), request("abcd", 8, stream=True))
+    assert len(texts(sent)) == 8
+
+
+def test_coalescing_with_stop_string_and_sequences():
+    models = BatchingModels([5])
+    sent = run(make_core(models, coalesce=True), request("hello world", 40, stream=True, stop_words=["o w"]))
+    assert "".join(texts(sent)) == "hell"
+    assert models.streams[0].cancelled
+    models = BatchingModels([3])
+    sent = run(make_core(models, coalesce=True), request("ab", 4, stream=True, num_return_sequences=2),
+               requested=["text_output", "sequence_index"])
+    per_seq = {}
+    for o, _ in sent:
+        if o:
+            per_seq.setdefault(int(o["sequence_index"][0, 0]), []).append(o["text_output"][0, 0].decode())
+    assert {k: "".join(v) for k, v in per_seq.items()} == {0: "abab", 1: "abab"}

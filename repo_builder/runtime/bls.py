@@ -29,14 +29,16 @@ at commit c2e65b8; string stop words from v0.19.0), see ../shared/docs/upstream-
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
+
+from .stopstrings import StopStringMatcher, trim_at_stop
 
 #: The name the wiring gives the engine step; the BLS calls ``tensorrt_llm_model_name`` instead.
 ENGINE_STEP_MODEL = "tensorrt_llm"
@@ -232,6 +234,10 @@ class BLSSettings:
         decoupled: the BLS's ``model_transaction_policy.decoupled``; streaming needs it.
         engine_decoupled: whether to call the engine with ``exec(decoupled=True)``; render keeps it
             equal to ``decoupled`` (one streaming switch, case B29).
+        coalesce: when several streamed engine responses are already waiting (the BLS is behind the
+            engine), merge them into one postprocessing call and one response (see :data:`MERGE_RULES`).
+            No response is ever delayed to wait for another. Off by default: clients then get one
+            response per engine response, as from the ensemble.
     """
 
     engine_model: str = ENGINE_STEP_MODEL
@@ -239,11 +245,15 @@ class BLSSettings:
     max_beam_width: int = 1
     decoupled: bool = True
     engine_decoupled: bool | None = None
+    coalesce: bool = False
 
     @property
     def call_engine_decoupled(self) -> bool:
         """True when the engine is called with ``exec(decoupled=True)``."""
         return self.decoupled if self.engine_decoupled is None else self.engine_decoupled
+
+
+_TOKEN_IDS_RE = re.compile(r"^\s*\[\s*-?\d+(\s*,\s*-?\d+)*\s*\]\s*$")
 
 
 def _scalar(inputs: Mapping[str, np.ndarray], name: str) -> Any:
@@ -265,11 +275,12 @@ def _as_text(value: Any, field_name: str) -> str:
 
 
 def parse_word_list(value: Any, field_name: str = STOP_WORDS) -> list[str]:
-    """Parse a ``stop_words``/``bad_words`` request tensor into a list of words.
+    """The stop strings of a ``stop_words`` request tensor.
 
-    Each element is read as comma-separated values with CSV quoting, as NVIDIA's preprocessing
-    does (``"a,b"`` -> ``["a", "b"]``; ``'"x,y"'`` -> ``["x,y"]``); empty words are dropped (trtllm-0.5
-    clients send ``""``). Accepts None, a str/bytes, or a sequence/array of str/bytes.
+    Each element is one word or phrase, never split on commas, as repo-builder's preprocessing reads
+    it (``wordlists.py``); elements that are JSON lists of integers (``"[13]"``) are token ids for the
+    engine's token-level stop list, not text, and are skipped here; empty elements are dropped
+    (trtllm-0.5 clients send ``""``). Accepts None, a str/bytes, or a sequence/array of str/bytes.
 
     Raises:
         BLSRequestError: naming ``field_name`` when an element is not a string or not UTF-8.
@@ -289,11 +300,10 @@ def parse_word_list(value: Any, field_name: str = STOP_WORDS) -> list[str]:
     words: list[str] = []
     for item in items:
         text = _as_text(item, field_name)
-        if not text:
+        if not text or _TOKEN_IDS_RE.match(text):
             continue
-        for row in csv.reader([text]):
-            words.extend(w for w in row if w)
-    return words
+        words.append(text)
+    return list(dict.fromkeys(words))
 
 
 @dataclass(frozen=True)
@@ -388,20 +398,13 @@ def truncate_at_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[s
     Returns:
         (text before the stop string, True) or (``text``, False) when no stop string occurs.
     """
-    best = -1
-    for s in stops:
-        i = text.find(s, start)
-        if i >= 0 and (best < 0 or i < best):
-            best = i
-    return (text[:best], True) if best >= 0 else (text, False)
+    cut, which = trim_at_stop(text, stops, start=start)
+    return cut, which is not None
 
 
 class StopStringFilter:
-    """Streaming stop-string matcher with hold-back across chunks, for one sequence.
-
-    Feed text deltas; the filter returns the text safe to emit. A suffix that could be the start of a
-    stop string is held back until the next chunk decides it. When a stop string completes, the text
-    before it is returned with ``stopped=True`` and everything after is dropped.
+    """Streaming stop-string matcher for one sequence: :class:`.stopstrings.StopStringMatcher` (hold-back
+    of a suffix that could begin a stop string, across chunks) plus a protected prompt prefix.
 
     Args:
         stops: the stop strings (empty ones are ignored).
@@ -410,52 +413,33 @@ class StopStringFilter:
             unchecked, so a stop string inside the echoed prompt does not cut the answer.
     """
 
-    __slots__ = ("stops", "_max_hold", "_pending", "_prefix", "stopped")
+    __slots__ = ("_matcher", "_prefix")
 
     def __init__(self, stops: Sequence[str], protected_prefix: str = "") -> None:
-        self.stops = tuple(s for s in stops if s)
-        self._max_hold = max((len(s) for s in self.stops), default=1) - 1
-        self._pending = ""
+        self._matcher = StopStringMatcher(stops)
         self._prefix = protected_prefix
-        self.stopped = False
 
-    def _held_suffix_len(self, text: str) -> int:
-        # Longest suffix of text that is a proper prefix of some stop string.
-        for n in range(min(self._max_hold, len(text)), 0, -1):
-            tail = text[-n:]
-            for s in self.stops:
-                if s.startswith(tail):
-                    return n
-        return 0
+    @property
+    def stopped(self) -> bool:
+        """True once a stop string completed."""
+        return self._matcher.stopped
 
     def feed(self, delta: str) -> tuple[str, bool]:
         """Add a text delta; return (text to emit now, stopped)."""
-        if self.stopped:
-            return "", True
         head = ""
-        if self._prefix:
+        if self._prefix and not self._matcher.stopped:
             n = 0
             limit = min(len(delta), len(self._prefix))
             while n < limit and delta[n] == self._prefix[n]:
                 n += 1
             head, delta = delta[:n], delta[n:]
             self._prefix = self._prefix[n:] if not delta else ""
-        if not self.stops:
-            return head + delta, False
-        text = self._pending + delta
-        cut, stopped = truncate_at_stop(text, self.stops)
-        if stopped:
-            self._pending = ""
-            self.stopped = True
-            return head + cut, True
-        hold = self._held_suffix_len(text)
-        self._pending = text[len(text) - hold:] if hold else ""
-        return head + (text[: len(text) - hold] if hold else text), False
+        res = self._matcher.feed(delta)
+        return head + res.text, res.stopped
 
     def flush(self) -> str:
         """At the end of the stream: the held-back text (it did not become a stop string)."""
-        out, self._pending = self._pending, ""
-        return "" if self.stopped else out
+        return self._matcher.flush()
 
 
 def stack_rows(responses: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -487,6 +471,85 @@ def stack_rows(responses: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.nd
 
 
 # --------------------------------------------------------------------------------------------------
+# coalescing of streamed engine responses
+
+#: How consecutive streamed engine responses of one sequence merge into one when the BLS has fallen
+#: behind the engine (several responses already waiting): engine output name -> rule. ``concat``
+#: joins the new tokens (after trimming each response to its ``sequence_length``), ``concat_tokens``
+#: joins along the token axis (second to last), ``sum`` adds, ``first``/``last`` keep one response's
+#: value. Facts: TensorRT-LLM streaming responses carry only the tokens generated since the previous
+#: response (executor default, upstream-reference §3); context logits and arrival/scheduling/first-token
+#: times belong to the first response. An engine output without a rule disables coalescing for the
+#: request, so per-token outputs are never lost.
+MERGE_RULES: dict[str, str] = {
+    "output_ids": "concat", "sequence_length": "sum", "output_log_probs": "concat",
+    "generation_logits": "concat_tokens", "context_logits": "first", "arrival_time_ns": "first",
+    "first_scheduled_time_ns": "first", "first_token_time_ns": "first",
+    "cum_log_probs": "last", "sequence_index": "last", "batch_index": "last", "last_token_time_ns": "last",
+    "kv_cache_alloc_new_blocks": "last", "kv_cache_reused_blocks": "last", "kv_cache_alloc_total_blocks": "last",
+    "acceptance_rate": "last", "total_accepted_draft_tokens": "last", "total_draft_tokens": "last",
+    "num_input_tokens": "last", "num_output_tokens": "last", "context_phase_params": "last",
+}
+_LENGTH_OUTPUT = "sequence_length"
+_TOKEN_OUTPUTS = ("output_ids", "output_log_probs")
+
+
+def can_merge(engine_outputs: Iterable[str]) -> bool:
+    """True when every requested engine output has a merge rule (see :data:`MERGE_RULES`)."""
+    return all(o in MERGE_RULES for o in engine_outputs)
+
+
+def merge_responses(responses: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Merge consecutive streamed engine responses of one sequence (beam width 1) into one.
+
+    ``output_ids``/``output_log_probs`` ``[1, 1, n_i]`` become ``[1, 1, sum n_i]`` (each trimmed to its
+    ``sequence_length`` when present), ``sequence_length`` ``[1, 1]`` the sum, the rest per
+    :data:`MERGE_RULES` (unknown outputs: last). Responses lacking an output are skipped for it.
+    """
+    if len(responses) == 1:
+        return dict(responses[0])
+    out: dict[str, np.ndarray] = {}
+    lengths = [r.get(_LENGTH_OUTPUT) for r in responses]
+    names = dict.fromkeys(n for r in responses for n in r)
+    for name in names:
+        rule = MERGE_RULES.get(name, "last")
+        vals = [(r[name], ln) for r, ln in zip(responses, lengths) if name in r]
+        if rule == "concat":
+            parts = []
+            for v, ln in vals:
+                if name in _TOKEN_OUTPUTS and ln is not None and v.ndim >= 1 and ln.size == 1:
+                    v = v[..., : int(ln.reshape(-1)[0])]
+                parts.append(v)
+            out[name] = np.concatenate(parts, axis=-1) if len({p.shape[:-1] for p in parts}) == 1 else parts[-1]
+        elif rule == "concat_tokens":
+            parts = [v for v, _ in vals]
+            ok = all(p.ndim >= 2 for p in parts) and len({p.shape[:-2] + p.shape[-1:] for p in parts}) == 1
+            out[name] = np.concatenate(parts, axis=-2) if ok else parts[-1]
+        elif rule == "sum":
+            out[name] = np.sum([v for v, _ in vals], axis=0).astype(vals[0][0].dtype)
+        elif rule == "first":
+            out[name] = vals[0][0]
+        else:
+            out[name] = vals[-1][0]
+    return out
+
+
+def _sequence_runs(batch: Sequence[Mapping[str, np.ndarray]]) -> list[list[Mapping[str, np.ndarray]]]:
+    """Split a batch of streamed responses into runs of consecutive responses of one sequence."""
+    runs: list[list[Mapping[str, np.ndarray]]] = []
+    last = object()
+    for r in batch:
+        si = r.get(SEQUENCE_INDEX)
+        key = int(si.reshape(-1)[0]) if si is not None and si.size else 0
+        if runs and key == last:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+            last = key
+    return runs
+
+
+# --------------------------------------------------------------------------------------------------
 # the request pipeline
 
 
@@ -497,6 +560,9 @@ class EngineStream(Protocol):
 
     def cancel(self) -> None:
         """Ask the engine to stop generating for this request (best effort)."""
+
+    # Optional: ``batches()`` yields lists of the responses already waiting (at least one, in order);
+    # the BLS then merges them (coalescing). Streams without it are read one response at a time.
 
 
 class StepCaller(Protocol):
@@ -670,44 +736,51 @@ class BLSCore:
 
         # Streaming.
         accumulate = self.settings.accumulate_tokens
+        coalesce = self.settings.coalesce and can_merge(engine_outputs)
         stopped_all = False
         count = 0
-        responses = iter(stream)
-        for resp in responses:
-            count += 1
-            if cancelled is not None and count % CANCEL_POLL_EVERY == 0 and cancelled():
-                stream.cancel()
-                stopped_all = True
-                break
-            penv = postprocess(resp)
-            if text_work:
-                seq_arr = penv.get(SEQUENCE_INDEX)
-                seq_id = int(seq_arr.reshape(-1)[0]) if seq_arr is not None and seq_arr.size else 0
-                for tname in text_names:
-                    arr = penv.get(tname)
-                    if arr is None:
-                        continue
-                    flat = arr.reshape(-1).tolist()
-                    emitted = []
-                    for j, item in enumerate(flat):
-                        key = (tname, seq_id, j)
-                        st = seqs.get(key)
-                        if st is None:
-                            st = seqs[key] = _SeqState(StopStringFilter(plan.stop_words, protected))
-                        delta = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
-                        out, _ = st.filter.feed(delta)
-                        if accumulate:
-                            st.text += out
-                            out = st.text
-                        emitted.append(out)
-                    penv[tname] = _encode_like(emitted, arr)
-                send(assemble(penv), False)
-                if plan.stop_words and self._all_stopped(seqs, plan):
+        batches_fn = getattr(stream, "batches", None) if coalesce else None
+        responses: Iterator[Any] = batches_fn() if batches_fn is not None else ([r] for r in stream)
+        for batch in responses:
+            count += len(batch)
+            if cancelled is not None and count >= CANCEL_POLL_EVERY:
+                count = 0
+                if cancelled():
                     stream.cancel()
                     stopped_all = True
                     break
-            else:
-                send(assemble(penv), False)
+            for run in (_sequence_runs(batch) if len(batch) > 1 else (batch,)):
+                penv = postprocess(merge_responses(run) if len(run) > 1 else run[0])
+                if text_work:
+                    seq_arr = penv.get(SEQUENCE_INDEX)
+                    seq_id = int(seq_arr.reshape(-1)[0]) if seq_arr is not None and seq_arr.size else 0
+                    for tname in text_names:
+                        arr = penv.get(tname)
+                        if arr is None:
+                            continue
+                        flat = arr.reshape(-1).tolist()
+                        emitted = []
+                        for j, item in enumerate(flat):
+                            key = (tname, seq_id, j)
+                            st = seqs.get(key)
+                            if st is None:
+                                st = seqs[key] = _SeqState(StopStringFilter(plan.stop_words, protected))
+                            delta = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+                            out, _ = st.filter.feed(delta)
+                            if accumulate:
+                                st.text += out
+                                out = st.text
+                            emitted.append(out)
+                        penv[tname] = _encode_like(emitted, arr)
+                    send(assemble(penv), False)
+                    if plan.stop_words and self._all_stopped(seqs, plan):
+                        stream.cancel()
+                        stopped_all = True
+                        break
+                else:
+                    send(assemble(penv), False)
+            if stopped_all:
+                break
         if stopped_all:
             send(None, True)
             for _ in responses:  # drain what the engine produced before it saw the cancellation

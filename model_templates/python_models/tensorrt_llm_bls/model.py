@@ -12,7 +12,10 @@ run concurrently and their responses are returned together.
 
 Parameters (config.pbtxt ``parameters``): ``tensorrt_llm_model_name`` (default ``tensorrt_llm``),
 ``accumulate_tokens`` (bool, default false), ``max_beam_width`` (int, default 1),
-``bls_worker_threads`` (int, default 256: most requests in flight at once; more wait in a queue).
+``bls_worker_threads`` (int, default 256: most requests in flight at once; more wait in a queue),
+``coalesce_streaming_responses`` (bool, default false: when the BLS falls behind a fast engine, the
+streamed responses that are already waiting are merged into one postprocessing call and one response;
+nothing is ever delayed to wait for more; fewer, larger chunks under load).
 
 Cancelling the engine after a stop string: Triton 2.51's BLS response iterator has no ``cancel()``
 (checked against the 2.51 stub), so when it is absent the BLS sends the engine a ``stop=true``
@@ -23,6 +26,8 @@ responses; if the engine refuses ``stop`` the BLS only drains.
 from __future__ import annotations
 
 import os
+import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
@@ -65,6 +70,51 @@ class _EngineStream:
             tensors = resp.output_tensors()
             if tensors:
                 yield {t.name(): t.as_numpy() for t in tensors}
+
+    def batches(self):
+        """Yield lists of the responses already received (at least one each, in order).
+
+        A reader thread pulls responses from the engine while the request's worker postprocesses
+        and sends; when the worker comes back, everything that arrived meanwhile is handed over at
+        once, so the BLS can merge it into one postprocessing call and one response.
+        """
+        pending: deque = deque()
+        cond = threading.Condition()
+        state = {"done": False}
+
+        def read() -> None:
+            try:
+                for item in self:
+                    with cond:
+                        pending.append(item)
+                        cond.notify()
+            except BaseException as exc:  # noqa: BLE001 - handed to the worker below
+                with cond:
+                    pending.append(exc)
+            finally:
+                with cond:
+                    state["done"] = True
+                    cond.notify()
+
+        threading.Thread(target=read, name="bls-reader", daemon=True).start()
+        while True:
+            with cond:
+                while not pending and not state["done"]:
+                    cond.wait()
+                items = list(pending)
+                pending.clear()
+                finished = state["done"]
+            batch = []
+            for item in items:
+                if isinstance(item, BaseException):
+                    if batch:
+                        yield batch
+                    raise item
+                batch.append(item)
+            if batch:
+                yield batch
+            if finished and not pending:
+                return
 
     def cancel(self) -> None:
         cancel = getattr(self._it, "cancel", None)
@@ -135,6 +185,7 @@ class TritonPythonModel:
             accumulate_tokens=bool(params.bool("accumulate_tokens", False)),
             max_beam_width=int(params.int("max_beam_width", 1) or 1),
             decoupled=self.decoupled,
+            coalesce=bool(params.bool("coalesce_streaming_responses", False)),
         )
         here = os.path.dirname(os.path.abspath(__file__))
         try:
