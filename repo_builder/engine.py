@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from .errors import EngineError
 
@@ -39,8 +39,6 @@ ENGINE_PATTERNS = ("*.engine",)
 SPECULATIVE_MODES = {1: "none", 2: "draft_tokens_external", 4: "medusa", 8: "lookahead_decoding",
                      16: "explicit_draft_tokens", 32: "eagle"}
 
-#: Defaults of synthetic_engine.json fields (tokens / requests).
-SYNTHETIC_DEFAULTS = {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
 
 #: The CPU reference engine batches at most this many requests (requests).
 HF_MAX_BATCH_SIZE = 8
@@ -93,16 +91,6 @@ class EngineInfo(BaseModel):
     def config_file(self) -> Path:
         """The file the facts were read from (``config.json`` or ``synthetic_engine.json``)."""
         return self.dir / (SYNTHETIC_FILE if self.kind == "synthetic" else "config.json")
-
-
-class _SyntheticSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    vocab_size: int = Field(SYNTHETIC_DEFAULTS["vocab_size"], ge=2)
-    max_batch_size: int = Field(SYNTHETIC_DEFAULTS["max_batch_size"], ge=1)
-    max_input_len: int = Field(SYNTHETIC_DEFAULTS["max_input_len"], ge=1)
-    max_seq_len: int = Field(SYNTHETIC_DEFAULTS["max_seq_len"], ge=2)
-    max_beam_width: int = Field(1, ge=1)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -313,22 +301,18 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
 
     synthetic = directory / SYNTHETIC_FILE
     if synthetic.is_file():
-        data = _read_json(synthetic)
-        if not isinstance(data, dict):
-            raise EngineError("synthetic engine spec must be a JSON object", path=synthetic)
+        from .runtime.synthetic import EngineLoadError, SPEC_DEFAULTS, read_spec
+
         try:
-            spec = _SyntheticSpec.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-            raise EngineError(f"invalid synthetic engine spec: {problems}", path=synthetic,
-                              hint=f"keys: {', '.join(SYNTHETIC_DEFAULTS)}") from None
-        if spec.max_input_len >= spec.max_seq_len:
-            raise EngineError(f"max_input_len ({spec.max_input_len}) must be below max_seq_len "
-                              f"({spec.max_seq_len})", path=synthetic)
+            spec = read_spec(directory)
+        except EngineLoadError as exc:
+            raise EngineError(str(exc).split(": ", 2)[-1], path=synthetic,
+                              hint=f"keys (all optional): {', '.join(f'{k} (default {v})' for k, v in SPEC_DEFAULTS.items())}"
+                              ) from None
         return EngineInfo(kind="synthetic", dir=directory, layout="synthetic", architecture="synthetic",
-                          dtype="float32", vocab_size=spec.vocab_size, max_batch_size=spec.max_batch_size,
-                          max_beam_width=spec.max_beam_width, max_input_len=spec.max_input_len,
-                          max_seq_len=spec.max_seq_len, logits_dtype="float32")
+                          dtype="float32", vocab_size=spec["vocab_size"], max_batch_size=spec["max_batch_size"],
+                          max_beam_width=1, max_input_len=spec["max_input_len"],
+                          max_seq_len=spec["max_seq_len"], logits_dtype="float32")
 
     config = directory / "config.json"
     if not config.is_file():

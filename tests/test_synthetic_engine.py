@@ -115,7 +115,8 @@ def test_token_delay_paces_each_iteration(synth_dir, monkeypatch):
     (None, "has no synthetic_engine.json"),
     ("{not json", "not valid JSON"),
     (json.dumps({**SPEC, "vocab": 3}), "unknown key"),
-    (json.dumps({k: v for k, v in SPEC.items() if k != "max_seq_len"}), "'max_seq_len' is missing"),
+    # a missing key takes its default (max_seq_len 2048), which must still exceed max_input_len
+    (json.dumps({**{k: v for k, v in SPEC.items() if k != "max_seq_len"}, "max_input_len": 4096}), "must be below"),
     (json.dumps({**SPEC, "vocab_size": "32000"}), "'vocab_size' must be a positive integer"),
     (json.dumps({**SPEC, "max_input_len": 64}), "must be below"),
 ])
@@ -125,3 +126,16 @@ def test_bad_engine_dir_is_a_load_error_naming_the_file(tmp_path, content, match
     with pytest.raises(EngineLoadError, match=match) as info:
         read_spec(tmp_path)
     assert str(tmp_path) in str(info.value)
+
+
+def test_missing_spec_keys_take_the_defaults_render_uses_too(tmp_path):
+    """One definition of synthetic_engine.json: the runtime and repo_builder.engine agree on defaults."""
+    from repo_builder.engine import inspect_engine
+    from repo_builder.runtime.synthetic import SPEC_DEFAULTS, read_spec
+
+    (tmp_path / "synthetic_engine.json").write_text(json.dumps({"vocab_size": 1000}))
+    spec = read_spec(tmp_path)
+    assert spec == {**SPEC_DEFAULTS, "vocab_size": 1000}
+    info = inspect_engine(tmp_path)
+    assert (info.vocab_size, info.max_batch_size, info.max_input_len, info.max_seq_len) == (
+        1000, SPEC_DEFAULTS["max_batch_size"], SPEC_DEFAULTS["max_input_len"], SPEC_DEFAULTS["max_seq_len"])

@@ -26,7 +26,9 @@ from .params import ModelParams
 SPEC_FILE = "synthetic_engine.json"
 FIRST_TOKEN = 3  # ids 0-2 are <unk>/<s>/</s> in LLaMA-style vocabularies
 _MASK = (1 << 64) - 1
-_KEYS = {"vocab_size": int, "max_batch_size": int, "max_input_len": int, "max_seq_len": int}
+#: Keys of synthetic_engine.json and their defaults (tokens / requests); the one definition, also used by
+#: ``repo_builder.engine`` at render time.
+SPEC_DEFAULTS = {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
 
 
 def prompt_seed(prompt: Iterable[int], seed: int | None = None) -> int:
@@ -65,7 +67,7 @@ def synthetic_token_ids(prompt: Seq[int], n: int, vocab_size: int, *, end_id: in
 
 
 def read_spec(engine_dir: str | Path) -> dict[str, int]:
-    """Read and check ``<engine_dir>/synthetic_engine.json``.
+    """Read and check ``<engine_dir>/synthetic_engine.json``; missing keys take ``SPEC_DEFAULTS``.
 
     Raises:
         EngineLoadError: missing file, bad JSON, unknown key, or a value that is not a positive integer
@@ -82,14 +84,12 @@ def read_spec(engine_dir: str | Path) -> dict[str, int]:
         raise EngineLoadError(f"tensorrt_llm: {path}: not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise EngineLoadError(f"tensorrt_llm: {path}: expected a JSON object")
-    unknown = sorted(set(raw) - set(_KEYS))
+    unknown = sorted(set(raw) - set(SPEC_DEFAULTS))
     if unknown:
-        raise EngineLoadError(f"tensorrt_llm: {path}: unknown key(s) {unknown}; known: {sorted(_KEYS)}")
+        raise EngineLoadError(f"tensorrt_llm: {path}: unknown key(s) {unknown}; known: {sorted(SPEC_DEFAULTS)}")
     spec: dict[str, int] = {}
-    for key in _KEYS:
-        if key not in raw:
-            raise EngineLoadError(f"tensorrt_llm: {path}: key '{key}' is missing")
-        value = raw[key]
+    for key, default in SPEC_DEFAULTS.items():
+        value = raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise EngineLoadError(f"tensorrt_llm: {path}: '{key}' must be a positive integer, got {value!r}")
         spec[key] = value
