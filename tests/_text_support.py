@@ -6,12 +6,17 @@ Not a test module (leading underscore). Tokenizers are the real ones in ../share
 from __future__ import annotations
 
 import json
+import os
+import re
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from repo_builder.contract import load_contract
 
-from conftest import ASSETS
+# Same rule as tests/conftest.py (not imported: inside tests/e2e "conftest" is another module).
+ASSETS = Path(os.environ.get("REPO_BUILDER_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "assets"
+_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
 @lru_cache(maxsize=None)
@@ -46,3 +51,33 @@ def model_config(profile: str, model: str, params: dict[str, Any] | None = None,
            "input": [entry(t) for t in spec.inputs], "output": [entry(t) for t in spec.outputs],
            "parameters": {k: sv(v) for k, v in (params or {}).items()}}
     return json.dumps(cfg) if as_json else cfg
+
+
+def byte_run_invalidated(tok: Any, ids: list[int], skip: bool) -> bool:
+    """Documented edge 2 of repo_builder/runtime/detokenizer.py: a SentencePiece byte-fallback run
+    (consecutive ``<0xNN>`` tokens; skipped special tokens removed first) that is invalid UTF-8 as a
+    whole but has a valid, complete prefix at a token boundary."""
+    special = set(tok.all_special_ids)
+    pieces = tok.convert_ids_to_tokens([i for i in ids if not (skip and i in special)])
+    runs, cur = [], []
+    for piece in pieces + [None]:
+        m = _BYTE.match(piece) if isinstance(piece, str) else None
+        if m:
+            cur.append(int(m.group(1), 16))
+            continue
+        if cur:
+            runs.append(bytes(cur))
+        cur = []
+    for run in runs:
+        try:
+            run.decode("utf-8")
+            continue
+        except UnicodeDecodeError:
+            pass
+        for k in range(1, len(run)):
+            try:
+                run[:k].decode("utf-8")
+                return True
+            except UnicodeDecodeError:
+                pass
+    return False

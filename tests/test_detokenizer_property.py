@@ -19,51 +19,19 @@ behaviour in that case.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import HF_TOKENIZERS
-from _text_support import tokenizer as load
+from _text_support import byte_run_invalidated, tokenizer as load
 from repo_builder.runtime.detokenizer import REPLACEMENT_CHAR, DetokenizerFactory
-
-_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 PIECES = ["你有点聪明", "迭代", "🧘\u200d♀️", "👨\u200d👩\u200d👧\u200d👦", "🇩🇪", "😀", "привет мир", "Ёжик",
           "Deep learning is a subset of machine learning", " the cat", "Hello , world !", "it 's", "\n", "\n\n",
           "  ", "\t", "a.b", "x", "</s>", "<s>", "<|im_end|>", "<|endoftext|>", "€", "ß", "naïve", "日本語の文章"]
 
 texts = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=6)), min_size=1, max_size=8).map("".join)
-
-
-def byte_run_invalidated(tok, ids: list[int], skip: bool) -> bool:
-    """Documented edge 2: a byte-fallback run, invalid as a whole, with a valid complete prefix."""
-    special = set(tok.all_special_ids)
-    pieces = tok.convert_ids_to_tokens([i for i in ids if not (skip and i in special)])
-    runs, cur = [], []
-    for piece in pieces + [None]:
-        m = _BYTE.match(piece) if isinstance(piece, str) else None
-        if m:
-            cur.append(int(m.group(1), 16))
-            continue
-        if cur:
-            runs.append(bytes(cur))
-        cur = []
-    for run in runs:
-        try:
-            run.decode("utf-8")
-            continue
-        except UnicodeDecodeError:
-            pass
-        for k in range(1, len(run)):
-            try:
-                run[:k].decode("utf-8")
-                return True
-            except UnicodeDecodeError:
-                pass
-    return False
 
 
 def stream(factory, ids: list[int], sizes: list[int]) -> list[str]:

@@ -33,6 +33,11 @@ def _root_conftest() -> Any:
 ROOT = _root_conftest()
 free_ports = ROOT.free_ports
 asset = ROOT.asset
+# pytest imports this file as module "conftest" too (no __init__.py) and it stays in sys.modules, so
+# `from conftest import ...` in tests/*.py collected after tests/e2e resolves here: re-export the root
+# conftest's plain names (not its fixtures, which pytest would register twice).
+PROJECT, SHARED, ASSETS, ENGINES, REPOS = ROOT.PROJECT, ROOT.SHARED, ROOT.ASSETS, ROOT.ENGINES, ROOT.REPOS
+HF_TOKENIZERS = ROOT.HF_TOKENIZERS
 
 
 def _renderer(base: Callable[[], Path]) -> Callable[..., Path]:
