@@ -292,3 +292,39 @@ def test_non_decoupled_bls_generates_and_refuses_streaming(sync_server, prompts,
     assert status == 200 and body["text_output"] == expected(prompts[0])[:pos], body
     status, body = http_generate(sync_server, BLS, {"text_input": prompts[0], "max_tokens": 8, "stream": True})
     assert status >= 400 and "stream:" in body.get("error", ""), body
+
+
+# ---------------------------------------------------------------------------------------------- trtllm-0.5
+@pytest.fixture(scope="module")
+def server_05(tmp_path_factory, render_repo_module, serve_module, tok):
+    engine = _synthetic_engine(tmp_path_factory, len(tok))
+    repo = render_repo_module(engine, asset("llama2_tokenizer"), profile="trtllm-0.5", streaming=True,
+                              values={"synthetic_token_delay_ms": 1}, name="bls_05")
+    with serve_module(repo) as srv:
+        yield srv
+
+
+def test_trtllm_05_bls_streams_and_cuts_stop_strings(server_05, prompts, expected):
+    """0.5 wiring (UINT32 ints, engine returns only output_ids, no stop_words_list in the engine): the
+    BLS streams the right text and is the only place where string stop words take effect."""
+    prompt = prompts[0]
+    payload = {"text_input": prompt, "max_tokens": N_TOKENS, "bad_words": "", "stop_words": ""}
+    status, body = http_generate(server_05, BLS, payload)
+    assert status == 200, body
+    assert body["text_output"] == expected(prompt)
+    stop, pos = _stop_string(expected(prompt, 60))
+    s = Stream(server_05)
+    try:
+        inputs = [_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+                  _input("stop_words", np.array([[stop.encode()]], dtype=object)),
+                  _input("bad_words", np.array([[b""]], dtype=object)),
+                  _input("stream", np.array([[True]], bool))]
+        t = grpcclient.InferInput("max_tokens", [1, 1], "UINT32")
+        t.set_data_from_numpy(np.array([[N_TOKENS]], np.uint32))
+        inputs.append(t)
+        s.send(BLS, inputs, "old")
+        got, errors = s.collect({"old"})
+    finally:
+        s.close()
+    assert not errors
+    assert "".join(texts(got["old"])) == expected(prompt)[:pos]
