@@ -108,3 +108,37 @@ def test_bench_on_rendered_repository(server, tmp_path):
         assert lv["itl_ms"]["count"] == 4 * 7
         assert lv["output_tokens"] > 0
     assert (out / "bench.png").stat().st_size > 0 and (out / "bench.csv").read_text().count("\n") == 3
+
+
+def test_same_client_serves_a_rendered_trtllm_0_5_repository(tmp_path):
+    """trtllm-0.5: max_tokens UINT32, text_input dims [-1], bad_words/stop_words required (sent as "")."""
+    from repo_builder.render import render_repository
+    from repo_builder.server import LaunchConfig, TritonServer
+
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "synthetic_engine.json").write_text(json.dumps(SPEC))
+    repo = tmp_path / "repo05"
+    render_repository(engine, asset("llama2_tokenizer"), repo, profile="trtllm-0.5", streaming=True)
+    http, grpc, metrics = free_ports(3)
+    with TritonServer(LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                                   no_mpi=True, timeout=300)) as srv:
+        texts: dict[tuple[str, bool], str] = {}
+        for proto in ("http", "grpc"):
+            with LLMClient(_url(srv, proto), proto, "ensemble") as c:
+                info = c.model_info()
+                assert info.inputs["max_tokens"].data_type == "TYPE_UINT32"
+                assert info.inputs["text_input"].dims == (-1,) and not info.inputs["bad_words"].optional
+                for stream in (False, True):
+                    res = c.generate(GenerateRequest("What is machine learning?", max_tokens=6, min_tokens=6,
+                                                     stream=stream))
+                    assert res.ok, res.error
+                    assert len(res.chunk_times_ns) == (6 if stream else 1)
+                    texts[(proto, stream)] = res.text
+                with pytest.raises(ClientError) as exc:
+                    c.generate(GenerateRequest("x", end_id=-1))
+                assert exc.value.key == "end_id"
+    streamed = texts[("http", True)]
+    assert streamed and texts[("grpc", True)] == streamed
+    # whole-text responses may carry the prompt too (the old profile's exclude_input_in_output default)
+    assert texts[("http", False)].endswith(streamed) and texts[("grpc", False)].endswith(streamed)
