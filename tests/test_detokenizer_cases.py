@@ -218,3 +218,13 @@ def test_cache_concurrent_streams(gpt2):
 def test_cleanup_probe():
     tok = load("llama2_tokenizer")
     assert cleanup_active(decode_fn(tok, True), lambda s: tok.encode(s, add_special_tokens=False)) is False
+
+
+def test_edge3_endless_invalid_byte_run_stays_bounded(llama):
+    """Byte 0xE8 repeated forever never completes a character: the window is cut by force."""
+    counter = CountingDecode(llama)
+    d = IncrementalDetokenizer(counter, max_window_tokens=64)
+    out = "".join(d.add([235]) for _ in range(2000))
+    assert max(len(d._ids), 0) <= 64 + 1
+    assert counter.tokens / 2000 < 80                             # not ~1000 tokens per step
+    assert set(out) == {REPLACEMENT_CHAR} and len(out) + len(d.flush()) == 2000

@@ -41,8 +41,10 @@ Documented edges (the only ones where the deltas differ from ``decode`` of the w
    the stream keeps the characters already sent; the concatenation then has the same length as
    ``decode`` but shows those characters where ``decode`` shows U+FFFD. Only a model emitting invalid
    UTF-8 reaches this.
-3. A window that never admits a safe cut (no tokenizer here does this) is cut by force after
-   ``max_window_tokens`` tokens so that the cost stays bounded; the alignment is then by suffix.
+3. A window that never admits a safe cut (no tokenizer here does this), or a held tail that never
+   resolves (a run of more than ``max_window_tokens`` tokens all ending in invalid bytes), is cut by
+   force after ``max_window_tokens`` tokens so that the cost stays bounded; the held text is then
+   emitted as it decodes at that moment and the alignment continues by suffix.
 """
 
 from __future__ import annotations
@@ -151,6 +153,11 @@ class IncrementalDetokenizer:
             self._emitted = end
         if end == len(text) and len(self._ids) > 2 * self._k:
             self._trim(text)
+        elif len(self._ids) > self._max_window:
+            # edge 3: an endless held tail (a run of invalid bytes): release it and cut, cost stays bounded
+            delta += text[self._emitted:]
+            self._emitted = len(text)
+            self._trim(text, force=True)
         self.chars_emitted += len(delta)
         return delta
 
@@ -164,10 +171,15 @@ class IncrementalDetokenizer:
         self.chars_emitted += len(delta)
         return delta
 
-    def _trim(self, text: str) -> None:
+    def _trim(self, text: str, force: bool = False) -> None:
         """Move the window start to a safe cut (see module docstring); called when nothing is held."""
         ids = self._ids
         n = len(ids)
+        if force:
+            cut = n - self._k
+            self._ids = ids[cut:]
+            self._emitted = len(self._decode(self._ids))
+            return
         # Try cuts leaving k, k+1, ... 2k-1 tokens; the first whose text is a non-empty suffix wins.
         for keep in range(self._k, min(2 * self._k, n)):
             cut = n - keep
