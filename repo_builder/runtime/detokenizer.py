@@ -31,9 +31,10 @@ Documented edges (the only ones where the deltas differ from ``decode`` of the w
 1. **Without** :meth:`IncrementalDetokenizer.flush`, a held tail is not emitted: a sequence that ends
    inside a UTF-8 character (cut by ``max_tokens``), or ends with a literal U+FFFD, or (clean-up
    tokenizers only) ends with a partial clean-up pattern such as a trailing space. The ensemble's
-   postprocessing cannot know that a response is the last one, so it cannot flush; what it drops there
-   is at most the held tail (for the UTF-8 case: text that ``decode`` shows as U+FFFD anyway). The BLS
-   knows the end and calls ``flush``.
+   postprocessing cannot know that a response is the last one, so it cannot flush; and since it keys
+   every response on the request (see postprocessing.py), this holds for its non-streaming responses
+   too. What it drops is at most the held tail: for the UTF-8 case, the characters that ``decode``
+   shows as U+FFFD anyway (a generation cut by ``max_tokens`` inside a character).
 2. Invalid byte sequences in SentencePiece byte-fallback runs: the ``tokenizers`` ByteFallback decoder
    renders a run of consecutive byte tokens as U+FFFD *as a whole* when the run is not valid UTF-8
    (``decode([235, 194, 176]) == "迭"`` but ``decode([235, 194, 176, 258]) == "\\ufffd" * 4``). When
