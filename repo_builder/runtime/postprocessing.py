@@ -11,14 +11,20 @@ with ``max_batch_size > 0`` (trtllm-1.2), ``[batch, beam, 1]`` for dims ``[-1, -
 
 Which responses belong to one request decides between two paths:
 
-* BLS: ``DETOKENIZER_KEY`` != 0 (from preprocessing) with ``STREAM`` true -> the response's new tokens go
-  to the incremental detokenizer of (key, ``SEQUENCE_INDEX`` or 0, beam); ``STREAM`` false -> decoded whole.
-* Ensemble: Triton does not let an ensemble step mix inputs from preprocessing with inputs from the
-  decoupled tensorrt_llm model, so the key is the request id (which the ensemble propagates to every
-  step) together with the engine's ``ARRIVAL_TIME_NS`` output (repo-builder's preprocessing always asks
-  for perf metrics). Whenever that key is non-empty the incremental path is used, for streaming and
-  non-streaming requests alike: fed all ids at once it returns the whole text.
+* Explicit key: ``DETOKENIZER_KEY`` != 0 (from preprocessing, for callers that are not an ensemble) with
+  ``STREAM`` true -> the response's new tokens go to the incremental detokenizer of (key,
+  ``SEQUENCE_INDEX`` or 0, beam); ``STREAM`` false -> decoded whole.
+* Ensemble and BLS: Triton does not let an ensemble step mix inputs from preprocessing with inputs from
+  the decoupled tensorrt_llm model, so the key is the request id (which the ensemble propagates to every
+  step, and which the BLS makes unique per client request) together with the engine's
+  ``ARRIVAL_TIME_NS`` output (repo-builder's preprocessing always asks for perf metrics). Whenever that
+  key is non-empty the incremental path is used, for streaming and non-streaming requests alike: fed all
+  ids at once it returns the whole text.
 * No key at all: each response is decoded whole (correct for non-streaming requests).
+
+Optional ``FLUSH`` (BOOL ``[batch, 1]``; not in the contract yet, for a caller that knows the end of
+a stream, like the BLS): true on the last response emits the detokenizer's held tail (an incomplete
+character at the end, see detokenizer.py edge 1) and drops the stream's state.
 
 Incremental states live in an LRU of ``detokenizer_max_streams`` streams; ``OUTPUT`` is the text delta
 (B24, B25). Decoding uses ``skip_special_tokens`` (parameter, default true: no ``<s>``/``</s>``/``<|im_end|>``
@@ -117,11 +123,14 @@ class Postprocessor:
                 if request_id or arrived:
                     stream_key = ("ens", request_id, arrived)
             index = int(_flag(seq_index, b) or 0)
+            flush = bool(_flag(inputs.get("FLUSH"), b))
             for k in range(beam):
                 n = max(0, min(int(seq_len[b, k]), length))
                 ids = [int(x) for x in t[b, k, :n].tolist()]
                 if stream_key is not None:
                     text = self.streams.add((*stream_key, index, k), ids)
+                    if flush:  # the caller's last response: emit the held tail, free the state
+                        text += self.streams.finish((*stream_key, index, k))
                 else:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")

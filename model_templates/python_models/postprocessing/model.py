@@ -2,7 +2,7 @@
 
 A thin adapter: all logic is ``repo_builder_runtime.postprocessing.Postprocessor`` (vendored by
 ``repo-builder render``), unit-tested without Triton. Streamed responses of one request (keyed by the
-request id and the engine's ``ARRIVAL_TIME_NS`` in the ensemble, by ``DETOKENIZER_KEY`` through the BLS)
+request id and the engine's ``ARRIVAL_TIME_NS``, or by an explicit ``DETOKENIZER_KEY`` with ``STREAM``)
 get only their new text, so the streamed text concatenates to the non-streaming text (no lost
 SentencePiece spaces, no U+FFFD).
 """
@@ -14,7 +14,8 @@ import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.postprocessing import Postprocessor
 from repo_builder_runtime.triton_io import RequestError, error_response, get_input
 
-INPUT_NAMES = ("TOKENS_BATCH", "SEQUENCE_LENGTH", "DETOKENIZER_KEY", "STREAM", "SEQUENCE_INDEX", "ARRIVAL_TIME_NS")
+INPUT_NAMES = ("TOKENS_BATCH", "SEQUENCE_LENGTH", "DETOKENIZER_KEY", "STREAM", "SEQUENCE_INDEX", "ARRIVAL_TIME_NS",
+               "FLUSH")
 
 
 class TritonPythonModel:
