@@ -537,6 +537,10 @@ class LLMClient:
             self._grpc = grpcclient.InferenceServerClient(self.url)
         return self._grpc
 
+    def _timed_out(self, model: str, rid: str) -> ClientError:
+        return ClientError(f"model '{model}': no complete response within {self.timeout_s:g} s (request id {rid})",
+                           key="--timeout", hint="raise the timeout, or ask for fewer tokens")
+
     def _unreachable(self, exc: Exception) -> ClientError:
         return ClientError(f"cannot reach tritonserver at {self.url} over {self.protocol}: {exc}", key="--url",
                            hint="start the server (repo-builder launch REPO) or fix --url/--protocol "
@@ -767,6 +771,10 @@ class LLMClient:
         try:
             resp = self._http().post(url, data=json.dumps(body), stream=(endpoint == "generate_stream"),
                                      timeout=(10, self.timeout_s), headers={"Content-Type": "application/json"})
+        except requests.Timeout:
+            res.end_ns = time.perf_counter_ns()
+            res.error = self._timed_out(info.name, rid)
+            raise res.error from None
         except requests.RequestException as exc:
             res.end_ns = time.perf_counter_ns()
             raise self._unreachable(exc) from None
@@ -788,27 +796,38 @@ class LLMClient:
                 res.error = _server_error(info.name, _error_text(resp.text))
                 raise res.error
             index = 0
-            pending: StreamEvent | None = None
-            for line in resp.iter_lines(chunk_size=None):
+            last: StreamEvent | None = None
+            lines = resp.iter_lines(chunk_size=None)
+            while True:
+                try:
+                    line = next(lines, None)
+                except requests.Timeout:
+                    res.end_ns = time.perf_counter_ns()
+                    res.error = self._timed_out(info.name, rid)
+                    raise res.error from None
+                except requests.RequestException as exc:  # connection lost mid-stream
+                    res.end_ns = time.perf_counter_ns()
+                    res.error = ClientError(f"model '{info.name}': the response stream broke off after "
+                                            f"{index} event(s): {exc}", key="--url")
+                    raise res.error from None
+                if line is None:
+                    break
                 now = time.perf_counter_ns()
-                if not line or not line.startswith(b"data:"):
+                if not line.startswith(b"data:"):
                     continue
                 payload = _json_or_error(line[5:].decode("utf-8", errors="replace").strip())
                 if "error" in payload:
                     res.end_ns = now
                     res.error = _server_error(info.name, payload["error"])
-                    if pending is not None:
-                        yield pending
                     raise res.error
-                if pending is not None:
-                    yield pending
-                pending = _event_from_json(index, now, payload, final=False)
-                res.events.append(pending)
+                last = _event_from_json(index, now, payload, final=False)
+                res.events.append(last)
                 index += 1
+                yield last
+            # SSE has no end-of-request marker: the body's end is the final response
             res.end_ns = time.perf_counter_ns()
-            if pending is not None:
-                pending.final = True
-                yield pending
+            if last is not None:
+                last.final = True
 
     def _http_infer(self, info: ModelInfo, arrays: dict[str, np.ndarray], rid: str, res: GenerateResult) -> None:
         import requests
@@ -906,8 +925,9 @@ class _Handle:
             except queue.Empty:
                 self.router.forget(res.request_id)
                 res.end_ns = time.perf_counter_ns()
-                res.error = ClientError(f"model '{res.model}': no final response within {timeout_s:.0f} s "
-                                        f"(request id {res.request_id})", key="timeout")
+                res.error = ClientError(f"model '{res.model}': no complete response within {timeout_s:g} s "
+                                        f"(request id {res.request_id})", key="--timeout",
+                                        hint="raise the timeout, or ask for fewer tokens")
                 self.done = True
                 raise res.error from None
             if kind == "error":

@@ -163,6 +163,17 @@ def test_b33_token_ids_to_decoupled_model_over_http_refused(server):
     assert exc.value.key == "protocol" and "grpc" in str(exc.value)
 
 
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_client_timeout_is_an_error_naming_the_option(server, proto):
+    # the fixture sleeps 2 ms per word before its single non-streamed response: 400 words take 0.8 s
+    url = server.http_hostport if proto == "http" else server.grpc_url
+    with LLMClient(url, proto, "fake_llm", timeout_s=0.25) as c:
+        res = c.generate(GenerateRequest("slow words", max_tokens=400))
+        assert not res.ok and res.error.key == "--timeout" and "0.25 s" in str(res.error)
+    with LLMClient(url, proto, "fake_llm", timeout_s=30) as c:  # the server itself is fine
+        assert c.generate(GenerateRequest("fast", max_tokens=2)).text == "fast FAST FAST"
+
+
 def test_output_selection_is_grpc_only_and_checked(server):
     with LLMClient(server.grpc_url, "grpc", "fake_llm") as c:
         res = c.generate(GenerateRequest("pick me", max_tokens=2, stream=True, outputs=["text_output"]))
