@@ -154,3 +154,15 @@ def test_adapter_streams_and_isolates_errors(monkeypatch):
         assert responses[1].error is not None and "SEQUENCE_LENGTH" in responses[1].error.message()
         out.append(responses[0].tensors["OUTPUT"][0, 0].decode())
     assert "".join(out) == "Deep learning is fun" and out[1] == " learning"
+
+
+def test_flush_on_the_last_response_emits_the_held_tail_and_frees_the_state():
+    llama = load("llama2_tokenizer")
+    ids = llama.encode("Hello", add_special_tokens=False) + [235, 194]     # ends inside a character
+    p = post()
+    got = [text(p.process(chunk([t], key=4, stream=True)))[0] for t in ids[:-1]]
+    last = chunk(ids[-1:], key=4, stream=True)
+    last["FLUSH"] = np.array([[True]], bool)
+    got.append(text(p.process(last))[0])
+    assert "".join(got) == llama.decode(ids) and got[-1] == "\ufffd\ufffd"
+    assert len(p.streams) == 0
