@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Launcher start-to-ready against a bare tritonserver with the same arguments (issue 5, figure 2).
+
+For each repository (``--repos``: ``synthetic`` = a synthetic-engine repository rendered with
+``repo_builder.render.render_repository`` into ``--workdir``; ``tiny`` = the numpy-only
+``tests/fixtures/launcher/tiny``; or a path) and each repetition, in an order rotated each repetition:
+
+* ``bare``: ``tritonserver`` started with ``subprocess.Popen`` with exactly the argv and environment the launcher
+  would use (``TritonServer.prepare()``, untimed, builds them; ``--no-mpi`` argv, i.e. one plain
+  tritonserver), then polled every ``POLL_S`` (0.05 s, the launcher's interval) on ``GET /v2/health/ready``
+  until 200 and ``POST /v2/repository/index`` until every model of the repository is READY. Time: from
+  just before ``Popen`` to that answer.
+* ``api``: ``TritonServer(LaunchConfig(...)).start()`` + ``wait_ready()`` (default options: mpirun for the one
+  rank when mpirun is installed, as ``repo-builder launch`` does). Time: from constructing the object
+  (preflight included) to ``wait_ready`` returning.
+* ``api-nompi``: the same with ``no_mpi=True`` (the same single process as ``bare``).
+* ``cli``: ``repo-builder launch REPO --detach`` as a subprocess (interpreter start, imports, preflight,
+  mpirun, ready); time until the command exits. ``cli-nompi`` adds ``--no-mpi``.
+
+Every server is stopped (untimed) before the next starts; servers use ports 20700-20799 (``--port-base``).
+Reported: median (min-max) start-to-ready per method and the launcher's overhead = median(method) -
+median(bare) (goal: within 0.5 s).
+
+Usage::
+
+    .venv/bin/python scripts/bench_launch.py [--repos synthetic,tiny] [--repeats 7] \\
+        [--methods bare,api,api-nompi,cli,cli-nompi] [--json results/launch.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_common import PROJECT, fmt, load_average, machine, summary  # noqa: E402
+
+METHODS = ("bare", "api", "api-nompi", "cli", "cli-nompi")
+SYNTHETIC_SPEC = {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
+
+
+def overheads(times: dict[str, list[float]], baseline: str = "bare") -> dict[str, float | None]:
+    """``{method: median(method) - median(baseline)}`` in seconds (None when either side is missing)."""
+    base = summary(times.get(baseline, []))["median"]
+    out: dict[str, float | None] = {}
+    for method, values in times.items():
+        if method == baseline:
+            continue
+        med = summary(values)["median"]
+        out[method] = None if med is None or base is None else med - base  # type: ignore[operator]
+    return out
+
+
+def rotated(items: list[str], k: int) -> list[str]:
+    """``items`` rotated left by ``k``."""
+    if not items:
+        return []
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def render_synthetic(work: Path, tokenizer_dir: str) -> Path:
+    """A streaming synthetic-engine repository rendered by repo-builder under ``work``."""
+    from repo_builder.render import render_repository
+
+    engine = work / "synthetic-engine"
+    engine.mkdir(parents=True, exist_ok=True)
+    (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC) + "\n")
+    repo = work / "synthetic-repo"
+    render_repository(engine, tokenizer_dir, repo, engine_mode="copy", streaming=True)
+    return repo
+
+
+class Ports:
+    """Rotating (http, grpc, metrics) triples inside ``[base, base + span)``."""
+
+    def __init__(self, base: int, span: int = 100) -> None:
+        self.base, self.span, self.i = base, span, 0
+
+    def next(self) -> tuple[int, int, int]:
+        triples = self.span // 3
+        start = self.base + 3 * (self.i % triples)
+        self.i += 1
+        return start, start + 1, start + 2
+
+
+def _request(port: int, method: str, path: str) -> tuple[int, bytes] | None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+    try:
+        conn.request(method, path, body=b"{}" if method == "POST" else None,
+                     headers={"Content-Type": "application/json"} if method == "POST" else {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def all_ready(index_body: bytes, expected: set[str]) -> bool:
+    """True if the ``/v2/repository/index`` JSON lists every name of ``expected`` with state READY."""
+    states = {e.get("name"): e.get("state") for e in json.loads(index_body or b"[]")}
+    return all(states.get(m) == "READY" for m in expected)
+
+
+def run_bare(repo: Path, ports: tuple[int, int, int], poll_s: float, timeout_s: float, log_dir: Path) -> float:
+    """Start tritonserver with the launcher's argv/env (no mpirun), poll until ready; stop it. Returns seconds."""
+    from repo_builder.server import LaunchConfig, TritonServer
+    from repo_builder.server import procs  # noqa: F401  (submodule)
+
+    http_port, grpc_port, metrics_port = ports
+    server = TritonServer(LaunchConfig(model_repo=repo, http_port=http_port, grpc_port=grpc_port,
+                                       metrics_port=metrics_port, no_mpi=True))
+    argv = server.prepare()
+    env = dict(os.environ)
+    env.update(server.env)
+    expected = set(server.repository.model_names) if server.repository else set()
+    log = open(log_dir / f"bare-{server.launch_id}.log", "wb")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True, close_fds=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"bare tritonserver exited with {proc.returncode}; log {log.name}")
+            got = _request(http_port, "GET", "/v2/health/ready")
+            if got is not None and got[0] == 200:
+                index = _request(http_port, "POST", "/v2/repository/index")
+                if index is not None and index[0] == 200 and all_ready(index[1], expected):
+                    elapsed = time.perf_counter() - t0
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"bare tritonserver not ready after {timeout_s} s; log {log.name}")
+            time.sleep(poll_s)
+    finally:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        procs.kill_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+        procs.remove_shm_files(server.shm_prefix)
+    return elapsed
+
+
+def run_api(repo: Path, ports: tuple[int, int, int], no_mpi: bool, timeout_s: float) -> float:
+    """``TritonServer`` start + wait_ready (construction and preflight included); stops it. Returns seconds."""
+    from repo_builder.server import LaunchConfig, TritonServer
+
+    http_port, grpc_port, metrics_port = ports
+    t0 = time.perf_counter()
+    server = TritonServer(LaunchConfig(model_repo=repo, http_port=http_port, grpc_port=grpc_port,
+                                       metrics_port=metrics_port, no_mpi=no_mpi, timeout=timeout_s))
+    try:
+        server.start()
+        server.wait_ready()
+        elapsed = time.perf_counter() - t0
+    finally:
+        server.stop()
+    return elapsed
+
+
+def run_cli(repo: Path, ports: tuple[int, int, int], no_mpi: bool, timeout_s: float, work: Path) -> float:
+    """``repo-builder launch --detach`` as a subprocess until it exits; then stops the server. Returns seconds."""
+    from repo_builder.server.run import stop
+
+    http_port, grpc_port, metrics_port = ports
+    pid_file = work / f"launch-{http_port}.pid.json"
+    cmd = [str(Path(sys.executable).parent / "repo-builder"), "launch", str(repo), "--detach",
+           "--pid-file", str(pid_file), "--http_port", str(http_port), "--grpc_port", str(grpc_port),
+           "--metrics_port", str(metrics_port), "--timeout", str(timeout_s)]
+    if no_mpi:
+        cmd.append("--no-mpi")
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    elapsed = time.perf_counter() - t0
+    try:
+        if done.returncode != 0:
+            raise RuntimeError(f"repo-builder launch failed ({done.returncode}):\n{done.stdout[-3000:]}")
+    finally:
+        if pid_file.exists():
+            stop(pid_file=pid_file, echo=lambda _m: None)
+    return elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repos", default="synthetic,tiny",
+                    help="synthetic (rendered), tiny (tests/fixtures/launcher/tiny) or repository paths")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--tokenizer-dir", default=str(PROJECT.parent / "shared" / "assets" / "llama2_tokenizer"))
+    ap.add_argument("--workdir", default=tempfile.gettempdir())
+    ap.add_argument("--port-base", type=int, default=20700, help="ports port-base .. port-base+99 are used")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for ready per launch")
+    ap.add_argument("--json", help="write raw times and summaries here")
+    args = ap.parse_args()
+
+    from repo_builder.server.process import POLL_S
+
+    work = Path(tempfile.mkdtemp(prefix="rb-bench-launch-", dir=args.workdir))
+    info = machine()
+    info["poll_interval_s"] = str(POLL_S)
+    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}", flush=True)
+    ports = Ports(args.port_base)
+    methods = [m for m in args.methods.split(",") if m]
+    results: dict[str, dict] = {}
+    try:
+        repos: dict[str, Path] = {}
+        for name in [r for r in args.repos.split(",") if r]:
+            if name == "synthetic":
+                repos[name] = render_synthetic(work, args.tokenizer_dir)
+            elif name == "tiny":
+                repos[name] = PROJECT / "tests" / "fixtures" / "launcher" / "tiny"
+            else:
+                repos[name] = Path(name).resolve()
+        for name, repo in repos.items():
+            times: dict[str, list[float]] = {m: [] for m in methods}
+            # untimed warm-up launch: page cache, Python bytecode of the stubs, the binary's libraries
+            run_api(repo, ports.next(), True, args.timeout)
+            for rep in range(args.repeats):
+                for method in rotated(methods, rep):
+                    p = ports.next()
+                    if method == "bare":
+                        s = run_bare(repo, p, POLL_S, args.timeout, work)
+                    elif method.startswith("api"):
+                        s = run_api(repo, p, method.endswith("nompi"), args.timeout)
+                    else:
+                        s = run_cli(repo, p, method.endswith("nompi"), args.timeout, work)
+                    times[method].append(s)
+                    print(f"{name:>10} rep {rep + 1}/{args.repeats}  {method:<10} {s:7.3f} s  "
+                          f"(load {os.getloadavg()[0]:.2f})", flush=True)
+            results[name] = {"repo": str(repo), "times_s": times,
+                             "summary": {m: summary(v) for m, v in times.items()},
+                             "overhead_vs_bare_s": overheads(times)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    info["load_average_end"] = load_average()
+    print(f"\n# load average at end: {info['load_average_end']}")
+    for name, res in results.items():
+        print(f"\n{name}: {res['repo']}")
+        print("| method | median s | min-max s | median - bare (s) |")
+        print("|---|---:|---:|---:|")
+        for m in methods:
+            s = res["summary"][m]
+            over = res["overhead_vs_bare_s"].get(m)
+            print(f"| {m} | {fmt(s['median'])} | {fmt(s['min'])}-{fmt(s['max'])} | "
+                  f"{'' if m == 'bare' else fmt(over)} |")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "results": results},
+                                              indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
