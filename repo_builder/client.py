@@ -466,7 +466,10 @@ def _ids_of(value: Any) -> list[int] | None:
 
 
 def _host_port(url: str) -> str:
-    for prefix in ("http://", "https://", "grpc://"):
+    if url.startswith("https://"):
+        raise ClientError("TLS endpoints are not supported by this client", key="--url",
+                          hint="give host:port of a plain HTTP or gRPC endpoint")
+    for prefix in ("http://", "grpc://"):
         if url.startswith(prefix):
             url = url[len(prefix):]
     return url.rstrip("/")
