@@ -120,6 +120,7 @@ class ModelInfo:
             decoupled).
         inputs: input specs by name.
         outputs: output names.
+        parameters: the config's ``parameters`` as plain strings (e.g. preprocessing's ``tokenizer_dir``).
     """
 
     name: str
@@ -127,6 +128,7 @@ class ModelInfo:
     decoupled: bool
     inputs: dict[str, InputSpec]
     outputs: tuple[str, ...]
+    parameters: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "ModelInfo":
@@ -139,7 +141,9 @@ class ModelInfo:
         policy = config.get("model_transaction_policy") or {}
         return cls(name=config.get("name", "?"), max_batch_size=int(config.get("max_batch_size", 0) or 0),
                    decoupled=bool(policy.get("decoupled", False)), inputs=inputs,
-                   outputs=tuple(o["name"] for o in config.get("output", [])))
+                   outputs=tuple(o["name"] for o in config.get("output", [])),
+                   parameters={k: str((v or {}).get("string_value", "")) if isinstance(v, dict) else str(v)
+                               for k, v in (config.get("parameters") or {}).items()})
 
     def input_name(self, field_name: str) -> str | None:
         """The model's input that carries request field ``field_name`` (following :data:`FIELD_ALIASES`)."""
@@ -605,6 +609,20 @@ class LLMClient:
         info = ModelInfo.from_config(config)
         self._infos[model] = info
         return info
+
+    def served_tokenizer_dir(self) -> str | None:
+        """The ``tokenizer_dir`` of the served ``preprocessing`` model when that directory exists here.
+
+        Lets ``generate`` count tokens with the tokenizer the server uses when client and server share a
+        filesystem; None otherwise (remote server, no preprocessing model).
+        """
+        from pathlib import Path
+
+        try:
+            path = self.model_info("preprocessing").parameters.get("tokenizer_dir", "")
+        except ClientError:
+            return None
+        return path if path and Path(path).is_dir() else None
 
     # -- text generation -------------------------------------------------------------------------------
     def _prepare(self, request: GenerateRequest, model: str) -> tuple[ModelInfo, dict[str, Any], dict[str, np.ndarray]]:

@@ -142,3 +142,18 @@ def test_same_client_serves_a_rendered_trtllm_0_5_repository(tmp_path):
     assert streamed and texts[("grpc", True)] == streamed
     # whole-text responses may carry the prompt too (the old profile's exclude_input_in_output default)
     assert texts[("http", False)].endswith(streamed) and texts[("grpc", False)].endswith(streamed)
+
+
+def test_generate_counts_tokens_with_the_served_tokenizer(server):
+    """Without --tokenizer-dir, `generate` counts with preprocessing's tokenizer_dir when it exists here."""
+    from transformers import AutoTokenizer
+
+    result = CliRunner().invoke(app, ["generate", "--url", server.grpc_url, "--protocol", "grpc", "--stream",
+                                      "--text", "What is machine learning?", "--max-tokens", "7",
+                                      "--min-tokens", "7"])
+    assert result.exit_code == 0, result.output
+    tok_dir = str(asset("llama2_tokenizer"))
+    assert f"one tokenization of the whole text with {tok_dir}" in result.output
+    text = result.stdout.splitlines()[0]
+    expected = len(AutoTokenizer.from_pretrained(tok_dir).encode(text, add_special_tokens=False))
+    assert f"tokens generated: {expected} " in result.output

@@ -56,6 +56,9 @@ def generate(
                           beam_width=beam_width, min_tokens=min_tokens, seed=seed, request_id=request_id)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     with LLMClient(url, protocol, model, timeout) as client:  # type: ignore[arg-type]
+        if counter is None:  # same machine as the server: count with the tokenizer it serves
+            tokenizer_dir = client.served_tokenizer_dir()
+            counter = token_counter(tokenizer_dir) if tokenizer_dir else None
         result = GenerateResult(model, request_id or "", protocol, stream, 0)
         for event in client.iter_events(req, result=result):
             if event.text:
@@ -66,7 +69,7 @@ def generate(
     ttft = result.ttft_ms
     tokens = result.count_output_tokens(counter)
     how = ("returned token ids" if result.token_ids is not None else
-           "one tokenization of the whole text" if counter else None)
+           f"one tokenization of the whole text with {tokenizer_dir}" if counter else None)
     err.print(f"request id: {result.request_id}")
     err.print(f"time to first token: {ttft:.1f} ms" if ttft is not None else "time to first token: - (no output)")
     err.print(f"total time: {result.latency_ms:.1f} ms, responses: {len(result.chunk_times_ns)}")
