@@ -43,25 +43,11 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 import numpy as np
 
 from .errors import ClientError
+from .runtime.triton_io import numpy_dtype
 
 Protocol = Literal["http", "grpc"]
 
 #: Triton config data types -> (numpy dtype, wire data type of the inference protocol).
-_DTYPES: dict[str, tuple[Any, str]] = {
-    "TYPE_BOOL": (np.bool_, "BOOL"),
-    "TYPE_UINT8": (np.uint8, "UINT8"),
-    "TYPE_UINT16": (np.uint16, "UINT16"),
-    "TYPE_UINT32": (np.uint32, "UINT32"),
-    "TYPE_UINT64": (np.uint64, "UINT64"),
-    "TYPE_INT8": (np.int8, "INT8"),
-    "TYPE_INT16": (np.int16, "INT16"),
-    "TYPE_INT32": (np.int32, "INT32"),
-    "TYPE_INT64": (np.int64, "INT64"),
-    "TYPE_FP16": (np.float16, "FP16"),
-    "TYPE_FP32": (np.float32, "FP32"),
-    "TYPE_FP64": (np.float64, "FP64"),
-    "TYPE_STRING": (np.object_, "BYTES"),
-}
 
 #: Request fields renamed between TensorRT-LLM versions: our name -> older ensemble input name.
 #: ``min_length`` / ``random_seed`` were the ensemble inputs up to v0.x; ``min_tokens`` / ``seed`` at c2e65b8.
@@ -101,12 +87,13 @@ class InputSpec:
     @property
     def numpy_dtype(self) -> Any:
         """The numpy dtype that carries this input (``np.object_`` of bytes for TYPE_STRING)."""
-        return _DTYPES[self.data_type][0]
+        return numpy_dtype(self.data_type)
 
     @property
     def wire_type(self) -> str:
         """The inference-protocol data type (``INT32``, ``BYTES``, ...)."""
-        return _DTYPES[self.data_type][1]
+        wire = self.data_type[5:] if self.data_type.startswith("TYPE_") else self.data_type
+        return "BYTES" if wire == "STRING" else wire
 
 
 @dataclass(frozen=True)

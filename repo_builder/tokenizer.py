@@ -151,13 +151,13 @@ def load_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = False
             raise TokenizerError(f"trust_remote_code is on but {module} (code of {cls}) is not in the directory; "
                                  "repo-builder never downloads", path=path,
                                  hint=f"copy {module} from the model repository into {path}")
-    try:
-        from transformers import AutoTokenizer
+    from .runtime.text import TokenizerLoadError
+    from .runtime.text import load_tokenizer as load_as_served
 
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=trust_remote_code)
-    except Exception as exc:  # transformers raises many types; all mean "cannot load"
-        raise TokenizerError(f"could not load the tokenizer with AutoTokenizer: {type(exc).__name__}: {exc}",
-                             path=path) from exc
+    try:  # the very loader the preprocessing/postprocessing models run
+        return load_as_served(path, trust_remote_code=trust_remote_code)
+    except TokenizerLoadError as exc:
+        raise TokenizerError(f"could not load the tokenizer: {exc}", path=path) from exc
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -50,18 +50,11 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence as Seq
 import numpy as np
 
 from .params import ModelParams
+from .triton_io import numpy_dtype
 
 # --------------------------------------------------------------------------------------------------
 # Model config I/O
 
-TRITON_TO_NUMPY: dict[str, Any] = {
-    "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8, "TYPE_INT16": np.int16, "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64, "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-    # numpy has no bfloat16: values are built as float32 and converted by the Triton adapter.
-    "TYPE_BF16": np.float32,
-}
 
 
 class EngineLoadError(RuntimeError):
@@ -94,8 +87,8 @@ class IOSpec:
 
     @property
     def numpy_dtype(self) -> Any:
-        """The numpy dtype of ``data_type`` (BF16 as float32, see TRITON_TO_NUMPY)."""
-        return TRITON_TO_NUMPY.get(self.data_type, np.float32)
+        """The numpy dtype of ``data_type`` (BF16 as float32, see :func:`.triton_io.numpy_dtype`)."""
+        return numpy_dtype(self.data_type)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ import numpy as np
 
 from .detokenizer import DetokenizerCache, DetokenizerFactory
 from .params import ModelParams
-from .text import TokenizerLoadError, load_tokenizer
+from .text import tokenizer_from_params
 from .triton_io import RequestError, output_dims
 
 
@@ -63,14 +63,8 @@ class Postprocessor:
 
     def __init__(self, model_config: Mapping[str, Any] | str, tokenizer: Any = None) -> None:
         self.params = params = ModelParams(model_config)
-        self.tokenizer_dir = params.str("tokenizer_dir")
-        if tokenizer is None:
-            if not self.tokenizer_dir:
-                raise TokenizerLoadError(f"model '{params.model_name}': parameter 'tokenizer_dir' is not set "
-                                         "(hint: render the repository with --tokenizer-dir)")
-            tokenizer = load_tokenizer(self.tokenizer_dir,
-                                       trust_remote_code=bool(params.bool("trust_remote_code", False)))
-        self.tokenizer = tokenizer
+        self.tokenizer, self.tokenizer_dir = tokenizer_from_params(params, tokenizer)
+        tokenizer = self.tokenizer
         self.skip_special_tokens = bool(params.bool("skip_special_tokens", True))
         self.max_streams = int(params.int("detokenizer_max_streams", 1024) or 1024)
         self.factory = DetokenizerFactory(tokenizer, self.skip_special_tokens)

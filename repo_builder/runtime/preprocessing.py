@@ -28,7 +28,7 @@ import numpy as np
 from .params import ModelParams
 from .special_ids import resolve_special_ids
 from .text import (TokenizerLoadError, WordEncoder, check_lengths, encode_prompt, has_chat_template,
-                   load_tokenizer)
+                   tokenizer_from_params)
 from .triton_io import RequestError, output_dtypes
 
 # model input -> client-facing ensemble field (for error messages)
@@ -117,14 +117,8 @@ class Preprocessor:
 
     def __init__(self, model_config: Mapping[str, Any] | str, tokenizer: Any = None) -> None:
         self.params = params = ModelParams(model_config)
-        self.tokenizer_dir = params.str("tokenizer_dir")
-        if tokenizer is None:
-            if not self.tokenizer_dir:
-                raise TokenizerLoadError(f"model '{params.model_name}': parameter 'tokenizer_dir' is not set "
-                                         "(hint: render the repository with --tokenizer-dir)")
-            tokenizer = load_tokenizer(self.tokenizer_dir,
-                                       trust_remote_code=bool(params.bool("trust_remote_code", False)))
-        self.tokenizer = tokenizer
+        self.tokenizer, self.tokenizer_dir = tokenizer_from_params(params, tokenizer)
+        tokenizer = self.tokenizer
         self.add_special_tokens = bool(params.bool("add_special_tokens", True))
         self.chat_template = bool(params.bool("apply_chat_template", False))
         if self.chat_template and not has_chat_template(tokenizer):

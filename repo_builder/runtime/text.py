@@ -74,6 +74,24 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
                                  f"{type(exc).__name__}: {text}{hint}") from exc
 
 
+def tokenizer_from_params(params: Any, tokenizer: Any = None) -> tuple[Any, str | None]:
+    """The tokenizer a model's ``tokenizer_dir``/``trust_remote_code`` parameters name, and that dir.
+
+    Args:
+        params: the model's :class:`.params.ModelParams`.
+        tokenizer: an already loaded tokenizer (tests); returned as is.
+    Raises:
+        TokenizerLoadError: ``tokenizer_dir`` unset, not local, or unloadable.
+    """
+    tokenizer_dir = params.str("tokenizer_dir")
+    if tokenizer is None:
+        if not tokenizer_dir:
+            raise TokenizerLoadError(f"model '{params.model_name}': parameter 'tokenizer_dir' is not set "
+                                     "(hint: render the repository with --tokenizer-dir)")
+        tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=bool(params.bool("trust_remote_code", False)))
+    return tokenizer, tokenizer_dir
+
+
 def _has_auto_map(path: Path) -> bool:
     """True when tokenizer_config.json or config.json of ``path`` names remote code (``auto_map``)."""
     import json

@@ -20,7 +20,9 @@ from typing import Any, Mapping
 import numpy as np
 
 # Triton data type names (model config "data_type" without the TYPE_ prefix, as in the JSON config
-# Triton hands to initialize) -> numpy dtype. TYPE_STRING maps to object (bytes elements).
+# Triton hands to initialize) -> numpy dtype: the one table of repo-builder (the engines and the client
+# use it too). TYPE_STRING maps to object (bytes elements); numpy has no bfloat16, so BF16 values are
+# built as float32.
 _NP = {
     "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
     "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
@@ -110,3 +112,30 @@ def strings(array: np.ndarray | None, field: str) -> list[str] | None:
 def error_response(pb: Any, exc: BaseException) -> Any:
     """An ``InferenceResponse`` that carries ``exc`` as a ``TritonError`` (request fails, others go on)."""
     return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(str(exc)))
+
+
+def respond_each(pb: Any, requests: Any, input_names: tuple[str, ...], process: Any, model: str) -> list[Any]:
+    """Serve a batch of requests one by one, so a bad request fails alone.
+
+    Args:
+        pb: the ``triton_python_backend_utils`` module.
+        requests: the requests ``execute`` received.
+        input_names: the inputs to read (absent optional ones arrive as None).
+        process: ``process(inputs: dict[str, np.ndarray | None], request) -> dict[str, np.ndarray]``.
+        model: the model name for the message of an unexpected failure.
+    Returns:
+        one ``InferenceResponse`` per request: the outputs, or an error naming the request field
+        (:class:`RequestError`) or the failure (a bug must not take the other requests down).
+    """
+    responses = []
+    for request in requests:
+        try:
+            inputs = {name: get_input(pb, request, name) for name in input_names}
+            outputs = process(inputs, request)
+            responses.append(pb.InferenceResponse(
+                output_tensors=[pb.Tensor(name, array) for name, array in outputs.items()]))
+        except RequestError as exc:
+            responses.append(error_response(pb, exc))
+        except Exception as exc:  # noqa: BLE001 - reported to the client, the other requests go on
+            responses.append(error_response(pb, RuntimeError(f"{model} failed: {type(exc).__name__}: {exc}")))
+    return responses

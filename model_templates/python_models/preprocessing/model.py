@@ -12,7 +12,7 @@ import json
 import triton_python_backend_utils as pb_utils
 
 from repo_builder_runtime.preprocessing import INPUT_NAMES, Preprocessor
-from repo_builder_runtime.triton_io import RequestError, error_response, get_input
+from repo_builder_runtime.triton_io import respond_each
 
 
 class TritonPythonModel:
@@ -22,19 +22,8 @@ class TritonPythonModel:
         self.core = Preprocessor(json.loads(args["model_config"]))
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                inputs = {name: get_input(pb_utils, request, name) for name in INPUT_NAMES}
-                outputs = self.core.process(inputs)
-                tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items()]
-                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-            except RequestError as exc:
-                responses.append(error_response(pb_utils, exc))
-            except Exception as exc:  # a bug must not take the other requests down
-                responses.append(error_response(
-                    pb_utils, RuntimeError(f"preprocessing failed: {type(exc).__name__}: {exc}")))
-        return responses
+        return respond_each(pb_utils, requests, INPUT_NAMES, lambda inputs, _: self.core.process(inputs),
+                            "preprocessing")
 
     def finalize(self):
         pass
