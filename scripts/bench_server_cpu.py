@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""Server CPU per streamed token spent around the engine, ensemble vs BLS (issue 5, figure 3).
+
+Renders a streaming synthetic-engine repository (``synthetic_token_delay_ms`` = 0: the engine emits tokens as
+fast as it can) with ``repo_builder.render.render_repository``, serves it with
+``repo_builder.server.TritonServer`` (one plain tritonserver, ``no_mpi``; ports from ``--port-base``,
+default 20700) and, for each model (``ensemble``, ``tensorrt_llm_bls``) and each concurrency (1, 4, 16),
+sends ``--requests`` streamed gRPC requests with ``repo_builder.bench.run_bench`` (``--input-tokens`` prompt
+tokens, exactly ``--output-tokens`` generated tokens per request: ``max_tokens`` = ``min_tokens``; the
+synthetic engine never emits the end id).
+
+CPU: ``utime + stime`` (``/proc/<pid>/stat``, whole process, all threads) of tritonserver and of every
+Python-backend stub process (children of tritonserver; each stub's command line names its model's
+``<model>/1/model.py``), sampled right before and after the level. Streamed tokens = successful requests x
+``--output-tokens`` (what the engine generated). Figures per level:
+
+* ``around engine ms/token`` = CPU of the processes on the request's path except the engine stub / tokens:
+  tritonserver + preprocessing + postprocessing (+ the tensorrt_llm_bls stub for BLS): Triton, the ensemble
+  scheduler or BLS, tokenization, detokenization, everything but the engine. (The stub of the model the
+  path does not use idles; it is shown but not counted.)
+* the same split per process, the engine stub's own ms/token, and the client's CPU (same machine);
+* TTFT p50 / p90 (ms) and E2E p50 from ``run_bench``.
+
+Each level runs ``--repeats`` times (interleaving models: ensemble c=1, bls c=1, ensemble c=4, ...); medians
+and min/max are reported. ``--profile`` then records the stubs with py-spy (``pip install py-spy``; needs
+ptrace) during one extra level per model at ``--profile-concurrency`` (``py-spy record --gil``: only the
+thread holding the GIL is sampled, so samples / rate ~ CPU seconds spent running Python code; the rest of a
+stub's CPU is its C++ side) and prints the top functions by self and inclusive samples per stub (the profiled level is not part of the CPU figures; py-spy pauses the
+process for each sample, so that level runs slower).
+
+Usage::
+
+    .venv/bin/python scripts/bench_server_cpu.py [--concurrency 1,4,16] [--requests 64] [--repeats 3] \\
+        [--input-tokens 128] [--output-tokens 64] [--profile] [--json results/server_cpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_common import PROJECT, fmt, load_average, machine, proc_cpu_s, summary  # noqa: E402
+
+ENGINE_MODEL = "tensorrt_llm"
+SERVER = "tritonserver"
+SYNTHETIC_SPEC = {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
+
+
+# ------------------------------------------------------------------------------------------- pure parts
+def stub_model(argv: list[str]) -> str | None:
+    """The model a Python-backend stub serves, from its argv (``.../<model>/<version>/model.py``), else None."""
+    if not argv or "triton_python_backend_stub" not in Path(argv[0]).name:
+        return None
+    for arg in argv[1:]:
+        p = Path(arg)
+        if p.name == "model.py" and len(p.parts) >= 3:
+            return p.parent.parent.name
+    return None
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per-process CPU seconds spent between two samples ``{name: cumulative seconds}`` (names in both)."""
+    return {k: after[k] - before[k] for k in after if k in before}
+
+
+#: Processes on each request path besides the engine stub (a stub of a model the path does not call is idle,
+#: and left out of ``around_engine``; it still appears in ``total``).
+PATH_PROCESSES = {"ensemble": (SERVER, "preprocessing", "postprocessing"),
+                  "tensorrt_llm_bls": (SERVER, "preprocessing", "postprocessing", "tensorrt_llm_bls"),
+                  ENGINE_MODEL: (SERVER,)}
+
+
+def per_token(delta: dict[str, float], tokens: int, path: tuple[str, ...] | None = None,
+              engine: str = ENGINE_MODEL) -> dict[str, float | None]:
+    """ms of CPU per token for each process, ``total`` (every process) and ``around_engine``: the processes
+    of ``path`` (default: every process but ``engine``; instances ``name#2`` count with ``name``) without the
+    engine stub. None everywhere when ``tokens`` is 0."""
+    if tokens <= 0:
+        return {k: None for k in [*delta, "total", "around_engine"]}
+    out: dict[str, float | None] = {k: v * 1000 / tokens for k, v in delta.items()}
+    out["total"] = sum(delta.values()) * 1000 / tokens
+    around = sum(v for k, v in delta.items()
+                 if k.split("#")[0] != engine and (path is None or k.split("#")[0] in path))
+    out["around_engine"] = around * 1000 / tokens
+    return out
+
+
+def frame_key(frame: str, lines: bool = False) -> str:
+    """A py-spy frame ``func (file.py:123)`` as ``func (file.py)`` (``lines=False``: one entry per function)."""
+    if lines or not frame.endswith(")") or "(" not in frame:
+        return frame
+    head, _, loc = frame.rpartition("(")
+    file, sep, line = loc[:-1].rpartition(":")
+    return f"{head}({file})" if sep and line.isdigit() else frame
+
+
+_PSEUDO_FRAME = re.compile(r"^(thread \(0?x?[0-9a-f]+\)|process \d+:)")
+
+
+def top_frames(collapsed: str, n: int = 12, lines: bool = False) -> dict[str, list[tuple[str, int, float]]]:
+    """Top functions of a py-spy ``--format raw`` profile (collapsed stacks: ``f1;f2;...;fN count`` per line).
+
+    Thread pseudo-frames (``thread (123): name``, from ``--threads``) and ``process ...`` frames are dropped; a
+    stack left without frames counts as ``<no Python frame>``. Frames are grouped per function
+    (:func:`frame_key`) unless ``lines``.
+
+    Returns ``{"self": [(frame, samples, share)...], "inclusive": [...], "total": [("samples", N, 1.0)]}``:
+    ``self`` counts the innermost frame of each stack, ``inclusive`` every distinct frame of a stack once.
+    Shares are fractions of all samples.
+    """
+    self_c: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        line = line.strip()
+        if not line or " " not in line:
+            continue
+        stack, _, count_text = line.rpartition(" ")
+        try:
+            count = int(count_text)
+        except ValueError:
+            continue
+        frames = [frame_key(f, lines) for f in stack.split(";") if f and not _PSEUDO_FRAME.match(f)]
+        if not frames:
+            frames = ["<no Python frame>"]
+        total += count
+        self_c[frames[-1]] += count
+        for f in set(frames):
+            incl[f] += count
+    if not total:
+        return {"self": [], "inclusive": [], "total": [("samples", 0, 1.0)]}
+    return {"self": [(f, c, c / total) for f, c in self_c.most_common(n)],
+            "inclusive": [(f, c, c / total) for f, c in incl.most_common(n)],
+            "total": [("samples", total, 1.0)]}
+
+
+# ------------------------------------------------------------------------------------------- machine parts
+def server_processes(server_pid: int) -> dict[str, int]:
+    """``{"tritonserver": pid, <model>: stub pid, ...}`` (one instance per model expected; extra instances get
+    ``<model>#2`` ...)."""
+    import repo_builder.server.procs as P
+
+    found = {SERVER: server_pid}
+    for child in P.children(server_pid):
+        model = stub_model(P.cmdline(child.pid))
+        if model is None:
+            continue
+        name, i = model, 1
+        while name in found:
+            i += 1
+            name = f"{model}#{i}"
+        found[name] = child.pid
+    return found
+
+
+def sample(pids: dict[str, int]) -> dict[str, float]:
+    """Cumulative CPU seconds of each process (missing processes left out)."""
+    out = {}
+    for name, pid in pids.items():
+        v = proc_cpu_s(pid)
+        if v is not None:
+            out[name] = v
+    return out
+
+
+def render_repo(work: Path, tokenizer_dir: str, extra: dict) -> Path:
+    from repo_builder.render import render_repository
+
+    engine = work / "synthetic-engine"
+    engine.mkdir(parents=True, exist_ok=True)
+    (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC) + "\n")
+    values = {"synthetic_token_delay_ms": 0, **extra}
+    return render_repository(engine, tokenizer_dir, work / "repo", user_values=values, streaming=True).output
+
+
+def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict[str, int]) -> dict:
+    """One measured level: CPU sampled around ``run_bench`` (no warm-up inside the window); ``model`` =
+    ``tensorrt_llm`` runs :func:`direct_level` instead."""
+    from repo_builder.bench import BenchSettings, run_bench
+
+    if model == ENGINE_MODEL:
+        return direct_level(url, c, args, pids)
+
+    settings = BenchSettings(url=url, protocol="grpc", model=model, stream=True, concurrency=[c],
+                             requests=args.requests, input_tokens=args.input_tokens,
+                             output_tokens=args.output_tokens, tokenizer_dir=args.tokenizer_dir, warmup=0)
+    before = sample(pids)
+    t0 = time.perf_counter()
+    report = run_bench(settings, progress=False)
+    wall = time.perf_counter() - t0
+    after = sample(pids)
+    level = report["levels"][0]
+    tokens = level["completed"] * args.output_tokens
+    delta = cpu_delta(before, after)
+    return {"model": model, "concurrency": c, "completed": level["completed"], "errors": level["errors"],
+            "tokens": tokens, "wall_s": wall, "cpu_s": delta,
+            "ms_per_token": per_token(delta, tokens, PATH_PROCESSES.get(model)),
+            "server_cpu_util": sum(delta.values()) / wall if wall else None,
+            "ttft_ms_p50": level["ttft_ms"]["p50"], "ttft_ms_p90": level["ttft_ms"]["p90"],
+            "itl_ms_p50": level["itl_ms"]["p50"], "e2e_ms_p50": level["e2e_ms"]["p50"],
+            "client_cpu_ms_per_token": level["client_cpu_s"] * 1000 / tokens if tokens else None,
+            "chunks_per_request": level.get("chunks_per_request")}
+
+
+def direct_level(url: str, c: int, args: argparse.Namespace, pids: dict[str, int] | None) -> dict:
+    """Token ids streamed straight to ``tensorrt_llm`` (``LLMClient.infer_token_ids``, gRPC, ``streaming``):
+    the engine plus Triton's own response path, no ensemble, BLS, tokenizer or detokenizer. Same request
+    count, lengths and concurrency as a text level; CPU sampled the same way (``pids`` None: not sampled)."""
+    import random
+    import threading
+
+    from repo_builder.bench_stats import RequestRecord, summarize
+    from repo_builder.client import LLMClient
+
+    lock = threading.Lock()
+    counter = iter(range(args.requests))
+    results = []
+    failures: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with LLMClient(url, "grpc", ENGINE_MODEL) as client:
+                while True:
+                    with lock:
+                        i = next(counter, None)
+                    if i is None:
+                        return
+                    rng = random.Random(i)
+                    ids = [rng.randrange(3, SYNTHETIC_SPEC["vocab_size"]) for _ in range(args.input_tokens)]
+                    res = client.infer_token_ids(ids, args.output_tokens, streaming=True)
+                    with lock:
+                        results.append(res)
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+
+    before = sample(pids) if pids else {}
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(c)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    client_cpu = time.process_time() - cpu0
+    after = sample(pids) if pids else {}
+    if failures:
+        raise failures[0]
+    records = [RequestRecord(r.start_ns, tuple(r.chunk_times_ns), r.end_ns, None if not r.ok else args.output_tokens,
+                             None if r.ok else str(r.error)) for r in results]
+    stats = summarize(records, concurrency=c, wall=int(wall * 1e9)).to_dict()
+    tokens = stats["completed"] * args.output_tokens
+    delta = cpu_delta(before, after)
+    return {"model": ENGINE_MODEL, "concurrency": c, "completed": stats["completed"],
+            "errors": stats["errors"], "tokens": tokens, "wall_s": wall, "cpu_s": delta,
+            "ms_per_token": per_token(delta, tokens, PATH_PROCESSES[ENGINE_MODEL]),
+            "server_cpu_util": sum(delta.values()) / wall if wall else None,
+            "ttft_ms_p50": stats["ttft_ms"]["p50"], "ttft_ms_p90": stats["ttft_ms"]["p90"],
+            "itl_ms_p50": stats["itl_ms"]["p50"], "e2e_ms_p50": stats["e2e_ms"]["p50"],
+            "client_cpu_ms_per_token": client_cpu * 1000 / tokens if tokens else None,
+            "chunks_per_request": (sum(len(r.chunk_ns) for r in records if r.ok) / stats["completed"]
+                                   if stats["completed"] else None)}
+
+
+def warm(url: str, model: str, args: argparse.Namespace) -> None:
+    """Untimed requests so lazy state (tokenizers, threads, Triton's first-request paths) exists."""
+    from repo_builder.bench import BenchSettings, run_bench
+
+    if model == ENGINE_MODEL:
+        direct_level(url, 4, argparse.Namespace(**{**vars(args), "requests": 8}), None)
+        return
+    run_bench(BenchSettings(url=url, protocol="grpc", model=model, stream=True, concurrency=[4], requests=8,
+                            input_tokens=args.input_tokens, output_tokens=args.output_tokens,
+                            tokenizer_dir=args.tokenizer_dir, warmup=0), progress=False)
+
+
+def profile_level(url: str, model: str, args: argparse.Namespace, pids: dict[str, int], out: Path) -> dict:
+    """py-spy record on every stub during one level of ``model``; returns ``{stub: top_frames}``."""
+    pyspy = shutil.which("py-spy", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    if pyspy is None:
+        raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    spies = {}
+    for name, pid in pids.items():
+        if name == SERVER:
+            continue
+        path = out / f"{model}-{name}.txt"
+        spies[name] = (path, subprocess.Popen(
+            [pyspy, "record", "--pid", str(pid), "--rate", str(args.profile_rate), "--format", "raw",
+             *(["--native"] if args.profile_native else ["--gil"]), "-o", str(path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    time.sleep(1.0)  # py-spy attaches
+    level = run_level(url, model, args.profile_concurrency,
+                      argparse.Namespace(**{**vars(args), "requests": args.profile_requests or 4 * args.requests}), pids)
+    tops = {}
+    for name, (path, proc) in spies.items():
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if path.is_file():
+            tops[name] = top_frames(path.read_text())
+            cpu = level["cpu_s"].get(name)
+            samples = tops[name]["total"][0][1]
+            # seconds the GIL was held (py-spy --gil samples / rate) over the stub's CPU seconds: well below 1 =
+            # the stub's C++ side (shared-memory IPC with tritonserver) dominates; above 1 = the GIL is also held
+            # while off the CPU (waiting inside a pb_utils call)
+            tops[name]["python_share"] = [("python/cpu", samples, (samples / args.profile_rate) / cpu
+                                           if cpu and not args.profile_native else None)]
+        else:
+            tops[name] = {"error": err.decode(errors="replace")[-500:]}
+    return {"level": level, "top": tops}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="ensemble,tensorrt_llm_bls,tensorrt_llm",
+                    help="text models, plus tensorrt_llm = token ids streamed to the engine directly (baseline)")
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--requests", type=int, default=64, help="requests per level")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of every level")
+    ap.add_argument("--input-tokens", type=int, default=128)
+    ap.add_argument("--output-tokens", type=int, default=64)
+    ap.add_argument("--tokenizer-dir", default=str(PROJECT.parent / "shared" / "assets" / "llama2_tokenizer"))
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for render (e.g. bls_instance_count=2)")
+    ap.add_argument("--repo", help="serve this repository instead of rendering one")
+    ap.add_argument("--workdir", default=tempfile.gettempdir())
+    ap.add_argument("--port-base", type=int, default=20700)
+    ap.add_argument("--profile", action="store_true", help="py-spy the stubs during one extra level per model")
+    ap.add_argument("--profile-concurrency", type=int, default=16)
+    ap.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
+    ap.add_argument("--profile-requests", type=int, default=0, help="requests of the profiled level (default 4 x --requests)")
+    ap.add_argument("--profile-native", action="store_true",
+                    help="py-spy --native (C/C++ frames of the stub too; every thread, idle ones included) instead "
+                         "of --gil (only the thread holding the GIL: Python CPU time)")
+    ap.add_argument("--profile-dir", help="keep the py-spy outputs here (default: a temp dir, deleted)")
+    ap.add_argument("--json", help="write every level and the summaries here")
+    args = ap.parse_args()
+
+    from repo_builder.bench import parse_concurrency
+    from repo_builder.server import LaunchConfig, TritonServer
+
+    levels_c = parse_concurrency(args.concurrency)
+    models = [m for m in args.models.split(",") if m]
+    extra = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        extra[key] = value
+    work = Path(tempfile.mkdtemp(prefix="rb-bench-cpu-", dir=args.workdir))
+    info = machine()
+    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}", flush=True)
+    runs: list[dict] = []
+    profiles: dict[str, dict] = {}
+    idle: dict = {}
+    try:
+        repo = Path(args.repo) if args.repo else render_repo(work, args.tokenizer_dir, extra)
+        p = args.port_base
+        cfg = LaunchConfig(model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True,
+                           timeout=600)
+        with TritonServer(cfg) as server:
+            pids = server_processes(server.rank_pids()[0][0])
+            print(f"# processes: {pids}", flush=True)
+            if ENGINE_MODEL not in pids:
+                raise SystemExit(f"no {ENGINE_MODEL} stub found among {pids}: is the engine served by Python?")
+            for model in models:
+                warm(server.grpc_url, model, args)
+            # idle CPU of the server (background threads), for reference
+            before = sample(pids)
+            time.sleep(3.0)
+            idle = {k: v / 3.0 for k, v in cpu_delta(before, sample(pids)).items()}
+            for rep in range(args.repeats):
+                for c in levels_c:
+                    for model in models:
+                        r = run_level(server.grpc_url, model, c, args, pids)
+                        r["repeat"] = rep
+                        r["load_1min"] = os.getloadavg()[0]
+                        runs.append(r)
+                        m = r["ms_per_token"]
+                        print(f"rep {rep + 1}/{args.repeats} {model:<17} c={c:<3} around engine "
+                              f"{fmt(m['around_engine'])} ms/tok (engine {fmt(m.get(ENGINE_MODEL))}, total "
+                              f"{fmt(m['total'])}), TTFT p50 {fmt(r['ttft_ms_p50'], 1)} ms, errors {r['errors']}, "
+                              f"load {r['load_1min']:.2f}", flush=True)
+            if args.profile:
+                pdir = Path(args.profile_dir) if args.profile_dir else work / "profiles"
+                for model in [m for m in models if m != ENGINE_MODEL]:
+                    profiles[model] = profile_level(server.grpc_url, model, args, pids, pdir)
+    finally:
+        if not args.profile_dir:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            shutil.rmtree(work / "repo", ignore_errors=True)
+    info["load_average_end"] = load_average()
+
+    # summaries: per (model, concurrency) medians over repeats
+    table = []
+    for model in models:
+        for c in levels_c:
+            rs = [r for r in runs if r["model"] == model and r["concurrency"] == c]
+            names = sorted({k for r in rs for k in r["ms_per_token"]})
+            row = {"model": model, "concurrency": c, "runs": len(rs),
+                   "errors": sum(r["errors"] for r in rs),
+                   "ms_per_token": {k: summary([r["ms_per_token"][k] for r in rs
+                                                if r["ms_per_token"].get(k) is not None]) for k in names},
+                   "ttft_ms_p50": summary([r["ttft_ms_p50"] for r in rs if r["ttft_ms_p50"] is not None]),
+                   "e2e_ms_p50": summary([r["e2e_ms_p50"] for r in rs if r["e2e_ms_p50"] is not None]),
+                   "client_cpu_ms_per_token": summary([r["client_cpu_ms_per_token"] for r in rs
+                                                       if r["client_cpu_ms_per_token"] is not None]),
+                   "load_1min": summary([r["load_1min"] for r in rs])}
+            table.append(row)
+    print(f"\n# load average at end: {info['load_average_end']}; idle server CPU (s/s): "
+          + ", ".join(f"{k} {v:.4f}" for k, v in idle.items()))
+    print("\n| model | c | around engine ms/token median (min-max) | tritonserver | preprocessing | postprocessing "
+          "| tensorrt_llm_bls | engine stub | TTFT p50 ms median (min-max) | E2E p50 ms | client CPU ms/token | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in table:
+        mp = row["ms_per_token"]
+
+        def med(k: str) -> str:
+            return fmt(mp[k]["median"]) if k in mp and mp[k]["n"] else "-"
+
+        a = mp["around_engine"]
+        t = row["ttft_ms_p50"]
+        print(f"| {row['model']} | {row['concurrency']} | {fmt(a['median'])} ({fmt(a['min'])}-{fmt(a['max'])}) | "
+              f"{med(SERVER)} | {med('preprocessing')} | {med('postprocessing')} | {med('tensorrt_llm_bls')} | "
+              f"{med(ENGINE_MODEL)} | {fmt(t['median'], 1)} ({fmt(t['min'], 1)}-{fmt(t['max'], 1)}) | "
+              f"{fmt(row['e2e_ms_p50']['median'], 1)} | {fmt(row['client_cpu_ms_per_token']['median'])} | "
+              f"{row['errors']} |")
+    if ENGINE_MODEL in models:
+        print(f"\n{ENGINE_MODEL} = token ids streamed to the engine directly (no ensemble/BLS/tokenizer). Added by "
+              "each text path over that baseline (medians, ms/token):")
+        base = {row["concurrency"]: row for row in table if row["model"] == ENGINE_MODEL}
+        for row in table:
+            b = base.get(row["concurrency"])
+            if row["model"] == ENGINE_MODEL or b is None:
+                continue
+            added = {k: (row["ms_per_token"][k]["median"] or 0) - (b["ms_per_token"][k]["median"] or 0)
+                     for k in ("around_engine", SERVER) if k in row["ms_per_token"] and k in b["ms_per_token"]}
+            print(f"  {row['model']} c={row['concurrency']}: around engine +{fmt(added.get('around_engine'))}, "
+                  f"tritonserver +{fmt(added.get(SERVER))}")
+    for model, prof in profiles.items():
+        print(f"\n## py-spy, {model} at c={args.profile_concurrency} "
+              f"(around engine {fmt(prof['level']['ms_per_token']['around_engine'])} ms/token while profiled)")
+        for stub, top in prof["top"].items():
+            if "error" in top:
+                print(f"### {stub}: py-spy failed: {top['error']}")
+                continue
+            share = top.get("python_share", [("", 0, None)])[0][2]
+            print(f"### {stub} ({top['total'][0][1]} samples; CPU {fmt(prof['level']['cpu_s'].get(stub))} s; "
+                  f"GIL held / CPU ~{fmt(share * 100 if share is not None else None, 0)}%)")
+            for kind in ("self", "inclusive"):
+                print(f"  {kind}:")
+                for frame, count, share in top[kind][:10]:
+                    print(f"    {share * 100:5.1f}%  {frame}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "idle_cpu_s_per_s": idle,
+                                               "runs": runs, "summary": table, "profiles": profiles},
+                                              indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
