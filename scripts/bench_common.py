@@ -119,8 +119,23 @@ def wait_for_load(max_load: float, timeout_s: float, log=print) -> float:
     return load
 
 
+def source_revision() -> str:
+    """``git describe --always --dirty`` of the project the scripts run from (the rendered runtime comes from
+    its working tree), or a note when it is not a git checkout (e.g. a ``git archive`` export)."""
+    import subprocess
+
+    if not (PROJECT / ".git").exists():
+        return f"{PROJECT} (not a git checkout)"
+    try:
+        out = subprocess.run(["git", "-C", str(PROJECT), "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
 def machine() -> dict[str, str]:
-    """CPU model, core count, kernel, Python version, load average now, date (UTC)."""
+    """CPU model, core count, kernel, Python version, load average now, date (UTC), source revision."""
     cpu = "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -131,7 +146,8 @@ def machine() -> dict[str, str]:
         pass
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu,
             "cores": str(os.cpu_count()), "gpu": "none", "kernel": platform.release(),
-            "python": platform.python_version(), "load_average_start": load_average()}
+            "python": platform.python_version(), "source": source_revision(),
+            "load_average_start": load_average()}
 
 
 def fmt(v: float | None, digits: int = 3) -> str:

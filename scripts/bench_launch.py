@@ -215,7 +215,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="rb-bench-launch-", dir=args.workdir))
     info = machine()
     info["poll_interval_s"] = str(POLL_S)
-    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}", flush=True)
+    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
+          f"source {info['source']}", flush=True)
     ports = Ports(args.port_base)
     methods = [m for m in args.methods.split(",") if m]
     results: dict[str, dict] = {}

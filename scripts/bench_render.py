@@ -231,7 +231,8 @@ def main() -> int:
         "file": "engine files evicted before every run (sync; posix_fadvise DONTNEED)",
         "global": "dropped before every run (sync; echo 3 > /proc/sys/vm/drop_caches)",
         "none": "warm (not dropped); methods alternate"}[drop]
-    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}", flush=True)
+    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
+          f"source {info['source']}", flush=True)
     print(f"# page cache: {info['page_cache']}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="rb-bench-render-", dir=args.workdir))
     cli = str(Path(sys.executable).parent / "repo-builder")

@@ -363,7 +363,8 @@ def main() -> int:
         extra[key] = value
     work = Path(tempfile.mkdtemp(prefix="rb-bench-cpu-", dir=args.workdir))
     info = machine()
-    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}", flush=True)
+    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
+          f"source {info['source']}", flush=True)
     runs: list[dict] = []
     profiles: dict[str, dict] = {}
     idle: dict = {}
