@@ -367,7 +367,7 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     from .engine import check_rank_files, engine_fingerprint, inspect_engine
     from .resolve import resolve
     from .schema import validate_user_values
-    from .tokenizer import inspect_tokenizer
+    from .tokenizer import check_tokenizer_dir, inspect_tokenizer
 
     if engine_mode not in PLACEMENT_MODES:
         raise RenderError(f"unknown engine placement mode '{engine_mode}'", key="--engine-mode",
@@ -375,7 +375,7 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     contract = load_contract(profile)
     output = Path(output).expanduser().absolute()
     engine_path = Path(engine_dir).expanduser().resolve()
-    tokenizer_path = Path(tokenizer_dir).expanduser().resolve()
+    tokenizer_path = check_tokenizer_dir(str(tokenizer_dir))  # the raw text, so a hub id is named as one (B22)
     _check_output(output, engine_path, tokenizer_path, force=force, dry_run=dry_run, placement=engine_mode)
     serve_root = Path(serve_path) if serve_path is not None else output
     if not serve_root.is_absolute():

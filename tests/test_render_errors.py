@@ -228,3 +228,10 @@ def test_existing_repository_untouched_by_a_failed_forced_render(work, engine):
     refuse(ParameterError, work, engine, asset(TOK), out, force=True, user_values={"max_queue_size": "-1"},
            match=["max_queue_size"])
     assert json.loads((out / "repo-builder.lock.json").read_text())["values"]["max_queue_size"]["value"] == 0
+
+
+def test_hub_id_tokenizer_is_named_as_a_hub_id(work, engine, monkeypatch):
+    """B22 through render: the raw --tokenizer-dir text reaches the check, not a path resolved against cwd."""
+    monkeypatch.chdir(work)
+    refuse(TokenizerError, work, engine, "meta-llama/Llama-2-7b-hf", work / "repo",
+           match=["meta-llama/Llama-2-7b-hf", "hub id", "never downloads"])
