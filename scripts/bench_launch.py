@@ -5,6 +5,8 @@ For each repository (``--repos``: ``synthetic`` = a synthetic-engine repository 
 ``repo_builder.render.render_repository`` into ``--workdir``; ``tiny`` = the numpy-only
 ``tests/fixtures/launcher/tiny``; or a path) and each repetition, in an order rotated each repetition:
 
+(``tiny`` is copied to the work dir first, with the empty ``ensemble/1`` that git does not keep.)
+
 * ``bare``: ``tritonserver`` started with ``subprocess.Popen`` with exactly the argv and environment the launcher
   would use (``TritonServer.prepare()``, untimed, builds them; ``--no-mpi`` argv, i.e. one plain
   tritonserver), then polled every ``POLL_S`` (0.05 s, the launcher's interval) on ``GET /v2/health/ready``
@@ -80,6 +82,15 @@ def render_synthetic(work: Path, tokenizer_dir: str) -> Path:
     repo = work / "synthetic-repo"
     render_repository(engine, tokenizer_dir, repo, engine_mode="copy", streaming=True)
     return repo
+
+
+def copy_fixture(src: Path, dst: Path) -> Path:
+    """Copy a fixture repository to ``dst`` and create the empty version folders git does not keep
+    (``ensemble/1``), without bytecode caches."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    for config in dst.glob("*/config.pbtxt"):
+        (config.parent / "1").mkdir(exist_ok=True)
+    return dst
 
 
 class Ports:
@@ -226,7 +237,7 @@ def main() -> int:
             if name == "synthetic":
                 repos[name] = render_synthetic(work, args.tokenizer_dir)
             elif name == "tiny":
-                repos[name] = PROJECT / "tests" / "fixtures" / "launcher" / "tiny"
+                repos[name] = copy_fixture(PROJECT / "tests" / "fixtures" / "launcher" / "tiny", work / "tiny")
             else:
                 repos[name] = Path(name).resolve()
         for name, repo in repos.items():

@@ -202,3 +202,16 @@ def test_top_frames_self_and_inclusive():
     assert incl["execute (model.py)"] == 10  # counted once per stack even with two line numbers
     assert incl["process (post.py)"] == 9
     assert cpu.top_frames("")["self"] == []
+
+
+def test_copy_fixture_adds_empty_version_dirs(tmp_path):
+    src = tmp_path / "src"
+    (src / "ensemble").mkdir(parents=True)
+    (src / "ensemble" / "config.pbtxt").write_text('name: "ensemble"\n')
+    (src / "m" / "1" / "__pycache__").mkdir(parents=True)
+    (src / "m" / "config.pbtxt").write_text('name: "m"\n')
+    (src / "m" / "1" / "model.py").write_text("")
+    out = launch.copy_fixture(src, tmp_path / "dst")
+    assert (out / "ensemble" / "1").is_dir()
+    assert (out / "m" / "1" / "model.py").is_file()
+    assert not (out / "m" / "1" / "__pycache__").exists()
