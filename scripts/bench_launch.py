@@ -218,6 +218,7 @@ def main() -> int:
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--port-base", type=int, default=20700, help="ports port-base .. port-base+99 are used")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for ready per launch")
+    ap.add_argument("--retries", type=int, default=2, help="retries of a launch that failed (counted in the output)")
     ap.add_argument("--json", help="write raw times and summaries here")
     args = ap.parse_args()
 
@@ -244,19 +245,28 @@ def main() -> int:
             times: dict[str, list[float]] = {m: [] for m in methods}
             # untimed warm-up launch: page cache, Python bytecode of the stubs, the binary's libraries
             run_api(repo, ports.next(), True, args.timeout)
+            failures: list[str] = []
             for rep in range(args.repeats):
                 for method in rotated(methods, rep):
-                    p = ports.next()
-                    if method == "bare":
-                        s = run_bare(repo, p, POLL_S, args.timeout, work)
-                    elif method.startswith("api"):
-                        s = run_api(repo, p, method.endswith("nompi"), args.timeout)
-                    else:
-                        s = run_cli(repo, p, method.endswith("nompi"), args.timeout, work)
+                    for attempt in range(1 + args.retries):
+                        p = ports.next()
+                        try:
+                            if method == "bare":
+                                s = run_bare(repo, p, POLL_S, args.timeout, work)
+                            elif method.startswith("api"):
+                                s = run_api(repo, p, method.endswith("nompi"), args.timeout)
+                            else:
+                                s = run_cli(repo, p, method.endswith("nompi"), args.timeout, work)
+                            break
+                        except Exception as exc:  # noqa: BLE001 - a launch killed from outside: retried, counted
+                            failures.append(f"{method} rep {rep + 1}: {str(exc).splitlines()[0][:200]}")
+                            print(f"{name:>10} rep {rep + 1}  {method:<10} FAILED ({failures[-1]})", flush=True)
+                            if attempt == args.retries:
+                                raise
                     times[method].append(s)
                     print(f"{name:>10} rep {rep + 1}/{args.repeats}  {method:<10} {s:7.3f} s  "
                           f"(load {os.getloadavg()[0]:.2f})", flush=True)
-            results[name] = {"repo": str(repo), "times_s": times,
+            results[name] = {"repo": str(repo), "times_s": times, "failed_attempts": failures,
                              "summary": {m: summary(v) for m, v in times.items()},
                              "overhead_vs_bare_s": overheads(times)}
     finally:
@@ -264,7 +274,7 @@ def main() -> int:
     info["load_average_end"] = load_average()
     print(f"\n# load average at end: {info['load_average_end']}")
     for name, res in results.items():
-        print(f"\n{name}: {res['repo']}")
+        print(f"\n{name}: {res['repo']}; failed attempts (retried): {len(res['failed_attempts'])}")
         print("| method | median s | min-max s | median - bare (s) |")
         print("|---|---:|---:|---:|")
         for m in methods:

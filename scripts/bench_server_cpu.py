@@ -401,10 +401,7 @@ def main() -> int:
                 for model in [m for m in models if m != ENGINE_MODEL]:
                     profiles[model] = profile_level(server.grpc_url, model, args, pids, pdir)
     finally:
-        if not args.profile_dir:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            shutil.rmtree(work / "repo", ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     info["load_average_end"] = load_average()
 
     # summaries: per (model, concurrency) medians over repeats
