@@ -63,6 +63,15 @@ def test_single_rank_with_mpi() -> None:
     assert not any(a.startswith("--load-model") or a.startswith("--model-control-mode") for a in rank0)
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_mpirun_does_not_pin_ranks_to_one_core(n: int) -> None:
+    # Open MPI binds <= 2 ranks to one core each by default; the Python stubs inherit the mask
+    argv = launch_argv(ranks(n), use_mpi=True)
+    first_rank = argv.index("-n")
+    assert argv[argv.index("--bind-to") + 1] == "none"
+    assert argv.index("--bind-to") < first_rank
+
+
 def test_no_mpi_is_the_bare_rank() -> None:
     assert launch_argv(ranks(1), use_mpi=False) == ranks(1)[0]
     with pytest.raises(ValueError):

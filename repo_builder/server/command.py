@@ -54,6 +54,10 @@ def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bo
     ``export_env`` names environment variables passed on to the ranks with ``-x``. ``mpirun`` stays a bare name
     looked up on PATH: Open MPI treats an absolute ``/usr/bin/mpirun`` like ``--prefix /usr`` and puts
     ``/usr/bin`` first on the ranks' PATH, which hides the venv's ``python3`` from the Python backend stub.
+    ``--bind-to none``: Open MPI 4 binds each rank to one core when there are at most 2 ranks, and every
+    Python-backend stub a rank starts inherits that mask, so tritonserver plus all of its pre/postprocessing
+    and BLS stubs would share one core (measured by scripts/bench_launch.py on 2 cores: start-to-ready of a
+    synthetic-engine repository 5.6 s bound vs 2.8 s unbound; docs/performance.md).
 
     Raises:
         ValueError: ``use_mpi`` is False with more than one rank, or no rank is given.
@@ -64,7 +68,7 @@ def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bo
         if len(rank_argvs) != 1:
             raise ValueError("more than one rank needs mpirun")
         return list(rank_argvs[0])
-    argv = [mpirun, "--allow-run-as-root"]
+    argv = [mpirun, "--allow-run-as-root", "--bind-to", "none"]
     if oversubscribe:
         argv.append("--oversubscribe")
     argv.append("--tag-output")
