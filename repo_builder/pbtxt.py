@@ -108,3 +108,20 @@ def dtype_name(value: int) -> str:
 def string_parameters(config: "ModelConfig") -> dict[str, str]:
     """The ``parameters`` map of a model config as {key: string_value}."""
     return {k: v.string_value for k, v in config.parameters.items()}
+
+
+def backend_json(config: "ModelConfig") -> dict:
+    """``config`` as the JSON dict Triton's Python backend hands to ``initialize`` (``args["model_config"]``).
+
+    Proto field names, enum names (``TYPE_INT32``), and ``dims``/``reshape`` as plain integers (protobuf's
+    JSON mapping writes int64 as strings; Triton does not).
+    """
+    from google.protobuf.json_format import MessageToDict
+
+    data = MessageToDict(config, preserving_proto_field_name=True)
+    for kind in ("input", "output"):
+        for entry in data.get(kind, []):
+            entry["dims"] = [int(d) for d in entry.get("dims", [])]
+            if "reshape" in entry:
+                entry["reshape"]["shape"] = [int(d) for d in entry["reshape"].get("shape", [])]
+    return data

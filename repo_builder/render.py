@@ -32,7 +32,7 @@ from .contract import MODEL_NAMES, ProfileContract, load_contract
 from .errors import ParameterError, RenderError, RepoBuilderError, TemplateError
 from .lockfile import LOCK_NAME, build_lock, dumps
 from .paths import runtime_dir, templates_dir
-from .pbtxt import find_placeholders, parse_model_config, quote
+from .pbtxt import backend_json, find_placeholders, parse_model_config, quote
 from .placement import PLACEMENT_MODES, PlacementPlan, place, plan_placement
 
 #: Names every template may use besides the profile's parameters (documented; tested).
@@ -411,6 +411,9 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
         for rel, data in runtime.items():
             files[f"{model}/1/{RUNTIME_FOLDER}/{rel}"] = data
     files["tensorrt_llm_bls/1/wiring.json"] = (json.dumps(wiring_data(contract, values), indent=2) + "\n").encode()
+    # The BLS runs postprocessing's code in-process (bls_local_postprocessing) with postprocessing's own config.
+    post_config = backend_json(parse_model_config(configs["postprocessing"], path="postprocessing/config.pbtxt"))
+    files["tensorrt_llm_bls/1/postprocessing_config.json"] = (json.dumps(post_config, indent=2) + "\n").encode()
     for rel in files:
         if placement.files and any(rel == f.target for f in placement.files):
             raise RenderError(f"engine file would overwrite a rendered file: {rel}", path=engine_path)
