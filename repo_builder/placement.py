@@ -9,9 +9,14 @@ Where files go (``docs/design.md``):
   checkpoint can never clash with ``model.py`` or the vendored runtime beside it.
 * ``reference``: no files; ``engine_dir`` points at the original directory (absolute path).
 
-Copies use ``os.copy_file_range`` (kernel-side copy, reflinks where the filesystem has them, like
-``cp``), falling back to ``os.sendfile`` and then to a 16 MiB buffered loop; files over 64 MiB get a rich
-progress bar when ``progress=True``.
+Copies are made like coreutils ``cp`` 9.x: ``posix_fadvise(POSIX_FADV_SEQUENTIAL)`` on the source, then
+``os.copy_file_range`` asked for the whole rest of the file per call (kernel-side copy, reflinks where the
+filesystem has them; Linux caps one call at about 2 GiB, so a 4 GiB engine takes two calls), falling back
+to ``os.sendfile`` and then to a 16 MiB buffered loop (other filesystem, old kernel). Small pieces are
+avoided on purpose: with a cold page cache every short call restarts the kernel's readahead, and 64 MiB
+pieces made a 4 GiB copy about 2x slower than ``cp`` (``docs/performance.md`` section 4.1). The progress
+bar (files over 64 MiB, ``progress=True``) is therefore not driven by the copy loop but by a thread that
+reads the destination's size (``os.stat``) every 0.1 s while the kernel copies.
 """
 
 from __future__ import annotations
@@ -19,16 +24,21 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .errors import RenderError
 
 PLACEMENT_MODES = ("copy", "hardlink", "symlink", "reference")
 PROGRESS_THRESHOLD = 64 * 1024 * 1024  # bytes: files above this get a progress bar
-_CHUNK = 64 * 1024 * 1024  # bytes per kernel copy call (also the progress granularity)
+#: bytes asked for per kernel copy call: in practice the whole rest of the file (the kernel caps a call
+#: at ~2 GiB). Tests lower it to check the copy loop.
+_CHUNK = 1 << 62
 _BUFFER = 16 * 1024 * 1024  # bytes: user-space fallback buffer
+_POLL_INTERVAL = 0.1  # seconds between two reads of the destination's size for the progress bar
 
 #: Folder of the tensorrt_llm model's version directory holding a Python-served checkpoint.
 PYTHON_ENGINE_SUBDIR = "engine"
@@ -108,9 +118,27 @@ def plan_placement(kind: str, engine_dir: str | Path, mode: str = "copy") -> Pla
     return PlacementPlan(mode, source, subdir, files)
 
 
+def _advise_sequential(fd: int) -> None:
+    """Tell the kernel ``fd`` is read start to end (bigger readahead); best effort, like ``cp``."""
+    if hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except OSError:
+            pass
+
+
 def _kernel_copy(fsrc, fdst, size: int, advance: Callable[[int], None]) -> None:
-    """Copy ``size`` bytes between open files with copy_file_range, then sendfile, then read/write."""
+    """Copy ``size`` bytes between open files with copy_file_range, then sendfile, then read/write.
+
+    Each kernel call asks for the whole rest of the file (at most :data:`_CHUNK` bytes); ``advance(n)``
+    gets the bytes each call moved. Falls back to the next method only if the first call fails with
+    EXDEV/ENOSYS/EINVAL/EOPNOTSUPP/EBADF (other filesystem, no kernel support).
+
+    Raises:
+        OSError: the copy failed, or the source ended before ``size`` bytes (EIO, "short copy").
+    """
     in_fd, out_fd = fsrc.fileno(), fdst.fileno()
+    _advise_sequential(in_fd)
     done = 0
     method = "copy_file_range" if hasattr(os, "copy_file_range") else "sendfile"
     while done < size:
@@ -139,15 +167,60 @@ def _kernel_copy(fsrc, fdst, size: int, advance: Callable[[int], None]) -> None:
 
 
 def copy_file(src: Path, dst: Path, *, advance: Callable[[int], None] = lambda n: None) -> None:
-    """Copy one file's bytes and permission bits (like ``cp``); ``advance(n)`` is called per chunk."""
+    """Copy one file's bytes and permission bits (like ``cp``); ``advance(n)`` is called per kernel call.
+
+    Raises:
+        OSError: from opening, copying or chmod (the caller names the file).
+    """
     size = src.stat().st_size
     with open(src, "rb") as fsrc, open(dst, "wb") as fdst:
         _kernel_copy(fsrc, fdst, size, advance)
     shutil.copymode(src, dst)
 
 
-def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, progress: bool = False) -> None:
+@contextmanager
+def watch_size(path: Path, report: Callable[[int], None], interval: float | None = None) -> Iterator[None]:
+    """While the ``with`` block runs, call ``report(bytes)`` with ``path``'s size (``os.stat``) from a
+    daemon thread every ``interval`` seconds (default :data:`_POLL_INTERVAL`, 0.1 s).
+
+    Sizes are reported only when they grew (never twice the same, never smaller); a missing file is
+    skipped. The thread is stopped and joined when the block ends, also on an exception. Used for the
+    progress bar of one-call kernel copies, which give no progress of their own.
+    """
+    stop = threading.Event()
+    wait = _POLL_INTERVAL if interval is None else interval
+
+    def poll() -> None:
+        last = -1
+        while not stop.wait(wait):
+            try:
+                now = os.stat(path).st_size
+            except OSError:
+                continue
+            if now > last:
+                last = now
+                report(now)
+
+    thread = threading.Thread(target=poll, name=f"repo-builder-progress:{path.name}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, progress: bool = False,
+          on_progress: Callable[[int, int], None] | None = None,
+          progress_threshold: int | None = None) -> None:
     """Place the engine files of ``plan`` under ``repo_root`` (does nothing when ``dry_run``).
+
+    Args:
+        progress: show a rich progress bar (transient) while ``copy`` copies files over the threshold.
+        on_progress: also called as ``on_progress(bytes copied, total bytes)`` over those files, about
+            every 0.1 s during each copy and once after each file (the last call has copied == total).
+        progress_threshold: files over this many bytes get progress (default :data:`PROGRESS_THRESHOLD`,
+            64 MiB).
 
     Raises:
         RenderError: a hardlink across filesystems (names the file and suggests ``copy``), or any
@@ -156,7 +229,10 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
     if dry_run or plan.mode == "reference":
         return
     root = Path(repo_root)
-    big = [f for f in plan.files if f.size > PROGRESS_THRESHOLD] if plan.mode == "copy" else []
+    threshold = PROGRESS_THRESHOLD if progress_threshold is None else progress_threshold
+    tracked = progress or on_progress is not None
+    big = [f for f in plan.files if f.size > threshold] if plan.mode == "copy" and tracked else []
+    total = sum(f.size for f in big)
     bar = None
     task = None
     if progress and big:
@@ -165,16 +241,30 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
 
         bar = Progress(TextColumn("copying engine"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                        TimeRemainingColumn(), transient=True)
-        task = bar.add_task("copy", total=sum(f.size for f in big))
+        task = bar.add_task("copy", total=total)
         bar.start()
+    lock = threading.Lock()
+    copied = 0  # bytes of the finished tracked files
+
+    def report(done: int) -> None:
+        with lock:
+            if bar is not None:
+                bar.update(task, completed=done)
+            if on_progress is not None:
+                on_progress(done, total)
+
     try:
         for item in plan.files:
             dst = root / item.target
             dst.parent.mkdir(parents=True, exist_ok=True)
             try:
                 if plan.mode == "copy":
-                    if bar is not None and item.size > PROGRESS_THRESHOLD:
-                        copy_file(item.source, dst, advance=lambda n: bar.advance(task, n))
+                    if big and item.size > threshold:
+                        base = copied
+                        with watch_size(dst, lambda n, base=base, cap=item.size: report(base + min(n, cap))):
+                            copy_file(item.source, dst)
+                        copied += item.size
+                        report(copied)
                     else:
                         copy_file(item.source, dst)
                 elif plan.mode == "hardlink":

@@ -6,6 +6,7 @@ import errno
 import os
 import shutil
 import stat
+import threading
 import uuid
 from pathlib import Path
 
@@ -151,3 +152,118 @@ def test_dry_run_places_nothing(engine, tmp_path):
     place(plan, tmp_path / "root", dry_run=True)
     assert not (tmp_path / "root").exists()
     assert plan.total_bytes == (engine / "config.json").stat().st_size + 4096
+
+
+def test_copy_asks_the_kernel_for_the_whole_file_after_advising_sequential(tmp_path, monkeypatch):
+    """One copy_file_range call for the rest of the file (64 MiB pieces were ~2x slower than cp, cold
+    cache), after posix_fadvise(SEQUENTIAL) on the source, like coreutils cp."""
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no os.copy_file_range on this platform")
+    real_copy, real_advise = os.copy_file_range, os.posix_fadvise
+    counts: list[int] = []
+    advice: list[int] = []
+
+    def copy_range(src_fd, dst_fd, count, *args):
+        counts.append(count)
+        return real_copy(src_fd, dst_fd, count, *args)
+
+    def advise(fd, offset, length, what):
+        advice.append(what)
+        return real_advise(fd, offset, length, what)
+
+    monkeypatch.setattr(os, "copy_file_range", copy_range)
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    size = (64 << 20) + 4096 + 7  # above the old 64 MiB piece size
+    src = tmp_path / "big.bin"
+    with open(src, "wb") as fh:
+        fh.write(os.urandom(4096))
+        fh.seek(size - 7)
+        fh.write(b"tail-01")
+    copy_file(src, tmp_path / "out.bin")
+    assert counts[0] == size and sum(counts) >= size
+    assert os.POSIX_FADV_SEQUENTIAL in advice
+    with open(tmp_path / "out.bin", "rb") as fh:
+        assert fh.read(4096) == src.read_bytes()[:4096]
+        fh.seek(size - 7)
+        assert fh.read() == b"tail-01"
+
+
+def test_on_progress_reaches_the_size_of_a_file_above_the_threshold(engine, tmp_path):
+    data = os.urandom(3 << 20)
+    (engine / "rank0.engine").write_bytes(data)
+    plan = plan_placement("trtllm", engine, "copy")
+    calls: list[tuple[int, int]] = []
+    place(plan, tmp_path / "root", on_progress=lambda done, total: calls.append((done, total)),
+          progress_threshold=1 << 20)
+    assert calls and calls[-1] == (len(data), len(data))  # config.json is under the threshold: not counted
+    assert all(total == len(data) for _, total in calls)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert (tmp_path / "root" / "tensorrt_llm" / "1" / "rank0.engine").read_bytes() == data
+
+
+def test_on_progress_not_called_below_the_threshold(engine, tmp_path):
+    calls: list[tuple[int, int]] = []
+    place(plan_placement("trtllm", engine, "copy"), tmp_path / "root",
+          on_progress=lambda done, total: calls.append((done, total)))
+    assert calls == []
+
+
+def test_progress_bar_reaches_the_file_sizes(engine, tmp_path, monkeypatch):
+    """The rich bar's task is at its total (the big files' bytes) when the bar stops."""
+    from rich import progress as rich_progress
+
+    big = os.urandom(2 << 20)
+    (engine / "rank0.engine").write_bytes(big)
+    (engine / "rank1.engine").write_bytes(big[: 1 << 20] + b"x")
+    seen: list[tuple[float, float | None]] = []
+    real_stop = rich_progress.Progress.stop
+
+    def stop(self):
+        seen.extend((task.completed, task.total) for task in self.tasks)
+        return real_stop(self)
+
+    monkeypatch.setattr(rich_progress.Progress, "stop", stop)
+    place(plan_placement("trtllm", engine, "copy"), tmp_path / "root", progress=True,
+          progress_threshold=1 << 20)
+    total = len(big) + (1 << 20) + 1
+    assert seen == [(total, total)]
+
+
+def test_watch_size_reports_the_growing_destination(tmp_path):
+    path = tmp_path / "growing.bin"
+    sizes: list[int] = []
+    grown = threading.Event()
+
+    def report(n: int) -> None:
+        sizes.append(n)
+        if n >= 3000:
+            grown.set()
+
+    with placement.watch_size(path, report, interval=0.005):
+        path.write_bytes(b"a" * 1000)
+        with open(path, "ab") as fh:
+            fh.write(b"b" * 2000)
+        assert grown.wait(timeout=30)  # a bound against hanging, not a timing assertion
+    after = len(sizes)
+    assert sizes[-1] == 3000 and sizes == sorted(set(sizes))
+    path.write_bytes(b"c" * 5000)
+    assert len(sizes) == after  # the thread stopped with the block
+
+
+def test_copy_error_names_the_file_and_stops_the_watcher(engine, tmp_path, monkeypatch):
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no os.copy_file_range on this platform")
+    (engine / "rank0.engine").write_bytes(os.urandom(2 << 20))
+    real_copy = os.copy_file_range
+
+    def fails_on_big(src_fd, dst_fd, count, *args):
+        if count > 1 << 20:  # only the tracked rank0.engine copy, while its watcher runs
+            raise OSError(errno.EIO, "Input/output error")
+        return real_copy(src_fd, dst_fd, count, *args)
+
+    monkeypatch.setattr(os, "copy_file_range", fails_on_big)
+    with pytest.raises(RenderError) as err:
+        place(plan_placement("trtllm", engine, "copy"), tmp_path / "root", progress=True,
+              progress_threshold=1 << 20)
+    assert str(engine / "rank0.engine") in str(err.value) and "Input/output error" in str(err.value)
+    assert not any(t.name.startswith("repo-builder-progress") for t in threading.enumerate())
