@@ -19,22 +19,18 @@ token ids are predictable: ``synthetic_token_ids``) and the LLaMA-2 tokenizer. T
 from __future__ import annotations
 
 import json
-import queue
 import re
 import shutil
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import numpy as np
 import pytest
 
 from conftest import asset
+from e2e_support import Stream, grpc_input, http_generate, texts
 
 pytestmark = pytest.mark.server
-
-grpcclient = pytest.importorskip("tritonclient.grpc")
 
 N_TOKENS = 120
 MAX_INPUT_LEN = 64
@@ -43,76 +39,18 @@ BLS_ACC = "bls_accumulate"
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def http_generate(server, model: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"{server.http_url}/v2/models/{model}/generate", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-
-
-def _input(name: str, arr: np.ndarray) -> Any:
-    wire = {"int32": "INT32", "bool": "BOOL", "object": "BYTES"}
-    t = grpcclient.InferInput(name, list(arr.shape), wire[str(arr.dtype)])
-    t.set_data_from_numpy(arr)
-    return t
-
-
 def text_inputs(prompt: str, max_tokens: int, *, stream: bool = True, **extra: Any) -> list[Any]:
-    inputs = [_input("text_input", np.array([[prompt.encode()]], dtype=object)),
-              _input("max_tokens", np.array([[max_tokens]], np.int32)),
-              _input("stream", np.array([[stream]], bool))]
+    inputs = [grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+              grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
+              grpc_input("stream", np.array([[stream]], bool))]
     for name, value in extra.items():
         if isinstance(value, list):
-            inputs.append(_input(name, np.array([[w.encode() for w in value]], dtype=object)))
+            inputs.append(grpc_input(name, np.array([[w.encode() for w in value]], dtype=object)))
         elif isinstance(value, bool):
-            inputs.append(_input(name, np.array([[value]], bool)))
+            inputs.append(grpc_input(name, np.array([[value]], bool)))
         else:
-            inputs.append(_input(name, np.array([[value]], np.int32)))
+            inputs.append(grpc_input(name, np.array([[value]], np.int32)))
     return inputs
-
-
-class Stream:
-    """One gRPC stream; responses and errors collected per request id until each id is final."""
-
-    def __init__(self, server) -> None:
-        self.client = grpcclient.InferenceServerClient(server.grpc_url)
-        self.events: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
-        self.client.start_stream(callback=lambda result, error: self.events.put((result, error)))
-
-    def send(self, model: str, inputs: list[Any], request_id: str, outputs: list[str] | None = None) -> None:
-        requested = [grpcclient.InferRequestedOutput(n) for n in outputs] if outputs else None
-        self.client.async_stream_infer(model, inputs, request_id=request_id, outputs=requested,
-                                       enable_empty_final_response=True)
-
-    def collect(self, pending: set[str], timeout: float = 120.0) -> tuple[dict[str, list[Any]], list[str]]:
-        """({request id: [result with outputs]}, error messages) until every pending id is final or failed."""
-        got: dict[str, list[Any]] = {rid: [] for rid in pending}
-        errors: list[str] = []
-        pending = set(pending)
-        while pending:
-            result, error = self.events.get(timeout=timeout)
-            if error is not None:
-                errors.append(str(error))
-                rid = next((r for r in pending if r in str(error)), None)
-                pending.discard(rid if rid is not None else sorted(pending)[0])
-                continue
-            response = result.get_response()
-            if response.outputs:
-                got[response.id].append(result)
-            if response.parameters["triton_final_response"].bool_param:
-                pending.discard(response.id)
-        return got, errors
-
-    def close(self) -> None:
-        self.client.stop_stream()
-        self.client.close()
-
-
-def texts(results: list[Any]) -> list[str]:
-    return [r.as_numpy("text_output").reshape(-1)[0].decode() for r in results]
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -315,13 +253,11 @@ def test_trtllm_05_bls_streams_and_cuts_stop_strings(server_05, prompts, expecte
     stop, pos = _stop_string(expected(prompt, 60))
     s = Stream(server_05)
     try:
-        inputs = [_input("text_input", np.array([[prompt.encode()]], dtype=object)),
-                  _input("stop_words", np.array([[stop.encode()]], dtype=object)),
-                  _input("bad_words", np.array([[b""]], dtype=object)),
-                  _input("stream", np.array([[True]], bool))]
-        t = grpcclient.InferInput("max_tokens", [1, 1], "UINT32")
-        t.set_data_from_numpy(np.array([[N_TOKENS]], np.uint32))
-        inputs.append(t)
+        inputs = [grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+                  grpc_input("stop_words", np.array([[stop.encode()]], dtype=object)),
+                  grpc_input("bad_words", np.array([[b""]], dtype=object)),
+                  grpc_input("stream", np.array([[True]], bool))]
+        inputs.append(grpc_input("max_tokens", np.array([[N_TOKENS]], np.uint32)))
         s.send(BLS, inputs, "old")
         got, errors = s.collect({"old"})
     finally:

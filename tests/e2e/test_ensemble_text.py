@@ -23,7 +23,6 @@ incomplete character runs on the server too.
 from __future__ import annotations
 
 import json
-import queue
 import urllib.error
 import urllib.request
 from typing import Any
@@ -32,10 +31,9 @@ import numpy as np
 import pytest
 
 from conftest import asset
+from e2e_support import Stream, grpc_input, http_generate
 
 pytestmark = pytest.mark.server
-
-grpcclient = pytest.importorskip("tritonclient.grpc")
 
 N_TOKENS = 160
 MAX_INPUT_LEN = 64
@@ -43,65 +41,13 @@ TOKENIZERS = ["llama2_tokenizer", "gpt2_tokenizer"]
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def http_generate(server, model: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"{server.http_url}/v2/models/{model}/generate", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-
-
-def _input(name: str, arr: np.ndarray) -> Any:
-    wire = {"int32": "INT32", "bool": "BOOL", "object": "BYTES"}
-    t = grpcclient.InferInput(name, list(arr.shape), wire[str(arr.dtype)])
-    t.set_data_from_numpy(arr)
-    return t
-
-
 def text_inputs(prompt: str, max_tokens: int, *, stream: bool, stop_words: list[str] | None = None) -> list[Any]:
-    inputs = [_input("text_input", np.array([[prompt.encode()]], dtype=object)),
-              _input("max_tokens", np.array([[max_tokens]], np.int32)),
-              _input("stream", np.array([[stream]], bool))]
+    inputs = [grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+              grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
+              grpc_input("stream", np.array([[stream]], bool))]
     if stop_words:
-        inputs.append(_input("stop_words", np.array([[w.encode() for w in stop_words]], dtype=object)))
+        inputs.append(grpc_input("stop_words", np.array([[w.encode() for w in stop_words]], dtype=object)))
     return inputs
-
-
-class Stream:
-    """One gRPC stream; responses and errors collected per request id until each id is final."""
-
-    def __init__(self, server) -> None:
-        self.client = grpcclient.InferenceServerClient(server.grpc_url)
-        self.events: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
-        self.client.start_stream(callback=lambda result, error: self.events.put((result, error)))
-
-    def send(self, model: str, inputs: list[Any], request_id: str) -> None:
-        self.client.async_stream_infer(model, inputs, request_id=request_id, enable_empty_final_response=True)
-
-    def collect(self, pending: set[str], timeout: float = 120.0) -> tuple[dict[str, list[str]], list[str]]:
-        """({request id: text deltas}, error messages) until every pending id is final or failed."""
-        deltas: dict[str, list[str]] = {rid: [] for rid in pending}
-        errors: list[str] = []
-        pending = set(pending)
-        while pending:
-            result, error = self.events.get(timeout=timeout)
-            if error is not None:  # a failed request ends its stream with this error
-                errors.append(str(error))
-                rid = next((r for r in pending if r in str(error)), None)
-                pending.discard(rid if rid is not None else sorted(pending)[0])
-                continue
-            response = result.get_response()
-            if response.outputs:
-                deltas[response.id].append(result.as_numpy("text_output").reshape(-1)[0].decode())
-            if response.parameters["triton_final_response"].bool_param:
-                pending.discard(response.id)
-        return deltas, errors
-
-    def close(self) -> None:
-        self.client.stop_stream()
-        self.client.close()
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -161,7 +107,7 @@ def test_streamed_text_equals_non_streaming_text(served, stream, model):
         assert body["text_output"] == reference
         rid = f"{model}-{i}"
         stream.send(model, text_inputs(prompt, N_TOKENS, stream=True), rid)
-        deltas, errors = stream.collect({rid})
+        deltas, errors = stream.collect_text({rid})
         assert not errors
         assert len(deltas[rid]) > 10                               # really streamed (responses may coalesce)
         assert "".join(deltas[rid]) == body["text_output"]
@@ -187,8 +133,8 @@ def test_two_concurrent_streams_get_their_own_text(served, stream):
     try:
         stream.send("ensemble", text_inputs(prompts[0], N_TOKENS, stream=True), "first")
         other.send("ensemble", text_inputs(prompts[1], N_TOKENS, stream=True), "second")
-        got_first, errors_first = stream.collect({"first"})
-        got_second, errors_second = other.collect({"second"})
+        got_first, errors_first = stream.collect_text({"first"})
+        got_second, errors_second = other.collect_text({"second"})
     finally:
         other.close()
     assert not errors_first and not errors_second
@@ -209,7 +155,7 @@ def test_bad_request_fails_alone_while_a_stream_completes(served, stream, bad, f
     assert status >= 400 and f"{field}:" in body.get("error", ""), body
     if field == "text_input" and bad["text_input"]:
         assert f"max_input_len of {MAX_INPUT_LEN}" in body["error"]
-    got, errors = stream.collect({"good"})
+    got, errors = stream.collect_text({"good"})
     assert not errors
     assert "".join(got["good"]) == tok.decode(expected(prompts[2]), skip_special_tokens=True)
 
