@@ -29,7 +29,7 @@ from .params import ModelParams
 from .special_ids import resolve_special_ids
 from .text import (TokenizerLoadError, WordEncoder, check_lengths, encode_prompt, has_chat_template,
                    tokenizer_from_params)
-from .triton_io import RequestError, output_dtypes
+from .triton_io import RequestError, output_dtypes, strings
 
 # model input -> client-facing ensemble field (for error messages)
 FIELDS = {
@@ -81,20 +81,7 @@ def _rows(array: np.ndarray | None, batch: int) -> list[np.ndarray] | None:
 
 
 def _strings(row: np.ndarray, field: str) -> list[str]:
-    out = []
-    for item in row.tolist():
-        if isinstance(item, (bytes, bytearray)):
-            try:
-                out.append(bytes(item).decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise RequestError(field, f"is not valid UTF-8 (byte {exc.start}: {exc.reason})",
-                                   "send UTF-8 text") from None
-        elif isinstance(item, str):
-            out.append(item)
-        else:
-            raise RequestError(field, f"must hold strings, got {type(item).__name__} {item!r}",
-                               "send a list of strings (TYPE_STRING)")
-    return out
+    return strings(row, field) or []
 
 
 def _ints(row: np.ndarray, field: str) -> list[int]:

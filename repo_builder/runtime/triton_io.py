@@ -89,10 +89,11 @@ def get_input(pb: Any, request: Any, name: str) -> np.ndarray | None:
 
 
 def strings(array: np.ndarray | None, field: str) -> list[str] | None:
-    """Flatten a TYPE_STRING array into Python strings (bytes decoded as strict UTF-8).
+    """Flatten a TYPE_STRING array into Python strings (bytes decoded as strict UTF-8); None stays None.
 
     Raises:
-        RequestError: an element is not valid UTF-8 (the message names ``field`` and the byte offset).
+        RequestError: an element is not valid UTF-8 (the message names ``field`` and the byte offset) or
+            is not a string at all.
     """
     if array is None:
         return None
@@ -104,8 +105,11 @@ def strings(array: np.ndarray | None, field: str) -> list[str] | None:
             except UnicodeDecodeError as exc:
                 raise RequestError(field, f"is not valid UTF-8 (byte {exc.start}: {exc.reason})",
                                    "send UTF-8 text") from None
+        elif isinstance(item, str):
+            out.append(item)
         else:
-            out.append(str(item))
+            raise RequestError(field, f"must hold strings, got {type(item).__name__} {item!r}",
+                               "send a list of strings (TYPE_STRING)")
     return out
 
 
