@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 import numpy as np
 
 from .errors import ClientError
-from .runtime.triton_io import numpy_dtype
+from .runtime.triton_io import IOSpec
 
 Protocol = Literal["http", "grpc"]
 
@@ -75,28 +75,6 @@ def new_request_id() -> str:
 
 
 @dataclass(frozen=True)
-class InputSpec:
-    """One model input from the served config: ``data_type`` is the Triton name (``TYPE_INT32``), ``dims``
-    exclude the batch dimension."""
-
-    name: str
-    data_type: str
-    dims: tuple[int, ...]
-    optional: bool = False
-
-    @property
-    def numpy_dtype(self) -> Any:
-        """The numpy dtype that carries this input (``np.object_`` of bytes for TYPE_STRING)."""
-        return numpy_dtype(self.data_type)
-
-    @property
-    def wire_type(self) -> str:
-        """The inference-protocol data type (``INT32``, ``BYTES``, ...)."""
-        wire = self.data_type[5:] if self.data_type.startswith("TYPE_") else self.data_type
-        return "BYTES" if wire == "STRING" else wire
-
-
-@dataclass(frozen=True)
 class ModelInfo:
     """What the client needs from a served model's configuration.
 
@@ -113,7 +91,7 @@ class ModelInfo:
     name: str
     max_batch_size: int
     decoupled: bool
-    inputs: dict[str, InputSpec]
+    inputs: dict[str, IOSpec]
     outputs: tuple[str, ...]
     parameters: dict[str, str] = field(default_factory=dict)
 
@@ -123,7 +101,7 @@ class ModelInfo:
         inputs = {}
         for item in config.get("input", []):
             dims = tuple(int(d) for d in item.get("dims", []))
-            inputs[item["name"]] = InputSpec(item["name"], item.get("data_type", "TYPE_STRING"), dims,
+            inputs[item["name"]] = IOSpec(item["name"], item.get("data_type", "TYPE_STRING"), dims,
                                              bool(item.get("optional", False)))
         policy = config.get("model_transaction_policy") or {}
         return cls(name=config.get("name", "?"), max_batch_size=int(config.get("max_batch_size", 0) or 0),
@@ -337,7 +315,7 @@ def token_counter(tokenizer: Any) -> Callable[[str], int]:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _as_array(spec: InputSpec, value: Any, field_name: str, model: str) -> np.ndarray:
+def _as_array(spec: IOSpec, value: Any, field_name: str, model: str) -> np.ndarray:
     """``value`` as a 1-D numpy array of the input's dtype; ClientError naming ``field_name`` if it does not fit."""
     values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]
     if spec.data_type == "TYPE_STRING":
@@ -422,7 +400,7 @@ def check_request(info: ModelInfo, fields: dict[str, Any]) -> None:
         raise ClientError(f"max_tokens must be a positive integer, got {max_tokens!r}", key="max_tokens")
 
 
-def _json_value(arr: np.ndarray, spec: InputSpec, was_list: bool) -> Any:
+def _json_value(arr: np.ndarray, spec: IOSpec, was_list: bool) -> Any:
     """A validated array back to the JSON value Triton's generate endpoint maps onto the input."""
     flat = arr.reshape(-1)
     if spec.data_type == "TYPE_STRING":

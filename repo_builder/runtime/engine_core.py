@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence as Seq
 import numpy as np
 
 from .params import ModelParams
-from .triton_io import numpy_dtype
+from .triton_io import IOSpec
 
 # --------------------------------------------------------------------------------------------------
 # Model config I/O
@@ -74,21 +74,6 @@ class RequestError(ValueError):
     def __init__(self, field_name: str, message: str) -> None:
         self.field = field_name
         super().__init__(f"tensorrt_llm: input '{field_name}': {message}")
-
-
-@dataclass(frozen=True)
-class IOSpec:
-    """One input or output of the model config: Triton dtype name, dims without the batch dim."""
-
-    name: str
-    data_type: str
-    dims: tuple[int, ...]
-    optional: bool = False
-
-    @property
-    def numpy_dtype(self) -> Any:
-        """The numpy dtype of ``data_type`` (BF16 as float32, see :func:`.triton_io.numpy_dtype`)."""
-        return numpy_dtype(self.data_type)
 
 
 @dataclass(frozen=True)

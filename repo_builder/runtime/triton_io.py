@@ -15,6 +15,7 @@ module as their ``pb`` argument, so this file stays importable (and testable) wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -50,6 +51,29 @@ class RequestError(ValueError):
         if self.hint:
             text += f" (hint: {self.hint})"
         return text
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """One input or output of a model config: ``data_type`` is the Triton name (``TYPE_INT32``), ``dims``
+    exclude the batch dimension. Used by the Python engines (their own config) and the client (the served
+    config)."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+    optional: bool = False
+
+    @property
+    def numpy_dtype(self) -> Any:
+        """The numpy dtype that carries this tensor (``np.object_`` of bytes for TYPE_STRING, BF16 as float32)."""
+        return numpy_dtype(self.data_type)
+
+    @property
+    def wire_type(self) -> str:
+        """The inference-protocol data type (``INT32``, ``BYTES``, ...)."""
+        wire = self.data_type[5:] if self.data_type.startswith("TYPE_") else self.data_type
+        return "BYTES" if wire == "STRING" else wire
 
 
 def numpy_dtype(data_type: str) -> Any:
