@@ -89,3 +89,18 @@ def test_with_the_detokenizer_one_token_at_a_time():
         if r.stopped:
             break
     assert "".join(out) == "The answer is 42."
+
+
+def test_longer_stop_starting_earlier_wins_across_chunks():
+    """Found by hypothesis: '#aa' with stops 'a' and '#aa', fed as '#a' + 'a'. The non-streaming cut is at 0
+    ('#aa' starts before 'a'), so streaming must not emit '#' when it sees 'a' while '#aa' can still complete."""
+    m = StopStringMatcher(["a", "#aa"])
+    first = m.feed("#a")
+    assert first.text == "" and not first.stopped
+    r = m.feed("a")
+    assert r.stopped and r.stop == "#aa" and r.text == "" and r.position == 0
+    assert trim_at_stop("#aa", ["a", "#aa"]) == ("", "#aa")
+    # the longer candidate never completes: the shorter stop found meanwhile still cuts, at flush
+    m = StopStringMatcher(["a", "#ab"])
+    assert m.feed("#a").text == ""
+    assert m.flush() == "#" and m.stopped and m.stop == "a"

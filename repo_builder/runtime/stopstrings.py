@@ -90,6 +90,14 @@ class StopStringMatcher:
                 return n
         return 0
 
+    def _pending_start(self, text: str, limit: int) -> int | None:
+        """Earliest index before ``limit`` where ``text``'s tail is a proper prefix of a stop string."""
+        for q in range(max(0, len(text) - self._max_hold), limit):
+            tail = text[q:]
+            if any(len(s) > len(tail) and s.startswith(tail) for s in self.stops):
+                return q
+        return None
+
     def feed(self, delta: str) -> StopResult:
         """Add a text delta; return the text to emit now and whether a stop string was reached."""
         if self.stopped:
@@ -101,6 +109,11 @@ class StopStringMatcher:
             return StopResult(text)
         i, which = find_stop(text, self.stops)
         if which is not None:
+            pending = self._pending_start(text, i)
+            if pending is not None:  # a longer stop string may still complete earlier than this one
+                emit, self._held = text[:pending], text[pending:]
+                self._consumed += len(emit)
+                return StopResult(emit)
             self.stopped, self.stop = True, which
             position = self._consumed + i
             self._held = ""
@@ -112,9 +125,14 @@ class StopStringMatcher:
         return StopResult(emit)
 
     def flush(self) -> str:
-        """End of stream: the held text (it never completed a stop string)."""
+        """End of stream: the held text, cut at a stop string it holds (held while a longer candidate
+        starting earlier could still complete)."""
         if self.stopped:
             return ""
         text, self._held = self._held, ""
+        i, which = find_stop(text, self.stops)
+        if which is not None:  # held back for a longer candidate that never completed
+            self.stopped, self.stop = True, which
+            text = text[: i + (len(which) if self.include_stop else 0)]
         self._consumed += len(text)
         return text
