@@ -32,7 +32,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import shutil
@@ -107,16 +106,9 @@ class Ports:
 
 
 def _request(port: int, method: str, path: str) -> tuple[int, bytes] | None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
-    try:
-        conn.request(method, path, body=b"{}" if method == "POST" else None,
-                     headers={"Content-Type": "application/json"} if method == "POST" else {})
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    except (OSError, http.client.HTTPException):
-        return None
-    finally:
-        conn.close()
+    from repo_builder.server.process import http_request
+
+    return http_request("127.0.0.1", port, method, path)
 
 
 def all_ready(index_body: bytes, expected: set[str]) -> bool:

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench_common import load_average, machine as machine_facts
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
@@ -51,22 +51,12 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _machine() -> dict[str, str]:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """bench_common.machine() plus the versions of the packages this benchmark exercises."""
     from importlib.metadata import version
 
     from repo_builder import __version__
 
-    return {"cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version(),
-            "repo-builder": __version__, "tritonclient": version("tritonclient"),
-
-            "load average (1/5/15 min) at start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    return {**machine_facts(), "repo-builder": __version__, "tritonclient": version("tritonclient")}
 
 
 def _render(args: argparse.Namespace, work: Path) -> Path:
@@ -162,7 +152,7 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     command = shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
-    machine["load average (1/5/15 min) at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    machine["load_average_end"] = load_average()
     summary = [f"Command: `{command}`\n", "| machine | |", "|---|---|"]
     summary += [f"| {k} | {v} |" for k, v in machine.items()]
     summary += ["", f"Requests per level: {args.requests}; input tokens: {args.input_tokens}; "

@@ -67,6 +67,20 @@ def _connect_host(address: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(address, address)
 
 
+def http_request(host: str, port: int, method: str, path: str, timeout_s: float = 2.0) -> tuple[int, bytes] | None:
+    """One HTTP request to a Triton endpoint (POST sends ``{}``): ``(status, body)``, or None if nobody answers."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request(method, path, body=b"{}" if method == "POST" else None,
+                     headers={"Content-Type": "application/json"} if method == "POST" else {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
 class TritonServer:
     """A tritonserver launch on one model repository.
 
@@ -296,17 +310,7 @@ class TritonServer:
         return LaunchError(text, **kwargs)
 
     def _request(self, method: str, path: str) -> tuple[int, bytes] | None:
-        host = _connect_host(self.config.http_address)
-        conn = http.client.HTTPConnection(host, self.config.http_port, timeout=2.0)
-        try:
-            conn.request(method, path, body=b"{}" if method == "POST" else None,
-                         headers={"Content-Type": "application/json"} if method == "POST" else {})
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        except (OSError, http.client.HTTPException):
-            return None
-        finally:
-            conn.close()
+        return http_request(_connect_host(self.config.http_address), self.config.http_port, method, path)
 
     def model_states(self) -> dict[str, tuple[str, str]] | None:
         """``{model: (state, reason)}`` from rank 0's ``POST /v2/repository/index``; ``None`` if it does not answer."""
