@@ -18,11 +18,24 @@ from pathlib import Path
 
 from .errors import RepoBuilderError
 
+#: A chat template in the instruction format of Mistral-7B-Instruct v0.1 (the model that uses this tokenizer):
+#: ``<s>[INST] {user} [/INST] {assistant}</s>[INST] ...``, a system message prepended to the next user
+#: message. Written for repo-builder; it starts with the BOS token's text, as LLaMA-2/Mistral templates do.
+MISTRAL_V1_CHAT_TEMPLATE = (
+    "{{- bos_token }}{%- set system = namespace(text='') %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' %}{%- set system.text = message['content'] + '\\n\\n' %}"
+    "{%- elif message['role'] == 'user' %}{{- '[INST] ' + system.text + message['content'] + ' [/INST]' }}"
+    "{%- set system.text = '' %}"
+    "{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + eos_token }}"
+    "{%- endif %}{%- endfor %}")
+
 _PACKAGED = {
     # name: (PyPI package, file inside it, target file name, tokenizer_config.json)
     "mistral-v1": ("mistral_common", "data/tokenizer.model.v1", "tokenizer.model",
                    {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
-                    "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False}),
+                    "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
+                    "chat_template": MISTRAL_V1_CHAT_TEMPLATE}),
 }
 
 
