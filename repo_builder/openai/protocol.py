@@ -62,14 +62,19 @@ class ErrorResponse(BaseModel):
     error: ErrorInfo
 
 
+#: Names pydantic puts in an error location for the member of a union that failed (not request fields).
+_UNION_TAGS = {"str", "int", "float", "bool", "dict", "list", "none", "constrained-float", "TextPart", "OtherPart",
+               "StreamOptions", "ChatMessage"}
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     """``("messages", 0, "content")`` -> ``messages[0].content`` (pydantic's union tags are dropped)."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif isinstance(part, str) and ("[" in part or part.startswith(("function-", "list[", "str", "int"))):
-            continue  # union member tags such as 'list[str]' or 'function-after[...]'
+        elif isinstance(part, str) and ("[" in part or part.startswith("function-") or part in _UNION_TAGS):
+            continue  # union member tags such as 'str', 'list[str]', 'TextPart' or 'function-after[...]'
         else:
             out += ("." if out else "") + str(part)
     return out
