@@ -34,6 +34,8 @@ def openai(
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."),
     watch_pid: Optional[str] = typer.Option(None, "--watch-pid", hidden=True,
                                             help="PID[:START]: shut down when that process exits (used by launch)."),
+    launch_id: Optional[str] = typer.Option(None, "--launch-id", hidden=True,
+                                            help="The launch this front end belongs to (marks its command line)."),
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /health) in front of
     a running Triton that serves REPO."""

@@ -468,7 +468,7 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
             raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
         max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
         limit_max_tokens(max_tokens, "max_tokens")
-        job = _job("cmpl", req, prompt, max_tokens, "max_tokens", triton)
+        job = _job("cmpl", req, prompt, max_tokens, "max_tokens", triton, request_id(request))
         return await run(request, job, bool(req.stream), CompletionRenderer(served.name, job, bool(req.echo), prompt))
 
     @app.post("/v1/chat/completions")
@@ -479,16 +479,34 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
         if max_tokens is None:
             max_tokens = default_chat_max_tokens(served, text)
         limit_max_tokens(max_tokens, param)
-        job = _job("chatcmpl", req, text, max_tokens, param, triton)
+        job = _job("chatcmpl", req, text, max_tokens, param, triton, request_id(request))
         return await run(request, job, bool(req.stream), ChatRenderer(served.name, job))
 
     return app
 
 
-def _job(prefix: str, req: SamplingFields, text: str, max_tokens: int, param: str, triton: TritonBackend) -> Job:
+def request_id(request: Any) -> str | None:
+    """The client's ``X-Request-Id`` header (printable ASCII, at most 128 characters), else None.
+
+    Raises:
+        APIError: 400 naming ``X-Request-Id`` when it is not printable ASCII or too long.
+    """
+    value = request.headers.get("x-request-id")
+    if value is None:
+        return None
+    if not value or len(value) > 128 or not value.isascii() or not value.isprintable():
+        raise APIError(400, "X-Request-Id must be 1 to 128 printable ASCII characters", param="X-Request-Id",
+                       code="invalid_value")
+    return value
+
+
+def _job(prefix: str, req: SamplingFields, text: str, max_tokens: int, param: str, triton: TritonBackend,
+         rid: str | None = None) -> Job:
+    """The request as ensemble fields; its id (the response ``id`` and the Triton request id) is
+    ``<prefix>-<X-Request-Id>`` when the client sent that header, else ``<prefix>-<random hex>``."""
     fields = {"text_input": text, "max_tokens": max_tokens, "stream": bool(req.stream) and triton.streams}
     fields.update(sampling_fields(req, triton.accepts))
-    return Job(rid=f"{prefix}-{uuid.uuid4().hex}", req=req, fields=fields, max_tokens=max_tokens,
+    return Job(rid=f"{prefix}-{rid or uuid.uuid4().hex}", req=req, fields=fields, max_tokens=max_tokens,
                max_tokens_param=param, prompt_text=text, stops=req.stop_list())
 
 

@@ -47,6 +47,7 @@ class LaunchConfig(BaseModel):
     timeout: float = Field(600.0, gt=0, description=HELP["timeout"])
     stop_timeout: float = Field(30.0, gt=0, description=HELP["stop_timeout"])
     server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
+    openai_port: int | None = Field(None, ge=1, le=65535, description=HELP["openai_port"])
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod

@@ -28,4 +28,6 @@ HELP: dict[str, str] = {
     "timeout": "Seconds to wait for the server and every model to be ready.",
     "stop_timeout": "Seconds to wait for a graceful stop before SIGKILL.",
     "server_args": "Extra arguments appended to every rank's tritonserver command.",
+    "openai_port": "Also serve an OpenAI-compatible API on this port (`repo-builder openai`, started once the "
+                   "server is ready, stopped with it; needs the openai extra). Default: off.",
 }

@@ -194,8 +194,13 @@ class TritonServer:
         if others:
             self.notes.append(f"--force: starting although tritonserver pid {', '.join(map(str, others))} "
                               "already serves this repository")
-        check_ports(cfg.http_address, {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port,
-                                       "--metrics_port": cfg.metrics_port})
+        ports = {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port, "--metrics_port": cfg.metrics_port}
+        if cfg.openai_port is not None:
+            from ..openai.launch import check_installed
+
+            check_installed()
+            ports["--openai_port"] = cfg.openai_port
+        check_ports(cfg.http_address, ports)
         stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size)
         check_shm(stubs, needed)
         repo_path = Path(os.path.abspath(cfg.model_repo))

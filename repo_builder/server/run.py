@@ -68,6 +68,14 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         except KeyboardInterrupt:
             server.stop()
             raise
+        if config.openai_port is not None:
+            from ..openai.launch import start_beside
+
+            try:
+                start_beside(server, config.openai_port, echo=echo, detach=True)
+            except BaseException:
+                server.stop()
+                raise
         default = default_pid_file(config.model_repo)
         pid_file = Path(config.pid_file) if config.pid_file else default
         # the default location always gets a copy, so `repo-builder stop REPO` finds any detached launch
@@ -106,7 +114,20 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
                 follower.join(timeout=2)
             raise
         echo(_describe_ready(server, elapsed))
-        code = server.wait()
+        front_code = None
+        if config.openai_port is not None:
+            from ..openai.launch import start_beside, wait_either
+
+            front = start_beside(server, config.openai_port, echo=echo)
+            code, front_code = wait_either(server, front)
+            front.stop()  # before the server: no request is left half-served by a stopping Triton
+            if front_code is not None:
+                echo(f"the OpenAI front end exited with code {front_code}; stopping tritonserver")
+        else:
+            code = server.wait()
+        if front_code is not None:
+            server.stop()
+            return front_code or 1
         if server.interrupted:
             echo(f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM; a second signal kills)")
         else:
