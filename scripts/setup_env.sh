@@ -2,7 +2,8 @@
 # Set up everything repo-builder needs on a fresh Debian machine: sourced by quickstart.sh and test.sh.
 #  - openmpi-bin (mpirun, for multi-rank launches) via apt-get when missing and we are root;
 #  - a virtual environment in $REPO_BUILDER_VENV (default: .venv in the project) holding repo-builder
-#    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, and test tools;
+#    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, the OpenAI front end's
+#    fastapi/uvicorn, and test tools (pytest, the openai SDK);
 #  - mistral-common (data only: its SentencePiece tokenizer.model) without its dependencies.
 # Re-running is cheap: an up-to-date venv is detected by a stamp of pyproject.toml's hash.
 set -euo pipefail
@@ -25,7 +26,7 @@ want="$(sha256sum "$PROJECT_DIR/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] creating virtual environment in $VENV (about a minute)"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,test]" 2>&1 \
+  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,test,openai]" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" 2>&1 \
     | grep -v "^WARNING: Location" || true

@@ -403,28 +403,28 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
                             code="invalid_value")
         return APIError(500, f"Triton failed the request: {exc.message}", type="server_error")
 
-    async def start(job: Job) -> tuple[GenerationStream, Chunk | None]:
-        """Send the request and wait for its first response (so an error can still be a 400)."""
+    async def run(request: Request, job: Job, stream_out: bool, render: Any) -> Any:
+        """Send the request, wait for its first response (so an error can still be a 400), then answer.
+
+        A watcher on the ASGI receive channel cancels the Triton request as soon as the client disconnects,
+        from the moment the request is sent (a non-streamed answer arrives only at the end).
+        """
         from ..errors import ClientError
 
         try:
             stream = triton.generate(job.fields, job.rid)
         except ClientError as exc:
             raise backend_error(exc, job) from None
+        watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+        _on_disconnect(watcher, stream)
         try:
             first = await stream.next()
         except BackendError as exc:
+            watcher.cancel()
             raise backend_error(exc, job) from None
-        return stream, first
-
-    async def run(request: Request, job: Job, stream_out: bool, render: Callable[..., Any]) -> Any:
-        watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
-        try:
-            stream, first = await start(job)
         except BaseException:
             watcher.cancel()
             raise
-        _on_disconnect(watcher, stream)
         gen = Generation(job, stream, first, served)
         if not stream_out:
             try:
@@ -435,7 +435,7 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
                 watcher.cancel()
             text = "".join(parts)
             return JSONResponse(render(text, gen.outcome(text)))
-        return SSEResponse(render.stream(gen, job), watcher, stream)  # type: ignore[attr-defined]
+        return SSEResponse(render.stream(gen, job), watcher, stream)
 
     # -------------------------------------------------------------------------------------- routes
     @app.get("/health")
