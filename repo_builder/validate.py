@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .lockfile import LOCK_NAME, changed_files, read_lock
+from .runtime.params import parse_bool
 from .runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
 
@@ -332,12 +333,10 @@ def _engine_value(engine: Any, *names: str) -> Any:
 def _truthy(text: str | None) -> bool | None:
     if not _is_set(text):
         return None
-    low = text.strip().lower()
-    if low in ("true", "1", "yes", "y", "t", "on"):
-        return True
-    if low in ("false", "0", "no", "n", "f", "off"):
-        return False
-    return None
+    try:
+        return parse_bool(text)
+    except ValueError:
+        return None
 
 
 def _as_int(text: str | None) -> int | None:
