@@ -15,6 +15,8 @@ How OpenAI fields become ensemble inputs (names of the ensemble/BLS contract,
   Face's ``apply_chat_template(..., tokenize=True)``: one BOS. A repository rendered with
   ``apply_chat_template=true`` (preprocessing applies the template itself) takes a single user message,
   sent as is.
+* Triton is always asked to stream when the model is decoupled (a non-streamed answer is the deltas
+  joined): that is what lets a disconnect cancel a non-streamed request in the BLS too.
 * ``max_tokens`` / ``max_completion_tokens`` -> ``max_tokens`` (default: 16 for completions as OpenAI;
   for chat what is left of the engine's ``max_seq_len`` after the prompt); above ``max_seq_len - 1`` is
   refused here, a prompt + max_tokens above ``max_seq_len`` by preprocessing (400 naming the field).
@@ -504,7 +506,10 @@ def _job(prefix: str, req: SamplingFields, text: str, max_tokens: int, param: st
          rid: str | None = None) -> Job:
     """The request as ensemble fields; its id (the response ``id`` and the Triton request id) is
     ``<prefix>-<X-Request-Id>`` when the client sent that header, else ``<prefix>-<random hex>``."""
-    fields = {"text_input": text, "max_tokens": max_tokens, "stream": bool(req.stream) and triton.streams}
+    # Always stream from a decoupled model, also for a non-streamed answer: the BLS polls its client's
+    # cancellation between engine responses, so only a streamed engine request can be cancelled mid-way there;
+    # the deltas add up to the non-streamed text (postprocessing's incremental detokenizer).
+    fields = {"text_input": text, "max_tokens": max_tokens, "stream": triton.streams}
     fields.update(sampling_fields(req, triton.accepts))
     return Job(rid=f"{prefix}-{rid or uuid.uuid4().hex}", req=req, fields=fields, max_tokens=max_tokens,
                max_tokens_param=param, prompt_text=text, stops=req.stop_list())
