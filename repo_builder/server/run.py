@@ -68,6 +68,7 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         except KeyboardInterrupt:
             server.stop()
             raise
+        echo(_describe_ready(server, elapsed))
         if config.openai_port is not None:
             from ..openai.launch import start_beside
 
@@ -82,7 +83,6 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         files = sorted({str(pid_file.absolute()), str(default)})
         for path in files:
             server.write_pid_file(Path(path), extra={"pid_files": files})
-        echo(_describe_ready(server, elapsed))
         echo(f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
              f"repo-builder stop --pid-file {pid_file}")
         return 0
