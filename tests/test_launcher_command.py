@@ -328,7 +328,10 @@ def test_script_accepts_upstream_flags(tiny: Path) -> None:
     command = out.stdout.strip().splitlines()[-1].split()
     per_rank = split_ranks(command)
     assert len(per_rank) == 3
-    assert per_rank[2][-5:-3] == ["--load-model=tensorrt_llm", "--load-model=postprocessing"]
+    assert [a for a in per_rank[2] if a.startswith("--load-model=")] == ["--load-model=tensorrt_llm",
+                                                                          "--load-model=postprocessing"]
+    # every rank bounds how long in-flight requests may delay a stop (tritonserver's own default is 30 s)
+    assert all("--exit-timeout-secs=5" in rank for rank in per_rank)
 
 
 # ---------------------------------------------------------------- world size from the engine (case B12)
