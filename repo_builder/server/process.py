@@ -211,8 +211,8 @@ class TritonServer:
         if others:
             self.notes.append(f"--force: starting although tritonserver pid {', '.join(map(str, others))} "
                               "already serves this repository")
-        check_ports(cfg.http_address, {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port,
-                                       "--metrics_port": cfg.metrics_port})
+        self.notes += check_ports(cfg.http_address, {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port,
+                                                     "--metrics_port": cfg.metrics_port})
         stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size)
         check_shm(stubs, needed)
         repo_path = Path(os.path.abspath(cfg.model_repo))

@@ -126,6 +126,8 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         else:
             echo(f"tritonserver exited with code {code}; cleaning up")
         code = server.stop()
+        if code == -signal.SIGKILL:
+            echo(f"tritonserver did not stop in time and was killed with SIGKILL; see {server.log_path}")
         if server.interrupted:
             return 128 + server.interrupted
         if server.model_died is not None:
