@@ -57,10 +57,16 @@ CANCEL_POLL_EVERY = 16
 
 
 class BLSStepError(RuntimeError):
-    """A step model failed; the message starts with the step model's name."""
+    """A step model failed; the message starts with the step model's name.
 
-    def __init__(self, model: str, message: str) -> None:
+    ``client`` is True when the step refused the request as the client's mistake (its error carried
+    ``INVALID_ARG``, or a local step raised :class:`~.triton_io.RequestError`): the BLS then answers
+    ``INVALID_ARG`` too (HTTP 400), else ``INTERNAL``.
+    """
+
+    def __init__(self, model: str, message: str, client: bool = False) -> None:
         self.model = model
+        self.client = client
         super().__init__(f"{model}: {message}")
 
 

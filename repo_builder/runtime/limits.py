@@ -106,7 +106,9 @@ LIMITS: dict[str, Limit] = _limits(
     Limit("length_penalty", "float", -FP32_MAX, FP32_MAX, engine="len_penalty", hint="1 means no penalty"),
     Limit("beam_search_diversity_rate", "float", 0.0, FP32_MAX, engine="beam_search_diversity_rate"),
     Limit("min_tokens", "int", 0, INT32_MAX, engine="min_tokens", hint="0 means no minimum"),
+    Limit("min_length", "int", 0, INT32_MAX, hint="0 means no minimum"),  # trtllm-0.5's min_tokens
     Limit("seed", "int", 0, UINT64_MAX, engine="seed"),
+    Limit("random_seed", "int", 0, UINT64_MAX),  # trtllm-0.5's seed
     Limit("end_id", "int", -1, INT32_MAX, engine="end_id", hint="a token id of the vocabulary, or -1 for none"),
     Limit("pad_id", "int", 0, INT32_MAX, engine="pad_id", hint="a token id of the vocabulary"),
     Limit("prompt_table_extra_id", "int", 0, UINT64_MAX, engine="prompt_table_extra_ids"),
