@@ -11,8 +11,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .bls_wiring import ENGINE_STEP_MODEL
+from .errors import RequestError
 from .limits import LIMITS, check
-from .triton_io import RequestError
 
 # Client-facing request fields and outputs the BLS itself reads (validation, stop strings,
 # streaming). They are the BLS's own contract names (= the ensemble's), used in error messages;
@@ -29,12 +29,8 @@ SEQUENCE_INDEX = "sequence_index"
 BATCH_INDEX = "batch_index"
 
 
-class BLSRequestError(RequestError):
-    """A bad request: the message names the request field (``"max_tokens: must be > 0 ..."``); answered
-    with ``INVALID_ARG`` (HTTP 400)."""
-
-    def __init__(self, field_name: str, message: str, hint: str | None = None) -> None:
-        super().__init__(field_name, message, hint)
+#: A bad request to the BLS: the message names the request field (``"max_tokens: must be > 0 ..."``).
+BLSRequestError = RequestError
 
 
 def check_numbers(inputs: Mapping[str, np.ndarray]) -> None:
@@ -51,10 +47,7 @@ def check_numbers(inputs: Mapping[str, np.ndarray]) -> None:
         if a.dtype.kind not in "iufb":
             continue  # the model config's dtype decides; Triton refuses other dtypes before the BLS runs
         for value in a.reshape(-1).tolist():
-            try:
-                check(name, value)
-            except RequestError as exc:
-                raise BLSRequestError(exc.field, exc.message, exc.hint) from None
+            check(name, value)
 
 
 # --------------------------------------------------------------------------------------------------

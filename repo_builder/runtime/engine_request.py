@@ -11,15 +11,16 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from . import errors
+from .errors import ModelLoadError
 from .limits import LIMITS, check
 from .triton_io import IOSpec
-from .triton_io import RequestError as _RequestError
 
 # --------------------------------------------------------------------------------------------------
 # Model config I/O
 
 
-class EngineLoadError(RuntimeError):
+class EngineLoadError(ModelLoadError):
     """The engine directory or a model parameter is unusable; raised from ``initialize``.
 
     The message names the path or parameter key and says how to fix it (Triton shows it as the model's
@@ -27,17 +28,15 @@ class EngineLoadError(RuntimeError):
     """
 
 
-class RequestError(_RequestError):
-    """A request is invalid; ``field`` is the ``tensorrt_llm`` input at fault (shown in the error message).
+class RequestError(errors.RequestError):
+    """A request to the engine is invalid; ``field`` is the ``tensorrt_llm`` input at fault.
 
-    Only the offending request fails (with ``INVALID_ARG``: HTTP 400); the other requests keep going.
+    Only the offending request fails; the other requests keep going. The message reads
+    ``tensorrt_llm: input '<field>': <message>`` (the engine's inputs are not the client's field names).
     """
 
-    def __init__(self, field_name: str, message: str, hint: str | None = None) -> None:
-        super().__init__(field_name, message, hint)
-
     def __str__(self) -> str:
-        return f"tensorrt_llm: input '{self.field}': " + super().__str__().split(": ", 1)[1]
+        return f"tensorrt_llm: input '{self.field}': {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
 
 
 def _checked(name: str, value: Any, **kwargs: Any) -> Any:
@@ -45,7 +44,7 @@ def _checked(name: str, value: Any, **kwargs: Any) -> Any:
     spec = LIMITS[name]
     try:
         return check(name, value, field=name, **kwargs)
-    except _RequestError as exc:
+    except errors.RequestError as exc:
         alias = f" ({spec.field} in the ensemble and BLS)" if spec.field != name else ""
         raise RequestError(name, f"{exc.message}{alias}", exc.hint) from None
 

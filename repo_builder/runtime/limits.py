@@ -3,7 +3,7 @@
 Every numeric request field that a client sends has one :class:`Limit` here: its kind (integer or real),
 the range it must lie in, the name the client uses (the ensemble/BLS input, e.g. ``top_p``) and the
 name of the ``tensorrt_llm`` input it reaches (``runtime_top_p``). :func:`check` applies it and raises
-:class:`~.triton_io.RequestError` naming the client's field, the value received and the range, so every
+:class:`~.errors.RequestError` naming the client's field, the value received and the range, so every
 model refuses a value with the same words.
 
 What the models can and cannot see (tritonserver 2.51, ``http_server.cc`` ``ReadDataFromJsonHelper``):
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .triton_io import RequestError
+from .errors import RequestError
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
