@@ -24,12 +24,13 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .contract import MODEL_NAMES, ProfileContract, load_contract
-from .errors import ParameterError, RenderError, RepoBuilderError, TemplateError
+from .errors import Interrupted, ParameterError, RenderError, RepoBuilderError, TemplateError
 from .lockfile import LOCK_NAME, build_lock, dumps
 from .paths import runtime_dir, templates_dir
 from .pbtxt import backend_json, find_placeholders, parse_model_config, quote
@@ -480,6 +481,67 @@ def _write_tree(plan: RenderPlan, root: Path, *, progress: bool) -> None:
     place(plan.placement, root, progress=progress)
 
 
+class _WriteSignals:
+    """SIGTERM, SIGINT and SIGHUP during the write phase of :func:`render_repository`.
+
+    While active (main thread only; elsewhere it does nothing), the first of these signals raises
+    :class:`~repo_builder.errors.Interrupted` at the point the program is at, so the ``except`` of the
+    write phase removes the temporary folder (and the parent folders it created) before the CLI exits
+    with 128 + the signal number (143 SIGTERM, 130 SIGINT, 129 SIGHUP). Later signals are ignored so that
+    cleanup finishes. Inside :meth:`deferred` a signal is only recorded and raised when the block ends:
+    used for the two renames that swap the new repository in, which must not be split.
+    """
+
+    SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._raised = False
+        self._defer = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_WriteSignals":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                num = getattr(signal, name, None)
+                if num is not None:
+                    self._old[num] = signal.signal(num, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for num, handler in self._old.items():
+            signal.signal(num, handler)
+        self._old.clear()
+
+    def _interrupted(self) -> Interrupted:
+        self._raised = True
+        return Interrupted(self.received or 15, "the partial repository was removed; nothing was written")
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            return
+        self.received = signum
+        if not self._defer:
+            raise self._interrupted()
+
+    @contextmanager
+    def deferred(self, *, reraise: bool = True) -> Iterator[None]:
+        """Record signals during the block; raise the recorded one when it ends (unless ``reraise`` is
+        False or one was raised already)."""
+        self._defer += 1
+        try:
+            yield
+        finally:
+            self._defer -= 1
+        if reraise and self.received is not None and not self._raised and not self._defer:
+            raise self._interrupted()
+
+
 def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output: str | Path, *,
                       profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
                       values_file: str | Path | None = None, engine_mode: str = "copy",
@@ -523,43 +585,50 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
         parent = parent.parent
     tmp: Path | None = None
     old: Path | None = None
-    try:
-        for p in reversed(created_parents):
-            p.mkdir()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-tmp-", dir=out.parent))
-        os.chmod(tmp, 0o755)
-        _write_tree(plan, tmp, progress=progress)
-        from .validate import validate_repository
-
-        problems = validate_repository(tmp, served_at=plan.serve_root)
-        if problems:
-            raise RenderError("the rendered repository failed validation (a repo-builder bug):\n"
-                              + "\n".join(str(p) for p in problems), path=out)
-        if existed:
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-old-", dir=out.parent))
-            os.rmdir(old)
-            os.rename(out, old)
+    with _WriteSignals() as signals:
         try:
-            os.rename(tmp, out)
-        except OSError:
-            if old is not None:
-                os.rename(old, out)
-                old = None
+            for p in reversed(created_parents):
+                p.mkdir()
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-tmp-", dir=out.parent))
+            os.chmod(tmp, 0o755)
+            _write_tree(plan, tmp, progress=progress)
+            from .validate import validate_repository
+
+            problems = validate_repository(tmp, served_at=plan.serve_root)
+            if problems:
+                raise RenderError("the rendered repository failed validation (a repo-builder bug):\n"
+                                  + "\n".join(str(p) for p in problems), path=out)
+            with signals.deferred(reraise=False):  # the swap is two renames: a signal waits until both are done
+                if existed:
+                    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-old-", dir=out.parent))
+                    os.rmdir(old)
+                    os.rename(out, old)
+                try:
+                    os.rename(tmp, out)
+                except OSError:
+                    if old is not None:
+                        os.rename(old, out)
+                        old = None
+                    raise
+                tmp = None
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
+                    old = None
+            if signals.received is not None:
+                raise Interrupted(signals.received, f"the signal came while the finished repository was being "
+                                                    f"moved into place; it is complete at {out}")
+        except BaseException as exc:
+            with signals.deferred(reraise=False):  # cleanup is not cut short by a second signal
+                if tmp is not None:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                for p in created_parents:
+                    try:
+                        p.rmdir()
+                    except OSError:
+                        pass
+            if isinstance(exc, OSError):
+                raise RenderError(f"writing the repository failed: {exc.strerror or exc}", path=out) from exc
             raise
-        tmp = None
-    except BaseException as exc:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for p in created_parents:
-            try:
-                p.rmdir()
-            except OSError:
-                pass
-        if isinstance(exc, OSError):
-            raise RenderError(f"writing the repository failed: {exc.strerror or exc}", path=out) from exc
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return RenderResult(out, plan, written=True, diff=diff, existed=existed)
 
 
