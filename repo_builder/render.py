@@ -414,7 +414,8 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     files["tensorrt_llm_bls/1/wiring.json"] = (json.dumps(wiring_data(contract, values), indent=2) + "\n").encode()
     # The BLS runs postprocessing's code in-process (bls_local_postprocessing) with postprocessing's own config.
     post_config = backend_json(parse_model_config(configs["postprocessing"], path="postprocessing/config.pbtxt"))
-    files["tensorrt_llm_bls/1/postprocessing_config.json"] = (json.dumps(post_config, indent=2) + "\n").encode()
+    files["tensorrt_llm_bls/1/postprocessing_config.json"] = (json.dumps(post_config, indent=2, sort_keys=True)
+                                                              + "\n").encode()
     for rel in files:
         if placement.files and any(rel == f.target for f in placement.files):
             raise RenderError(f"engine file would overwrite a rendered file: {rel}", path=engine_path)
