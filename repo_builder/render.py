@@ -337,7 +337,7 @@ def _load_values_file(values_file: str | Path) -> dict[str, Any]:
 
 
 def _check_output(output: Path, engine_dir: Path, tokenizer_dir: Path, *, force: bool, dry_run: bool,
-                  placement: str) -> bool:
+                  placement: str, delete_unlisted: bool = False) -> bool:
     """Refuse outputs that would clobber something; returns whether ``output`` exists."""
     exists = output.exists() or output.is_symlink()
     if exists and not output.is_dir():
@@ -353,16 +353,45 @@ def _check_output(output: Path, engine_dir: Path, tokenizer_dir: Path, *, force:
         if not force:
             raise RenderError("output already exists", path=output, key="--output",
                               hint="pass --force to replace it, or --dry-run to see the difference")
-        if any(output.iterdir()) and not (output / LOCK_NAME).is_file():
-            raise RenderError(f"refusing to replace a directory that repo-builder did not render (no {LOCK_NAME})",
-                              path=output, key="--output", hint="remove it yourself or choose another --output")
+        if any(output.iterdir()):
+            _check_replaceable(output, delete_unlisted=delete_unlisted)
     return exists
+
+
+def _check_replaceable(output: Path, *, delete_unlisted: bool) -> None:
+    """``render --force`` replaces ``output`` only when its lock file proves repo-builder rendered it (it
+    parses and passes :class:`repo_builder.lockfile.LockFile`), and deletes files the lock file does not list
+    only with ``delete_unlisted`` (``--delete-unlisted``); otherwise it refuses and lists them.
+
+    Raises:
+        RenderError: no lock file, a malformed one (naming the key), or unlisted files (listing them).
+    """
+    from .lockfile import read_lock, unlisted_files
+
+    if not ((output / LOCK_NAME).is_file() or (output / LOCK_NAME).is_symlink()):
+        raise RenderError(f"refusing to replace a directory that repo-builder did not render (no {LOCK_NAME})",
+                          path=output, key="--output", hint="remove it yourself or choose another --output")
+    try:
+        lock = read_lock(output)
+    except RenderError as exc:
+        raise RenderError(f"refusing to replace the directory: its lock file does not prove repo-builder "
+                          f"rendered it ({LOCK_NAME}: {exc.message})", path=output, key="--output",
+                          hint="remove the directory yourself or choose another --output") from None
+    assert lock is not None
+    extra = unlisted_files(output, lock)
+    if extra and not delete_unlisted:
+        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        raise RenderError(f"refusing to replace the repository: {len(extra)} file(s) in it were not rendered by "
+                          f"repo-builder (the lock file does not list them) and would be deleted: {shown}",
+                          path=output, key="--output",
+                          hint="move them out first, or pass --delete-unlisted to delete them with the old repository")
 
 
 def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str | Path, *,
                 profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
                 values_file: str | Path | None = None, engine_mode: str = "copy", streaming: bool | None = None,
-                serve_path: str | Path | None = None, force: bool = False, dry_run: bool = False) -> RenderPlan:
+                serve_path: str | Path | None = None, force: bool = False, dry_run: bool = False,
+                delete_unlisted: bool = False) -> RenderPlan:
     """Inspect, resolve and render everything in memory (writes nothing). See :func:`render_repository`."""
     from . import __version__
     from .engine import check_rank_files, engine_fingerprint, inspect_engine
@@ -377,7 +406,8 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     output = Path(output).expanduser().absolute()
     engine_path = Path(engine_dir).expanduser().resolve()
     tokenizer_path = check_tokenizer_dir(str(tokenizer_dir))  # the raw text, so a hub id is named as one (B22)
-    _check_output(output, engine_path, tokenizer_path, force=force, dry_run=dry_run, placement=engine_mode)
+    _check_output(output, engine_path, tokenizer_path, force=force, dry_run=dry_run, placement=engine_mode,
+                  delete_unlisted=delete_unlisted)
     serve_root = Path(serve_path) if serve_path is not None else output
     if not serve_root.is_absolute():
         raise RenderError("the serve path must be absolute (the repository's path inside the server)",
@@ -430,7 +460,7 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
         values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
         world_size=int(getattr(resolution, "world_size", 1) or 1),
         tensorrt_llm_model_names=["tensorrt_llm"],
-        files=files, serve_path=serve_path,
+        files=files, serve_path=serve_path, engine_files=[f.target for f in placement.files],
     )
     files[LOCK_NAME] = dumps(lock)
     return RenderPlan(output=output, serve_root=serve_root, profile=profile, engine=engine, tokenizer=tokenizer,
@@ -547,7 +577,8 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
                       profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
                       values_file: str | Path | None = None, engine_mode: str = "copy",
                       streaming: bool | None = None, force: bool = False, dry_run: bool = False,
-                      serve_path: str | Path | None = None, progress: bool = False) -> RenderResult:
+                      serve_path: str | Path | None = None, progress: bool = False,
+                      delete_unlisted: bool = False) -> RenderResult:
     """Render a Triton model repository for an engine and a tokenizer.
 
     Args:
@@ -559,7 +590,11 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
         values_file: a YAML mapping of parameter: value (``--values``).
         engine_mode: ``copy`` | ``hardlink`` | ``symlink`` | ``reference`` (see :mod:`repo_builder.placement`).
         streaming: drives ``decoupled_mode`` (None = the schema default).
-        force: replace an existing repository (one rendered by repo-builder, or an empty dir).
+        force: replace an existing repository: an empty directory, or one whose lock file proves repo-builder
+            rendered it (valid :class:`repo_builder.lockfile.LockFile`) and that holds no file the lock file
+            does not list.
+        delete_unlisted: with ``force``, also delete files of the old repository that its lock file does not
+            list (``--delete-unlisted``); without it such files make the render refuse, listing them.
         dry_run: write nothing; return the plan and a diff against ``output``.
         serve_path: the absolute path the server will see the repository at (container mounts, case B22);
             ``engine_dir`` inside the repository is written under it. Default: ``output``.
@@ -572,7 +607,7 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
     """
     plan = plan_render(engine_dir, tokenizer_dir, output, profile=profile, user_values=user_values,
                        values_file=values_file, engine_mode=engine_mode, streaming=streaming,
-                       serve_path=serve_path, force=force, dry_run=dry_run)
+                       serve_path=serve_path, force=force, dry_run=dry_run, delete_unlisted=delete_unlisted)
     out = plan.output
     existed = out.exists()
     diff = diff_against(plan, out) if existed else ""
