@@ -237,7 +237,7 @@ def main() -> None:
         engine = work / NAME
         engine.mkdir()
         (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC))
-        tok = packaged_tokenizer("mistral-v1", work / "tok")
+        tok = packaged_tokenizer("mistral-v1-instruct", work / "tok")
         repo = work / "repo"
         render_repository(engine, tok, repo, user_values={"synthetic_token_delay_ms": args.delay_ms,
                                                           "triton_max_batch_size": 64}, streaming=True)

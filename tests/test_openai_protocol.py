@@ -162,7 +162,7 @@ def test_chat_prompt_gets_one_bos_through_preprocessing(tmp_path):
     from repo_builder.runtime.text import encode_prompt
     from repo_builder.testing import packaged_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1", tmp_path / "tok")))
+    tok = AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1-instruct", tmp_path / "tok")))
     served = ServedModel(name="m", tokenizer=tok, max_seq_len=512, max_input_len=511, add_special_tokens=True,
                          preprocessing_applies_template=False, engine_model="tensorrt_llm")
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
@@ -182,7 +182,7 @@ def test_preprocessing_template_mode_takes_one_user_message(tmp_path):
     from repo_builder.openai.app import ServedModel, chat_prompt
     from repo_builder.testing import packaged_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1", tmp_path / "tok")))
+    tok = AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1-instruct", tmp_path / "tok")))
     served = ServedModel(name="m", tokenizer=tok, max_seq_len=512, max_input_len=511, add_special_tokens=True,
                          preprocessing_applies_template=True, engine_model="tensorrt_llm")
     assert chat_prompt(served, parse_request(ChatCompletionRequest, CHAT)) == "hi"
@@ -193,16 +193,17 @@ def test_preprocessing_template_mode_takes_one_user_message(tmp_path):
 
 
 def test_serving_info_from_the_lock_file(tmp_path):
-    import json
-
     from repo_builder.errors import RenderError
-    from repo_builder.lockfile import LOCK_NAME, read_serving_info
+    from repo_builder.lockfile import LOCK_NAME, build_lock, dumps, read_serving_info
 
     with pytest.raises(RenderError, match="no lock file"):
         read_serving_info(tmp_path)
-    (tmp_path / LOCK_NAME).write_text(json.dumps({
-        "profile": "trtllm-1.2", "engine": {"dir": "/engines/llama-3-8b/"}, "tokenizer": {"dir": "/hf/tok"},
-        "values": {"max_seq_len": {"value": 4096, "origin": "engine"}}, "files": {}}))
+    lock = build_lock(version="0.1.0", profile="trtllm-1.2",
+                      engine={"dir": "/engines/llama-3-8b/", "kind": "trtllm", "placement": "copy",
+                              "fingerprint": "sha256:" + "0" * 64},
+                      tokenizer_dir="/hf/tok", values={"max_seq_len": (4096, "engine")}, world_size=1,
+                      tensorrt_llm_model_names=["tensorrt_llm"], files={})
+    (tmp_path / LOCK_NAME).write_bytes(dumps(lock))
     info = read_serving_info(tmp_path)
     assert (info.model_name, str(info.tokenizer_dir), info.value("max_seq_len"), info.value("x", 3)) == \
         ("llama-3-8b", "/hf/tok", 4096, 3)

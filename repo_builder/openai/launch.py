@@ -127,15 +127,13 @@ def served_name(repo: Path) -> str:
 
 
 def wait_either(server: Any, front: FrontEnd) -> tuple[int | None, int | None]:
-    """Block until tritonserver exits, a stop is requested, or the front end exits.
+    """Block until tritonserver exits, a stop is requested, a model process dies, or the front end exits.
 
     Returns:
-        (the server's exit code or None, the front end's exit code if it exited first, else None).
+        (what :meth:`TritonServer.wait` returned, the front end's exit code if it exited first, else None).
     """
-    while True:
-        code = server.wait(timeout_s=0.5)
-        if code is not None or server.interrupted or not server.is_running():
-            return code, None
-        front_code = front.poll()
-        if front_code is not None:
-            return None, front_code
+    code = server.wait(until=lambda: front.poll() is not None)
+    front_code = front.poll()
+    if front_code is not None and (code is not None or server.interrupted or server.model_died is not None):
+        front_code = None  # it went down with the server (watch-pid) or the stop: not the cause
+    return code, front_code

@@ -39,7 +39,7 @@ def served(tmp_path_factory, render_repo_module, serve_module):
     engine.mkdir()
     (engine / "synthetic_engine.json").write_text(json.dumps(
         {"vocab_size": 32000, "max_batch_size": 16, "max_input_len": 1024, "max_seq_len": 2048}))
-    tok = packaged_tokenizer("mistral-v1", base / "tok")
+    tok = packaged_tokenizer("mistral-v1-instruct", base / "tok")
     repo = render_repo_module(engine, tok, streaming=True, values={"synthetic_token_delay_ms": 10}, name="syn")
     with serve_module(repo) as server:
         yield server, repo
