@@ -429,11 +429,25 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
         world_size=int(getattr(resolution, "world_size", 1) or 1),
         tensorrt_llm_model_names=["tensorrt_llm"],
         files=files, serve_path=serve_path,
+        tp_size=engine.tp_size if kind == "trtllm" else 1, pp_size=engine.pp_size if kind == "trtllm" else 1,
+        python_instances=_python_instances(configs),
     )
     files[LOCK_NAME] = dumps(lock)
     return RenderPlan(output=output, serve_root=serve_root, profile=profile, engine=engine, tokenizer=tokenizer,
                       resolution=resolution, placement=placement, files=files, empty_dirs=empty_dirs, lock=lock,
                       warnings=list(getattr(resolution, "warnings", []) or []))
+
+
+def _python_instances(configs: Mapping[str, str]) -> dict[str, int]:
+    """{model: Python-backend stub processes} of the rendered ``backend: "python"`` configs (for the lock file)."""
+    from .pbtxt import parse_model_config, python_instances
+
+    out = {}
+    for model, text in configs.items():
+        cfg = parse_model_config(text, path=f"{model}/config.pbtxt")
+        if cfg.backend == "python":
+            out[model] = python_instances(cfg)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -101,15 +101,9 @@ class RepositoryInfo:
 
 
 def _python_instances(cfg: object) -> int:
-    groups = list(cfg.instance_group)  # type: ignore[attr-defined]
-    if not groups:
-        return 1
-    total = 0
-    for group in groups:
-        count = group.count if group.count > 0 else 1
-        gpus = len(group.gpus) if group.kind == 1 else 0  # KIND_GPU = 1
-        total += count * max(gpus, 1)
-    return total
+    from ..pbtxt import python_instances
+
+    return python_instances(cfg)  # type: ignore[arg-type]
 
 
 #: ``parameters`` keys of a tensorrtllm-backend model that name its engine directory (``gpt_model_path`` before
