@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything repo-builder needs on a fresh Debian machine: sourced by quickstart.sh and test.sh.
 #  - openmpi-bin (mpirun, for multi-rank launches) via apt-get when missing and we are root;
+#  - slurm-wlm + libpmix-dev (the Slurm deployment test) likewise;
 #  - a virtual environment in $REPO_BUILDER_VENV (default: .venv in the project) holding repo-builder
 #    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, and test tools;
 #  - mistral-common (data only: its SentencePiece tokenizer.model) without its dependencies.
@@ -17,6 +18,15 @@ if ! command -v mpirun >/dev/null 2>&1; then
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin >/dev/null
   else
     echo "[setup] warning: mpirun not found and cannot apt-get install openmpi-bin; multi-rank launches will fail" >&2
+  fi
+fi
+
+# slurm-wlm (slurmctld, slurmd, sbatch) and libpmix-dev (the libpmix.so Slurm's mpi/pmix plugin loads): only for
+# tests/test_deploy_slurm.py, which runs a one-node Slurm cluster to submit `repo-builder deploy slurm` scripts.
+if ! command -v slurmctld >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q "libpmix.so "; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing slurm-wlm libpmix-dev (for the Slurm deployment test)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm libpmix-dev >/dev/null
   fi
 fi
 

@@ -34,3 +34,42 @@ def rendered_repo(base: Path, tp: int, pp: int, *, serve_path: str = "/models/ll
     engine = trtllm_engine(base / "engine", tp, pp)
     render_repository(engine, tok, base / "repo", serve_path=serve_path)
     return base / "repo"
+
+
+def tiny_llama_repo(base: Path) -> tuple[Path, Path]:
+    """``(repository, checkpoint)``: the tiny random LLaMA (repo_builder.testing.make_tiny_llama) with the
+    packaged Mistral v1 tokenizer, rendered for the CPU reference engine (world size 1)."""
+    from repo_builder.testing import make_tiny_llama
+
+    tok = packaged_tokenizer("mistral-v1", base / "tokenizer")
+    ckpt = make_tiny_llama(base / "ckpt", tok, seed=0)
+    render_repository(ckpt, ckpt, base / "repo")
+    return base / "repo", ckpt
+
+
+def greedy_text(ckpt: Path, prompt: str, n_tokens: int) -> str:
+    """What the server must answer: transformers' greedy ``generate()`` on ``ckpt``, decoded without special
+    tokens (the repository's defaults: prompt with BOS, prompt not echoed)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(ckpt))
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).eval()
+    ids = tok(prompt)["input_ids"]
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n_tokens, do_sample=False, pad_token_id=0)
+    return tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
+
+
+def http_generate(host_port: str, model: str, payload: dict) -> dict:
+    """POST ``/v2/models/<model>/generate`` and return the JSON body (AssertionError with the server's text)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"http://{host_port}/v2/models/{model}/generate", data=json.dumps(payload).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"HTTP {exc.code}: {exc.read().decode()}") from exc
