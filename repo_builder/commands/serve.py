@@ -43,6 +43,7 @@ def launch(
     stop_timeout: float = typer.Option(30.0, "--stop-timeout", help=_help("stop_timeout")),
     server_arg: Optional[list[str]] = typer.Option(None, "--server-arg", help=_help("server_args") +
                                                    " Repeat for several, e.g. --server-arg=--log-info=false."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help=_help("hostfile")),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight checks and print the command; start "
                                                           "nothing."),
@@ -70,7 +71,8 @@ def launch(
                               http_address=http_address, log=log, log_file=log_file, force=force,
                               multi_model=multi_model, no_mpi=no_mpi, oversubscribe=oversubscribe,
                               tensorrt_llm_model_name=tensorrt_llm_model_name, detach=detach, pid_file=pid_file,
-                              timeout=timeout, stop_timeout=stop_timeout, server_args=list(server_arg or []))
+                              timeout=timeout, stop_timeout=stop_timeout, server_args=list(server_arg or []),
+                              hostfile=hostfile)
     except PydanticValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err.get("loc") else "option"

@@ -214,7 +214,7 @@ def _leader_script(facts: DeploymentFacts, opts: KubernetesOptions, gpus: int, r
     """The leader container's ``sh -c`` script: rsh agent, hostfile, wait for the workers, ``exec mpirun``."""
     import shlex
 
-    mpirun = launch_argv(ranks, use_mpi=True, hostfile=HOSTFILE, mca={"plm_rsh_agent": RSH_AGENT})
+    mpirun = launch_argv(ranks, use_mpi=True, hostfile=HOSTFILE, map_by="slot", mca={"plm_rsh_agent": RSH_AGENT})
     workers = " ".join(str(i) for i in range(1, opts.nodes))
     selector = f"{LWS_GROUP_KEY_LABEL}=$GROUP_KEY,{LWS_WORKER_INDEX_LABEL}!=0"
     return "\n".join([

@@ -28,4 +28,8 @@ HELP: dict[str, str] = {
     "timeout": "Seconds to wait for the server and every model to be ready.",
     "stop_timeout": "Seconds to wait for a graceful stop before SIGKILL.",
     "server_args": "Extra arguments appended to every rank's tritonserver command.",
+    "hostfile": "Open MPI hostfile ('HOST slots=N' per line) spreading the ranks over hosts with --map-by slot: "
+                "ranks fill the first host's slots, then the next host's. Rank 0 (the endpoints) runs on the first "
+                "host, which must be this machine. --dry-run prints the rank -> host mapping. Reach remote hosts "
+                "with Open MPI's own means (ssh by default; OMPI_MCA_plm_rsh_agent for another agent).",
 }
