@@ -94,6 +94,54 @@ def build_lock(*, version: str, profile: str, engine: Mapping[str, Any], tokeniz
     }
 
 
+def build_multi_lock(*, version: str, profile: str, llms: list[tuple[str, Mapping[str, Any]]],
+                     files: Mapping[str, bytes], serve_path: str | Path | None = None) -> dict[str, Any]:
+    """The lock file of a repository serving several LLMs (``render --model NAME=...`` repeated).
+
+    ``llms`` is ``[(name, that LLM's own lock dict from build_lock)]``. The result has the single-LLM keys
+    (``launch`` merged: the common world size, every LLM's TensorRT-LLM model, all Python stub counts;
+    ``values`` empty, as values are per LLM) plus ``llms``: ``[{"name", "engine", "tokenizer", "values",
+    "models": {role: model name}}]``. ``engine``/``tokenizer`` at the top are the first LLM's (readers that know
+    one LLM only still find an engine); :func:`lock_llms` lists them all.
+    """
+    launches = [lock["launch"] for _, lock in llms]
+    launch: dict[str, Any] = {
+        "world_size": launches[0]["world_size"],
+        "tensorrt_llm_model_names": [n for lau in launches for n in lau["tensorrt_llm_model_names"]],
+    }
+    for key in ("tp_size", "pp_size"):
+        if all(key in lau for lau in launches) and len({lau[key] for lau in launches}) == 1:
+            launch[key] = launches[0][key]
+    if all("python_instances" in lau for lau in launches):
+        launch["python_instances"] = {k: v for lau in launches for k, v in sorted(lau["python_instances"].items())}
+    entries = []
+    for name, lock in llms:
+        models = sorted({rel.split("/", 1)[0] for rel in lock["files"] if rel.count("/") == 1
+                         and rel.endswith("/config.pbtxt")})
+        prefix = f"{name}_"
+        entries.append({"name": name, "engine": lock["engine"], "tokenizer": lock["tokenizer"],
+                        "values": lock["values"],
+                        "models": {m[len(prefix):]: m for m in models if m.startswith(prefix)}})
+    first = llms[0][1]
+    return {
+        "tool": "repo-builder", "version": version, "profile": profile, "engine": first["engine"],
+        "tokenizer": first["tokenizer"], "values": {}, "llms": entries, "launch": launch,
+        "serve_path": str(serve_path) if serve_path is not None else None,
+        "files": {rel: sha256_bytes(data) for rel, data in sorted(files.items())},
+    }
+
+
+def lock_llms(lock: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every LLM a lock file describes: its ``llms`` list, or for a single-LLM lock one entry
+    ``{"name": None, "engine", "tokenizer", "values", "models": {role: role}}``."""
+    if isinstance(lock.get("llms"), list):
+        return [dict(e) for e in lock["llms"] if isinstance(e, dict)]
+    models = sorted({rel.split("/", 1)[0] for rel in lock.get("files", {}) if rel.count("/") == 1
+                     and rel.endswith("/config.pbtxt")})
+    return [{"name": None, "engine": lock.get("engine"), "tokenizer": lock.get("tokenizer"),
+             "values": lock.get("values", {}), "models": {m: m for m in models}}]
+
+
 def dumps(lock: Mapping[str, Any]) -> bytes:
     """Serialize a lock dict (2-space indent, trailing newline, stable key order as built)."""
     return (json.dumps(lock, indent=2, ensure_ascii=False) + "\n").encode("utf-8")

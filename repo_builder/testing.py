@@ -23,6 +23,10 @@ _PACKAGED = {
     "mistral-v1": ("mistral_common", "data/tokenizer.model.v1", "tokenizer.model",
                    {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
                     "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False}),
+    # Mistral's v3 SentencePiece model: 32768 tokens ([INST], [TOOL_CALLS], ... as control tokens), other ids
+    "mistral-v3": ("mistral_common", "data/mistral_instruct_tokenizer_240323.model.v3", "tokenizer.model",
+                   {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                    "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False}),
 }
 
 
@@ -35,7 +39,8 @@ def _package_dir(package: str) -> Path:
 
 
 def packaged_tokenizer(name: str, out_dir: str | Path) -> Path:
-    """Write a tokenizer directory for the packaged tokenizer ``name`` (``"mistral-v1"``) to ``out_dir``.
+    """Write a tokenizer directory for the packaged tokenizer ``name`` (``"mistral-v1"``, ``"mistral-v3"``) to
+    ``out_dir``.
 
     Returns:
         ``out_dir`` holding ``tokenizer.model`` and ``tokenizer_config.json``.

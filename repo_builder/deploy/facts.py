@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import RepoBuilderError
-from ..lockfile import LOCK_NAME, read_launch, require_lock
+from ..lockfile import LOCK_NAME, lock_llms, read_launch, require_lock
 
 #: DNS-1123 label (Kubernetes object names used as pod hostnames, Slurm job names stay readable too).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -42,9 +42,10 @@ class DeploymentFacts:
         tensorrt_llm_models: models ranks > 0 load.
         models: every model of the repository (folders with a rendered ``config.pbtxt``), sorted.
         python_instances: {model: Python-backend stub processes}.
-        engine_dir: the engine path written into the ``tensorrt_llm`` config (as the server sees it).
-        engine_kind: ``trtllm``, ``hf`` (CPU reference engine) or ``synthetic``.
-        tokenizer_dir: tokenizer folder the Python models load (must be visible at this path to the server).
+        llms: names of the LLMs when the repository serves several (``render --model``), else ``()``.
+        engine_dirs: the engine path written into each TensorRT-LLM model's config (as the server sees it).
+        engine_kind: ``trtllm``, ``hf`` (CPU reference engine) or ``synthetic`` (of the first LLM).
+        tokenizer_dirs: tokenizer folders the Python models load (visible at these paths to the server).
         http_port, grpc_port, metrics_port: Triton's endpoint ports (LaunchConfig defaults).
         notes: remarks for the user (old lock file fields that were assumed).
     """
@@ -59,9 +60,10 @@ class DeploymentFacts:
     tensorrt_llm_models: tuple[str, ...]
     models: tuple[str, ...]
     python_instances: dict[str, int]
-    engine_dir: str
+    llms: tuple[str, ...]
+    engine_dirs: tuple[str, ...]
     engine_kind: str
-    tokenizer_dir: str
+    tokenizer_dirs: tuple[str, ...]
     http_port: int
     grpc_port: int
     metrics_port: int
@@ -84,7 +86,8 @@ class DeploymentFacts:
         mounted or baked in separately, at the same path)."""
         out = []
         root = self.serve_path.rstrip("/") + "/"
-        for what, path in (("engine_dir", self.engine_dir), ("tokenizer_dir", self.tokenizer_dir)):
+        pairs = [("engine_dir", p) for p in self.engine_dirs] + [("tokenizer_dir", p) for p in self.tokenizer_dirs]
+        for what, path in pairs:
             if path and not posixpath.normpath(path).startswith(root) and posixpath.normpath(path) != root[:-1]:
                 out.append((what, path))
         return out
@@ -149,20 +152,27 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
         instances = {m: 1 for m in models if f"{m}/1/model.py" in files}
         notes.append(f"{LOCK_NAME} predates launch.python_instances: assuming 1 instance per Python model "
                      f"({', '.join(sorted(instances))}); re-render for exact /dev/shm sizes")
-    engine = lock.get("engine") if isinstance(lock.get("engine"), dict) else {}
-    engine_dir = engine.get("engine_dir") or engine.get("dir")
-    if not isinstance(engine_dir, str) or not engine_dir:
-        raise DeployError("the lock file names no engine directory", path=path, key="engine.engine_dir",
-                          hint="re-render the repository")
-    tokenizer = lock.get("tokenizer") if isinstance(lock.get("tokenizer"), dict) else {}
-    tokenizer_dir = tokenizer.get("dir") if isinstance(tokenizer.get("dir"), str) else ""
+    llms = lock_llms(lock)
+    engine_dirs, tokenizer_dirs = [], []
+    for llm in llms:
+        engine = llm.get("engine") if isinstance(llm.get("engine"), dict) else {}
+        engine_dir = engine.get("engine_dir") or engine.get("dir")
+        if not isinstance(engine_dir, str) or not engine_dir:
+            raise DeployError("the lock file names no engine directory", path=path, key="engine.engine_dir",
+                              hint="re-render the repository")
+        engine_dirs.append(engine_dir)
+        tokenizer = llm.get("tokenizer") if isinstance(llm.get("tokenizer"), dict) else {}
+        if isinstance(tokenizer.get("dir"), str) and tokenizer["dir"]:
+            tokenizer_dirs.append(tokenizer["dir"])
+    first_engine = llms[0].get("engine") if isinstance(llms[0].get("engine"), dict) else {}
     serve_path = lock.get("serve_path") or str(root.absolute())
     defaults = LaunchConfig.model_fields
     return DeploymentFacts(
         repo=root, lock_path=path, serve_path=str(serve_path), profile=str(lock.get("profile", "")),
         world_size=launch.world_size, tp_size=launch.tp_size, pp_size=launch.pp_size,
         tensorrt_llm_models=launch.tensorrt_llm_model_names, models=models, python_instances=instances,
-        engine_dir=engine_dir, engine_kind=str(engine.get("kind", "trtllm")), tokenizer_dir=tokenizer_dir,
+        llms=tuple(str(llm["name"]) for llm in llms if llm.get("name")), engine_dirs=tuple(engine_dirs),
+        engine_kind=str(first_engine.get("kind", "trtllm")), tokenizer_dirs=tuple(tokenizer_dirs),
         http_port=defaults["http_port"].default, grpc_port=defaults["grpc_port"].default,
         metrics_port=defaults["metrics_port"].default, notes=notes)
 
