@@ -5,9 +5,12 @@ Inputs (contract.yaml ``postprocessing``): ``TOKENS_BATCH`` int32 ``[batch, beam
 repo-builder's optional ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``, ``STREAM`` bool ``[batch, 1]``,
 ``SEQUENCE_INDEX`` int32 ``[batch, 1]``, ``ARRIVAL_TIME_NS`` int64 ``[batch, 1]``.
 
-Output ``OUTPUT`` (TYPE_STRING, UTF-8 bytes): ``[batch, beam]`` when the config declares dims ``[-1]``
-with ``max_batch_size > 0`` (trtllm-1.2), ``[batch, beam, 1]`` for dims ``[-1, -1]`` (trtllm-0.5),
-``[batch * beam]`` for a model without a batch dimension and dims ``[-1]``.
+Output ``OUTPUT`` (TYPE_STRING, UTF-8 bytes): always 1-D ``[batch * beam]`` per request, whatever the
+config's dims, which is what NVIDIA's postprocessing returns in every version (v0.5.0 builds it from a
+flat list of ``decode()`` results, v0.19.0 from a flat slice of ``batch_decode``; tensorrtllm_backend
+``all_models/inflight_batcher_llm/postprocessing/1/model.py``). Clients index it as ``output[0].decode()``
+(``end_to_end_grpc_client.py``), so a ``[1, 1]`` text breaks them; the ensemble and the BLS pass the
+shape through to ``text_output``.
 
 Which responses belong to one request decides between two paths:
 
@@ -40,7 +43,7 @@ import numpy as np
 from .detokenizer import DetokenizerCache, DetokenizerFactory
 from .params import ModelParams
 from .text import tokenizer_from_params
-from .triton_io import RequestError, output_dims
+from .triton_io import RequestError
 
 
 def _flag(array: np.ndarray | None, b: int) -> Any:
@@ -69,8 +72,6 @@ class Postprocessor:
         self.max_streams = int(params.int("detokenizer_max_streams", 1024) or 1024)
         self.factory = DetokenizerFactory(tokenizer, self.skip_special_tokens)
         self.streams = DetokenizerCache(self.factory, self.max_streams)
-        dims = output_dims(params.config).get("OUTPUT", [-1])
-        self.output_rank = len(dims) + (1 if params.max_batch_size > 0 else 0)
 
     def decode(self, ids: list[int]) -> str:
         """Non-streaming text of ``ids``."""
@@ -128,10 +129,4 @@ class Postprocessor:
                 else:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")
-        if self.output_rank <= 1:
-            out = texts.reshape(-1)
-        elif self.output_rank == 2:
-            out = texts
-        else:
-            out = texts.reshape(batch, beam, *([1] * (self.output_rank - 2)))
-        return {"OUTPUT": out}
+        return {"OUTPUT": texts.reshape(-1)}
