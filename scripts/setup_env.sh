@@ -25,7 +25,7 @@ want="$(sha256sum "$PROJECT_DIR/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] creating virtual environment in $VENV (about a minute)"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,test]" 2>&1 \
+  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,bench,test]" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" 2>&1 \
     | grep -v "^WARNING: Location" || true
