@@ -152,7 +152,7 @@ def test_adapter_streams_and_isolates_errors(monkeypatch):
                                    FakeRequest({"TOKENS_BATCH": np.zeros((1, 1, 2), np.int32),
                                                 "SEQUENCE_LENGTH": np.array([[1, 2, 3]], np.int32)})])
         assert responses[1].error is not None and "SEQUENCE_LENGTH" in responses[1].error.message()
-        out.append(responses[0].tensors["OUTPUT"][0, 0].decode())
+        out.append(responses[0].tensors["OUTPUT"][0].decode())
     assert "".join(out) == "Deep learning is fun" and out[1] == " learning"
 
 
