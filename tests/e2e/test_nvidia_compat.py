@@ -270,13 +270,13 @@ def test_stop_request_stops_a_unary_request(unary_12):
               tensor(grpcclient, "input_lengths", np.array([[4]], np.int32)),
               tensor(grpcclient, "request_output_len", np.array([[480]], np.int32)),
               tensor(grpcclient, "streaming", np.array([[False]], bool))]
-    c.async_infer("tensorrt_llm", inputs, callback=lambda r, e: done.put(e or r), request_id="stop-me")
+    c.async_infer("tensorrt_llm", inputs, callback=lambda result, error: done.put(error or result), request_id="stop-me")
     time.sleep(0.3)
     stop = [tensor(grpcclient, "input_ids", np.array([[0]], np.int32)),
             tensor(grpcclient, "input_lengths", np.array([[0]], np.int32)),
             tensor(grpcclient, "request_output_len", np.array([[0]], np.int32)),
             tensor(grpcclient, "stop", np.array([[True]], bool))]
-    c.async_infer("tensorrt_llm", stop, callback=lambda r, e: done.put(e or r), request_id="stop-me")
+    c.async_infer("tensorrt_llm", stop, callback=lambda result, error: done.put(error or result), request_id="stop-me")
     got = [done.get(timeout=120), done.get(timeout=120)]
     assert not any(isinstance(g, InferenceServerException) for g in got), got
     lengths = [int(g.as_numpy("sequence_length")[0][0]) for g in got if g.as_numpy("output_ids") is not None]
