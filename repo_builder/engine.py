@@ -11,7 +11,7 @@ Three kinds of engine directory are understood (``EngineInfo.kind``):
 * ``synthetic``: a directory holding ``synthetic_engine.json`` (``vocab_size``, ``max_batch_size``,
   ``max_input_len``, ``max_seq_len``; defaults 32000 / 64 / 1024 / 2048), served by the synthetic engine.
 
-Key facts by generation (see ../shared/assets/engines/SOURCE.md): old 0.5 files have no
+Key facts by generation (see tests/assets/engines/SOURCE.md): old 0.5 files have no
 ``max_beam_width`` (= 1) and use ``tensor_parallel``/``pipeline_parallel``; old files and new 0.8 files give
 ``max_output_len`` (max_seq_len = max_input_len + max_output_len); 0.13+ give ``max_seq_len`` and
 ``kv_cache_type`` (``"PAGED"``, lower case ``"paged"`` in 1.2); plugin values are strings, null or false.

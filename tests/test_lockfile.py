@@ -12,7 +12,7 @@ from repo_builder.lockfile import LOCK_NAME, read_lock
 from repo_builder.render import render_repository
 from repo_builder.validate import validate_repository
 
-TOK = "llama2_hf_tokenizer"
+TOK = "sp_tiny_hf_tokenizer"
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .bls_wiring import ENGINE_STEP_MODEL
+from .errors import RequestError
 
 # Client-facing request fields and outputs the BLS itself reads (validation, stop strings,
 # streaming). They are the BLS's own contract names (= the ensemble's), used in error messages;
@@ -27,12 +28,8 @@ SEQUENCE_INDEX = "sequence_index"
 BATCH_INDEX = "batch_index"
 
 
-class BLSRequestError(ValueError):
-    """A bad request: the message names the request field (``"max_tokens: must be > 0 ..."``)."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        self.field = field_name
-        super().__init__(f"{field_name}: {message}")
+#: A bad request to the BLS: the message names the request field (``"max_tokens: must be > 0 ..."``).
+BLSRequestError = RequestError
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,13 +11,15 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from . import errors
+from .errors import ModelLoadError
 from .triton_io import IOSpec
 
 # --------------------------------------------------------------------------------------------------
 # Model config I/O
 
 
-class EngineLoadError(RuntimeError):
+class EngineLoadError(ModelLoadError):
     """The engine directory or a model parameter is unusable; raised from ``initialize``.
 
     The message names the path or parameter key and says how to fix it (Triton shows it as the model's
@@ -25,15 +27,15 @@ class EngineLoadError(RuntimeError):
     """
 
 
-class RequestError(ValueError):
-    """A request is invalid; ``field`` is the request input at fault (shown in the error message).
+class RequestError(errors.RequestError):
+    """A request to the engine is invalid; ``field`` is the ``tensorrt_llm`` input at fault.
 
-    Only the offending request fails; the other requests keep going.
+    Only the offending request fails; the other requests keep going. The message reads
+    ``tensorrt_llm: input '<field>': <message>`` (the engine's inputs are not the client's field names).
     """
 
-    def __init__(self, field_name: str, message: str) -> None:
-        self.field = field_name
-        super().__init__(f"tensorrt_llm: input '{field_name}': {message}")
+    def __str__(self) -> str:
+        return f"tensorrt_llm: input '{self.field}': {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
 
 
 @dataclass(frozen=True)
