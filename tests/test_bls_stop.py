@@ -15,8 +15,8 @@ def stream_through(chunks, stops, prefix=""):
         out.append(text)
         if stopped:
             return "".join(out), True, out
-    out.append(f.flush())
-    return "".join(out), False, out
+    out.append(f.flush())  # a stop string held back for a longer candidate is found here
+    return "".join(out), f.stopped, out
 
 
 def test_truncate_first_stop_wins():
