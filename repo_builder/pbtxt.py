@@ -142,7 +142,8 @@ def backend_json(config: "ModelConfig") -> dict:
     """``config`` as the JSON dict Triton's Python backend hands to ``initialize`` (``args["model_config"]``).
 
     Proto field names, enum names (``TYPE_INT32``), and ``dims``/``reshape`` as plain integers (protobuf's
-    JSON mapping writes int64 as strings; Triton does not).
+    JSON mapping writes int64 as strings; Triton does not). ``parameters`` is sorted by key: protobuf map
+    iteration order differs between processes, and a rendered file must not.
     """
     from google.protobuf.json_format import MessageToDict
 
@@ -152,4 +153,6 @@ def backend_json(config: "ModelConfig") -> dict:
             entry["dims"] = [int(d) for d in entry.get("dims", [])]
             if "reshape" in entry:
                 entry["reshape"]["shape"] = [int(d) for d in entry["reshape"].get("shape", [])]
+    if isinstance(data.get("parameters"), dict):
+        data["parameters"] = dict(sorted(data["parameters"].items()))
     return data

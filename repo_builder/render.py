@@ -24,12 +24,13 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .contract import MODEL_NAMES, ProfileContract, load_contract
-from .errors import ParameterError, RenderError, RepoBuilderError, TemplateError
+from .errors import Interrupted, ParameterError, RenderError, RepoBuilderError, TemplateError
 from .lockfile import LOCK_NAME, build_lock, dumps
 from .paths import runtime_dir, templates_dir
 from .pbtxt import backend_json, find_placeholders, parse_model_config, quote
@@ -336,7 +337,7 @@ def _load_values_file(values_file: str | Path) -> dict[str, Any]:
 
 
 def _check_output(output: Path, engine_dir: Path, tokenizer_dir: Path, *, force: bool, dry_run: bool,
-                  placement: str) -> bool:
+                  placement: str, delete_unlisted: bool = False) -> bool:
     """Refuse outputs that would clobber something; returns whether ``output`` exists."""
     exists = output.exists() or output.is_symlink()
     if exists and not output.is_dir():
@@ -352,16 +353,45 @@ def _check_output(output: Path, engine_dir: Path, tokenizer_dir: Path, *, force:
         if not force:
             raise RenderError("output already exists", path=output, key="--output",
                               hint="pass --force to replace it, or --dry-run to see the difference")
-        if any(output.iterdir()) and not (output / LOCK_NAME).is_file():
-            raise RenderError(f"refusing to replace a directory that repo-builder did not render (no {LOCK_NAME})",
-                              path=output, key="--output", hint="remove it yourself or choose another --output")
+        if any(output.iterdir()):
+            _check_replaceable(output, delete_unlisted=delete_unlisted)
     return exists
+
+
+def _check_replaceable(output: Path, *, delete_unlisted: bool) -> None:
+    """``render --force`` replaces ``output`` only when its lock file proves repo-builder rendered it (it
+    parses and passes :class:`repo_builder.lockfile.LockFile`), and deletes files the lock file does not list
+    only with ``delete_unlisted`` (``--delete-unlisted``); otherwise it refuses and lists them.
+
+    Raises:
+        RenderError: no lock file, a malformed one (naming the key), or unlisted files (listing them).
+    """
+    from .lockfile import read_lock, unlisted_files
+
+    if not ((output / LOCK_NAME).is_file() or (output / LOCK_NAME).is_symlink()):
+        raise RenderError(f"refusing to replace a directory that repo-builder did not render (no {LOCK_NAME})",
+                          path=output, key="--output", hint="remove it yourself or choose another --output")
+    try:
+        lock = read_lock(output)
+    except RenderError as exc:
+        raise RenderError(f"refusing to replace the directory: its lock file does not prove repo-builder "
+                          f"rendered it ({LOCK_NAME}: {exc.message})", path=output, key="--output",
+                          hint="remove the directory yourself or choose another --output") from None
+    assert lock is not None
+    extra = unlisted_files(output, lock)
+    if extra and not delete_unlisted:
+        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        raise RenderError(f"refusing to replace the repository: {len(extra)} file(s) in it were not rendered by "
+                          f"repo-builder (the lock file does not list them) and would be deleted: {shown}",
+                          path=output, key="--output",
+                          hint="move them out first, or pass --delete-unlisted to delete them with the old repository")
 
 
 def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str | Path, *,
                 profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
                 values_file: str | Path | None = None, engine_mode: str = "copy", streaming: bool | None = None,
-                serve_path: str | Path | None = None, force: bool = False, dry_run: bool = False) -> RenderPlan:
+                serve_path: str | Path | None = None, force: bool = False, dry_run: bool = False,
+                delete_unlisted: bool = False) -> RenderPlan:
     """Inspect, resolve and render everything in memory (writes nothing). See :func:`render_repository`."""
     from . import __version__
     from .engine import check_rank_files, engine_fingerprint, inspect_engine
@@ -376,7 +406,8 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     output = Path(output).expanduser().absolute()
     engine_path = Path(engine_dir).expanduser().resolve()
     tokenizer_path = check_tokenizer_dir(str(tokenizer_dir))  # the raw text, so a hub id is named as one (B22)
-    _check_output(output, engine_path, tokenizer_path, force=force, dry_run=dry_run, placement=engine_mode)
+    _check_output(output, engine_path, tokenizer_path, force=force, dry_run=dry_run, placement=engine_mode,
+                  delete_unlisted=delete_unlisted)
     serve_root = Path(serve_path) if serve_path is not None else output
     if not serve_root.is_absolute():
         raise RenderError("the serve path must be absolute (the repository's path inside the server)",
@@ -413,7 +444,8 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     files["tensorrt_llm_bls/1/wiring.json"] = (json.dumps(wiring_data(contract, values), indent=2) + "\n").encode()
     # The BLS runs postprocessing's code in-process (bls_local_postprocessing) with postprocessing's own config.
     post_config = backend_json(parse_model_config(configs["postprocessing"], path="postprocessing/config.pbtxt"))
-    files["tensorrt_llm_bls/1/postprocessing_config.json"] = (json.dumps(post_config, indent=2) + "\n").encode()
+    files["tensorrt_llm_bls/1/postprocessing_config.json"] = (json.dumps(post_config, indent=2, sort_keys=True)
+                                                              + "\n").encode()
     for rel in files:
         if placement.files and any(rel == f.target for f in placement.files):
             raise RenderError(f"engine file would overwrite a rendered file: {rel}", path=engine_path)
@@ -428,7 +460,7 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
         values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
         world_size=int(getattr(resolution, "world_size", 1) or 1),
         tensorrt_llm_model_names=["tensorrt_llm"],
-        files=files, serve_path=serve_path,
+        files=files, serve_path=serve_path, engine_files=[f.target for f in placement.files],
     )
     files[LOCK_NAME] = dumps(lock)
     return RenderPlan(output=output, serve_root=serve_root, profile=profile, engine=engine, tokenizer=tokenizer,
@@ -480,11 +512,73 @@ def _write_tree(plan: RenderPlan, root: Path, *, progress: bool) -> None:
     place(plan.placement, root, progress=progress)
 
 
+class _WriteSignals:
+    """SIGTERM, SIGINT and SIGHUP during the write phase of :func:`render_repository`.
+
+    While active (main thread only; elsewhere it does nothing), the first of these signals raises
+    :class:`~repo_builder.errors.Interrupted` at the point the program is at, so the ``except`` of the
+    write phase removes the temporary folder (and the parent folders it created) before the CLI exits
+    with 128 + the signal number (143 SIGTERM, 130 SIGINT, 129 SIGHUP). Later signals are ignored so that
+    cleanup finishes. Inside :meth:`deferred` a signal is only recorded and raised when the block ends:
+    used for the two renames that swap the new repository in, which must not be split.
+    """
+
+    SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._raised = False
+        self._defer = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_WriteSignals":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                num = getattr(signal, name, None)
+                if num is not None:
+                    self._old[num] = signal.signal(num, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for num, handler in self._old.items():
+            signal.signal(num, handler)
+        self._old.clear()
+
+    def _interrupted(self) -> Interrupted:
+        self._raised = True
+        return Interrupted(self.received or 15, "the partial repository was removed; nothing was written")
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            return
+        self.received = signum
+        if not self._defer:
+            raise self._interrupted()
+
+    @contextmanager
+    def deferred(self, *, reraise: bool = True) -> Iterator[None]:
+        """Record signals during the block; raise the recorded one when it ends (unless ``reraise`` is
+        False or one was raised already)."""
+        self._defer += 1
+        try:
+            yield
+        finally:
+            self._defer -= 1
+        if reraise and self.received is not None and not self._raised and not self._defer:
+            raise self._interrupted()
+
+
 def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output: str | Path, *,
                       profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
                       values_file: str | Path | None = None, engine_mode: str = "copy",
                       streaming: bool | None = None, force: bool = False, dry_run: bool = False,
-                      serve_path: str | Path | None = None, progress: bool = False) -> RenderResult:
+                      serve_path: str | Path | None = None, progress: bool = False,
+                      delete_unlisted: bool = False) -> RenderResult:
     """Render a Triton model repository for an engine and a tokenizer.
 
     Args:
@@ -496,7 +590,11 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
         values_file: a YAML mapping of parameter: value (``--values``).
         engine_mode: ``copy`` | ``hardlink`` | ``symlink`` | ``reference`` (see :mod:`repo_builder.placement`).
         streaming: drives ``decoupled_mode`` (None = the schema default).
-        force: replace an existing repository (one rendered by repo-builder, or an empty dir).
+        force: replace an existing repository: an empty directory, or one whose lock file proves repo-builder
+            rendered it (valid :class:`repo_builder.lockfile.LockFile`) and that holds no file the lock file
+            does not list.
+        delete_unlisted: with ``force``, also delete files of the old repository that its lock file does not
+            list (``--delete-unlisted``); without it such files make the render refuse, listing them.
         dry_run: write nothing; return the plan and a diff against ``output``.
         serve_path: the absolute path the server will see the repository at (container mounts, case B22);
             ``engine_dir`` inside the repository is written under it. Default: ``output``.
@@ -509,7 +607,7 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
     """
     plan = plan_render(engine_dir, tokenizer_dir, output, profile=profile, user_values=user_values,
                        values_file=values_file, engine_mode=engine_mode, streaming=streaming,
-                       serve_path=serve_path, force=force, dry_run=dry_run)
+                       serve_path=serve_path, force=force, dry_run=dry_run, delete_unlisted=delete_unlisted)
     out = plan.output
     existed = out.exists()
     diff = diff_against(plan, out) if existed else ""
@@ -523,43 +621,50 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
         parent = parent.parent
     tmp: Path | None = None
     old: Path | None = None
-    try:
-        for p in reversed(created_parents):
-            p.mkdir()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-tmp-", dir=out.parent))
-        os.chmod(tmp, 0o755)
-        _write_tree(plan, tmp, progress=progress)
-        from .validate import validate_repository
-
-        problems = validate_repository(tmp, served_at=plan.serve_root)
-        if problems:
-            raise RenderError("the rendered repository failed validation (a repo-builder bug):\n"
-                              + "\n".join(str(p) for p in problems), path=out)
-        if existed:
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-old-", dir=out.parent))
-            os.rmdir(old)
-            os.rename(out, old)
+    with _WriteSignals() as signals:
         try:
-            os.rename(tmp, out)
-        except OSError:
-            if old is not None:
-                os.rename(old, out)
-                old = None
+            for p in reversed(created_parents):
+                p.mkdir()
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-tmp-", dir=out.parent))
+            os.chmod(tmp, 0o755)
+            _write_tree(plan, tmp, progress=progress)
+            from .validate import validate_repository
+
+            problems = validate_repository(tmp, served_at=plan.serve_root)
+            if problems:
+                raise RenderError("the rendered repository failed validation (a repo-builder bug):\n"
+                                  + "\n".join(str(p) for p in problems), path=out)
+            with signals.deferred(reraise=False):  # the swap is two renames: a signal waits until both are done
+                if existed:
+                    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-old-", dir=out.parent))
+                    os.rmdir(old)
+                    os.rename(out, old)
+                try:
+                    os.rename(tmp, out)
+                except OSError:
+                    if old is not None:
+                        os.rename(old, out)
+                        old = None
+                    raise
+                tmp = None
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
+                    old = None
+            if signals.received is not None:
+                raise Interrupted(signals.received, f"the signal came while the finished repository was being "
+                                                    f"moved into place; it is complete at {out}")
+        except BaseException as exc:
+            with signals.deferred(reraise=False):  # cleanup is not cut short by a second signal
+                if tmp is not None:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                for p in created_parents:
+                    try:
+                        p.rmdir()
+                    except OSError:
+                        pass
+            if isinstance(exc, OSError):
+                raise RenderError(f"writing the repository failed: {exc.strerror or exc}", path=out) from exc
             raise
-        tmp = None
-    except BaseException as exc:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for p in created_parents:
-            try:
-                p.rmdir()
-            except OSError:
-                pass
-        if isinstance(exc, OSError):
-            raise RenderError(f"writing the repository failed: {exc.strerror or exc}", path=out) from exc
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return RenderResult(out, plan, written=True, diff=diff, existed=existed)
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal, Mapping
 
 from .engine import EngineInfo, check_rank_files
 from .errors import EngineError, ParameterError, RepoBuilderError, TokenizerError
-from .schema import Parameter, load_schema, validate_user_values
+from .schema import Parameter, check_text_value, load_schema, validate_user_values
 from .tokenizer import TokenizerInfo
 
 Origin = Literal["default", "engine", "tokenizer", "user"]
@@ -143,17 +143,28 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
     warnings: list[str] = []
     values: dict[str, ResolvedValue] = {}
 
+    sources = {"engine": f"the engine ({engine.config_file})",
+               "tokenizer": f"the tokenizer ({tokenizer.dir if tokenizer is not None else '-'})"}
+
+    def coerce_fact(name: str, param: Parameter, value: Any, origin: Origin) -> None:
+        try:
+            values[name] = ResolvedValue(param.coerce(value), origin)
+        except ValueError as exc:  # a fact of the engine or tokenizer that the parameter cannot take
+            values[name] = ResolvedValue(value, origin)  # kept so that no "unset" problem follows
+            problems.add(EngineError if origin == "engine" else TokenizerError,
+                         f"{name}: the value {value!r} from {sources[origin]} cannot be used: {exc}")
+
     for name, param in params.items():
         if name in user:
             values[name] = ResolvedValue(user[name], "user")
             continue
         value = _engine_value(param, engine)
         if value is not None:
-            values[name] = ResolvedValue(param.coerce(value), "engine")
+            coerce_fact(name, param, value, "engine")
             continue
         value = _tokenizer_value(param, tokenizer)
         if value is not None:
-            values[name] = ResolvedValue(param.coerce(value), "tokenizer")
+            coerce_fact(name, param, value, "tokenizer")
             continue
         values[name] = ResolvedValue(param.default_for(profile), "default")
 
@@ -166,7 +177,14 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
             values[name] = ResolvedValue(value, origin)
 
     # ---------------------------------------------------------------- values fixed by repo-builder
-    set_("engine_dir", engine_dir_in_repo if engine_dir_in_repo is not None else str(engine.dir), "engine")
+    if "engine_dir" in values:
+        where = engine_dir_in_repo if engine_dir_in_repo is not None else str(engine.dir)
+        try:
+            set_("engine_dir", check_text_value(where), "engine")
+        except ValueError as exc:
+            set_("engine_dir", where, "engine")
+            problems.add(EngineError, f"engine_dir: the engine's path in the repository cannot be written: {exc} "
+                                      "(it comes from --engine-dir, --output or --serve-path)")
     backend_default = "tensorrtllm" if engine.kind == "trtllm" else "python"
     if "triton_backend" in values and "triton_backend" not in user:
         set_("triton_backend", backend_default, "engine")

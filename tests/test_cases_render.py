@@ -1,4 +1,4 @@
-"""The render / validate-engine cases of ../shared/cases/README.md (B03, B04, B06-B11, B20, B22), run through the
+"""The render / validate-engine cases of tests/cases/README.md (B03, B04, B06-B11, B20, B22), run through the
 render front half: inspect_engine + check_rank_files -> inspect_tokenizer -> validate_user_values -> resolve.
 Nothing is written when any of these raises."""
 
@@ -45,7 +45,7 @@ def edited_engine(tmp_path: Path, name: str, edit) -> Path:
     return dst
 
 
-LLAMA2 = asset("llama2_tokenizer")
+LLAMA2 = asset("mistral_v1_tokenizer")
 
 
 # ---------------------------------------------------------------- B03
@@ -66,13 +66,13 @@ def test_b04_blog_recipe_refused_before_writing(engine_copy):
               "batch_scheduler_policy": "guaranteed_completion", "max_tokens_in_paged_kv_cache": ""}
     engine = engine_copy("old-llama2-7b-tp4")
     with pytest.raises(ParameterError) as exc:
-        front_half(engine, asset("llama2_hf_tokenizer"), values)
+        front_half(engine, asset("sp_tiny_hf_tokenizer"), values)
     text = str(exc.value)
     assert "tokenizer_type" in text and "removed upstream in v0.9" in text
     assert "max_num_sequences" in text and "trtllm-0.5 only" in text
     assert "guaranteed_completion" in text and "guaranteed_no_evict" in text and "max_utilization" in text
     # The recipe minus the obsolete keys works, and "" leaves the KV cap unset.
-    res = front_half(engine, asset("llama2_hf_tokenizer"),
+    res = front_half(engine, asset("sp_tiny_hf_tokenizer"),
                      {"batch_scheduler_policy": "guaranteed_no_evict", "max_tokens_in_paged_kv_cache": ""})
     assert res["max_tokens_in_paged_kv_cache"] is None and res.origin("max_tokens_in_paged_kv_cache") == "user"
     assert res.as_strings()["max_tokens_in_paged_kv_cache"] == ""
@@ -159,7 +159,7 @@ def test_b11_empty_engine_dir(tmp_path):
 
 
 def test_b11_hf_config_as_engine_dir(tmp_path):
-    shutil.copy(asset("llama2_hf_tokenizer", "config.json"), tmp_path / "config.json")
+    shutil.copy(asset("sp_tiny_hf_tokenizer", "config.json"), tmp_path / "config.json")
     with pytest.raises(EngineError) as exc:
         front_half(tmp_path, LLAMA2)
     assert str(tmp_path / "config.json") in str(exc.value) and "build_config" in str(exc.value)

@@ -28,7 +28,7 @@ def _url(server, proto):
 def test_generate_streams_text_then_reports_ttft_and_tokens(server, proto):
     from transformers import AutoTokenizer
 
-    tok_dir = asset("llama2_tokenizer")
+    tok_dir = asset("mistral_v1_tokenizer")
     result = CliRunner().invoke(app, ["generate", "--url", _url(server, proto), "--protocol", proto,
                                       "--model", "fake_llm", "--text", "one two three", "--stream",
                                       "--max-tokens", "5", "--stop-word", "zzz", "--request-id", "42",

@@ -32,7 +32,7 @@ def server(tmp_path_factory):
     engine.mkdir()
     (engine / "synthetic_engine.json").write_text(json.dumps(SPEC))
     repo = base / "repo"
-    render_repository(engine, asset("llama2_tokenizer"), repo, streaming=True)
+    render_repository(engine, asset("mistral_v1_tokenizer"), repo, streaming=True)
     http, grpc, metrics = free_ports(3)
     with TritonServer(LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                    no_mpi=True, timeout=300)) as srv:
@@ -97,7 +97,7 @@ def test_bench_on_rendered_repository(server, tmp_path):
     result = CliRunner().invoke(app, [
         "bench", "--url", server.grpc_url, "--protocol", "grpc", "--model", "tensorrt_llm_bls", "--stream",
         "--concurrency", "1,2", "--requests", "4", "--input-tokens", "32", "--output-tokens", "8",
-        "--tokenizer-dir", str(asset("llama2_tokenizer")), "--output", str(out), "--no-progress", "--warmup", "1"])
+        "--tokenizer-dir", str(asset("mistral_v1_tokenizer")), "--output", str(out), "--no-progress", "--warmup", "1"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "bench.json").read_text())
     assert report["server"]["min_tokens_sent"] and report["server"]["exclude_input_in_output_sent"]
@@ -119,7 +119,7 @@ def test_same_client_serves_a_rendered_trtllm_0_5_repository(tmp_path):
     engine.mkdir()
     (engine / "synthetic_engine.json").write_text(json.dumps(SPEC))
     repo = tmp_path / "repo05"
-    render_repository(engine, asset("llama2_tokenizer"), repo, profile="trtllm-0.5", streaming=True)
+    render_repository(engine, asset("mistral_v1_tokenizer"), repo, profile="trtllm-0.5", streaming=True)
     http, grpc, metrics = free_ports(3)
     with TritonServer(LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                    no_mpi=True, timeout=300)) as srv:
@@ -152,7 +152,7 @@ def test_generate_counts_tokens_with_the_served_tokenizer(server):
                                       "--text", "What is machine learning?", "--max-tokens", "7",
                                       "--min-tokens", "7"])
     assert result.exit_code == 0, result.output
-    tok_dir = str(asset("llama2_tokenizer"))
+    tok_dir = str(asset("mistral_v1_tokenizer"))
     assert f"one tokenization of the whole text with {tok_dir}" in result.output
     text = result.stdout.splitlines()[0]
     expected = len(AutoTokenizer.from_pretrained(tok_dir).encode(text, add_special_tokens=False))

@@ -1,4 +1,4 @@
-"""Incremental detokenizer on the reported cases (../shared/cases B24, B25), prefix-unstable tokenizers,
+"""Incremental detokenizer on the reported cases (B24, B25; tests/cases/README.md), prefix-unstable tokenizers,
 the documented edges, bounded per-token work, and the per-stream LRU cache."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import threading
 import pytest
 from transformers import AutoTokenizer
 
-from conftest import ASSETS
-from _text_support import tokenizer as load
+from conftest import asset
+from _text_support import B25_TEXT, b25_ids, sentencepiece, tokenizer as load
 from repo_builder.runtime.detokenizer import (REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory,
                                               IncrementalDetokenizer, cleanup_active, decode_fn)
 
-B25_LONG = [2555, 31629, 30354, 30682, 30651, 30783, 31450, 31502, 30682, 235, 194, 176, 30690, 30210, 30783,
-            31133, 31174, 30448, 233, 145, 149, 31463, 30214, 31666, 31086, 30742, 30287]
+B25_LONG = b25_ids("mistral_v1_tokenizer")
+HELLO = sentencepiece("mistral_v1_tokenizer").piece_to_id("\u2581Hello")   # "▁Hello", read with sentencepiece
 
 
 def feed(detok: IncrementalDetokenizer, ids: list[int], size: int = 1) -> list[str]:
@@ -23,7 +23,7 @@ def feed(detok: IncrementalDetokenizer, ids: list[int], size: int = 1) -> list[s
 
 @pytest.fixture(scope="module")
 def llama():
-    return load("llama2_tokenizer")
+    return load("mistral_v1_tokenizer")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_b24_per_token_stream_keeps_word_spaces(llama):
     assert "".join(deltas) == llama.decode(ids) == "Deep learning is a subset of machine learning"
 
 
-@pytest.mark.parametrize("name", ["llama2_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer", "qwen3_tokenizer"])
+@pytest.mark.parametrize("name", ["sp_tiny_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer", "qwen3_tokenizer"])
 def test_b24_after_prompt_and_bos(name):
     tok = load(name)
     ids = tok.encode("What is deep learning? Deep learning is a subset of machine learning.")
@@ -60,18 +60,20 @@ def test_b25_byte_tokens_are_held_until_the_character_is_complete(llama):
     assert feed(DetokenizerFactory(llama)(), [235, 194, 176]) == ["", "", "迭"]
 
 
-@pytest.mark.parametrize("name", ["llama2_tokenizer", "llama2_hf_tokenizer"])
+@pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "sp_tiny_hf_tokenizer"])
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_b25_report_sequence(name, size):
     tok = load(name)
-    reference = tok.decode(B25_LONG, skip_special_tokens=True)
-    assert REPLACEMENT_CHAR not in reference
-    deltas = feed(DetokenizerFactory(tok)(), B25_LONG, size)
+    ids = b25_ids(name)
+    assert tok.encode(B25_TEXT, add_special_tokens=False) == ids  # transformers agrees with sentencepiece
+    reference = tok.decode(ids, skip_special_tokens=True)
+    assert REPLACEMENT_CHAR not in reference and reference == B25_TEXT
+    deltas = feed(DetokenizerFactory(tok)(), ids, size)
     assert not any(REPLACEMENT_CHAR in d for d in deltas)
     assert "".join(deltas) == reference
 
 
-@pytest.mark.parametrize("name", ["llama2_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer", "llama3_tokenizer",
+@pytest.mark.parametrize("name", ["sp_tiny_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer", "llama3_tokenizer",
                                   "qwen3_tokenizer"])
 def test_emoji_zwj_cjk_cyrillic_one_token_at_a_time(name):
     tok = load(name)
@@ -87,7 +89,7 @@ def test_emoji_zwj_cjk_cyrillic_one_token_at_a_time(name):
 def test_prefix_unstable_cleanup_spaces_gpt2():
     """GPT-2 with clean_up_tokenization_spaces forced on: decode("Hello"+" ") = "Hello " but
     decode("Hello"+" "+".") = "Hello." -- an emitted trailing space could not be taken back."""
-    tok = AutoTokenizer.from_pretrained(ASSETS / "gpt2_tokenizer", local_files_only=True,
+    tok = AutoTokenizer.from_pretrained(asset("gpt2_tokenizer"), local_files_only=True,
                                         clean_up_tokenization_spaces=True,
                                         clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=True)
     space, dot = tok.convert_tokens_to_ids("Ġ"), tok.convert_tokens_to_ids(".")
@@ -118,7 +120,7 @@ def test_prefix_unstable_byte_fallback(llama):
 def test_window_cut_before_skipped_special_token(llama):
     """decode([<s>, ▁Hello], skip) == "Hello" but in context the space stays ("X Hello"): the window
     start must not turn into a start-of-text."""
-    assert llama.decode([1, 15043], skip_special_tokens=True) == "Hello"
+    assert llama.decode([1, HELLO], skip_special_tokens=True) == "Hello"
     words = llama.encode("one two three four five six seven eight nine ten", add_special_tokens=False)
     ids = words + [1] + llama.encode("Hello world", add_special_tokens=False)
     ids = ids * 6
@@ -132,9 +134,9 @@ def test_window_cut_before_skipped_special_token(llama):
 
 def test_edge1_stream_cut_inside_a_character_needs_flush(llama):
     d = DetokenizerFactory(llama)()
-    assert feed(d, [15043, 235, 194]) == ["Hello", "", ""]
+    assert feed(d, [HELLO, 235, 194]) == ["Hello", "", ""]
     assert d.flush() == REPLACEMENT_CHAR * 2                      # what decode shows for the cut bytes
-    assert llama.decode([15043, 235, 194]) == "Hello" + REPLACEMENT_CHAR * 2
+    assert llama.decode([HELLO, 235, 194]) == "Hello" + REPLACEMENT_CHAR * 2
 
 
 def test_edge2_invalid_byte_joins_an_emitted_run(llama):
@@ -160,7 +162,7 @@ class CountingDecode:
         return self.inner(ids)
 
 
-@pytest.mark.parametrize("name", ["llama2_tokenizer", "gpt2_tokenizer"])
+@pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "gpt2_tokenizer"])
 def test_tokens_decoded_per_step_do_not_grow_with_length(name):
     tok = load(name)
     text = "Deep learning is a subset of machine learning. 你有点聪明 🧘\u200d♀️ привет!\n"
@@ -216,7 +218,7 @@ def test_cache_concurrent_streams(gpt2):
 
 
 def test_cleanup_probe():
-    tok = load("llama2_tokenizer")
+    tok = load("mistral_v1_tokenizer")
     assert cleanup_active(decode_fn(tok, True), lambda s: tok.encode(s, add_special_tokens=False)) is False
 
 

@@ -1,8 +1,8 @@
 """Property: streamed deltas concatenate to the non-streaming decode, for every local tokenizer.
 
-For every tokenizer in ../shared/assets that AutoTokenizer loads without remote code (conftest
-HF_TOKENIZERS: llama2, llama2_hf, mistral_v1, gpt2, llama3, llama3.1, qwen3; chatglm2/3 and qwen1 need
-remote code and are left out), random token-id sequences and the encodings of random texts (CJK, emoji
+For every test tokenizer that AutoTokenizer loads without remote code (tests/_assets.py
+HF_TOKENIZERS: the tiny trained SentencePiece (tokenizer.model alone and with its tokenizer.json), Mistral v1
+SentencePiece, GPT-2, Llama 3, Llama 3.1, Qwen3; chatglm2/3 and qwen1 need remote code and are left out), random token-id sequences and the encodings of random texts (CJK, emoji
 with ZWJ sequences and flags, Cyrillic, ASCII punctuation, newlines, special-token texts) are split into
 random chunk sizes and streamed through IncrementalDetokenizer, with skip_special_tokens true and false:
 

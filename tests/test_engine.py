@@ -1,4 +1,4 @@
-"""Engine inspection: every real engine config.json in ../shared/assets/engines, HF checkpoints, synthetic
+"""Engine inspection: every engine config.json fixture in tests/assets/engines, HF checkpoints, synthetic
 engines, and the errors a wrong --engine-dir gives (B11)."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_engine_config_matches_raw_json(name):
 
 
 def test_engine_spot_values_from_assets_readme():
-    """Facts listed in ../shared/assets/README.md, checked independently of the parser above."""
+    """Facts listed in tests/assets/engines/SOURCE.md, checked independently of the parser above."""
     assert inspect_engine(ENGINES / "old-llama2-7b-tp4").world_size == 4
     assert inspect_engine(ENGINES / "old-llama2-7b-tp4").max_beam_width == 1  # key absent
     assert inspect_engine(ENGINES / "old-llama2-7b-tp4").max_seq_len == 2048 + 512
@@ -141,7 +141,7 @@ def test_invalid_json_shows_line_and_column(tmp_path):
 
 def test_hf_config_without_weights_is_not_an_engine_b11(tmp_path):
     """B11: engine_dir points at the HF model's config.json (no weights, no build_config)."""
-    (tmp_path / "config.json").write_bytes(asset("llama2_hf_tokenizer", "config.json").read_bytes())
+    (tmp_path / "config.json").write_bytes(asset("sp_tiny_hf_tokenizer", "config.json").read_bytes())
     with pytest.raises(EngineError) as exc:
         inspect_engine(tmp_path)
     text = str(exc.value)

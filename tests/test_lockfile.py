@@ -12,7 +12,7 @@ from repo_builder.lockfile import LOCK_NAME, read_lock
 from repo_builder.render import render_repository
 from repo_builder.validate import validate_repository
 
-TOK = "llama2_hf_tokenizer"
+TOK = "sp_tiny_hf_tokenizer"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,10 @@ def rendered(tmp_path_factory):
 def test_lock_format(rendered):
     eng, out = rendered
     lock = json.loads((out / LOCK_NAME).read_text())
-    assert set(lock) == {"tool", "version", "profile", "engine", "tokenizer", "values", "launch", "serve_path", "files"}
+    assert set(lock) == {"tool", "version", "profile", "engine", "tokenizer", "values", "launch", "serve_path", "files",
+                         "engine_files"}
+    assert lock["engine_files"] == ["tensorrt_llm/1/config.json", "tensorrt_llm/1/rank0.engine",
+                                    "tensorrt_llm/1/rank1.engine"]
     assert lock["tool"] == "repo-builder" and lock["version"] == __import__("repo_builder").__version__
     assert lock["profile"] == "trtllm-1.2"
     assert lock["engine"]["dir"] == str(eng.resolve())

@@ -33,7 +33,7 @@ def test_ensemble_wiring_routes_only_engine_outputs_to_postprocessing():
 
 
 def test_streamed_deltas_join_to_the_whole_text_per_arrival_time():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     a = llama.encode("Deep learning is a subset of machine learning", add_special_tokens=False)
     b = B25_LONG
     p = post()
@@ -51,7 +51,7 @@ def test_streamed_deltas_join_to_the_whole_text_per_arrival_time():
 
 def test_request_id_alone_keys_the_stream():
     """trtllm-0.5 engines return only output_ids: the request id is the key."""
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     ids = llama.encode("Machine learning rocks", add_special_tokens=False)
     p = post(profile="trtllm-0.5")
     out = [text(p.process({"TOKENS_BATCH": np.array([[[t]]], np.int32)}, request_id="req-7"))[0] for t in ids]
@@ -59,13 +59,13 @@ def test_request_id_alone_keys_the_stream():
 
 
 def test_non_streaming_response_through_the_keyed_path_is_the_whole_text():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     ids = llama.encode("What is machine learning?", add_special_tokens=False)
     assert text(post().process(response(ids, arrival=5), request_id="x")) == ["What is machine learning?"]
 
 
 def test_without_any_key_each_response_is_decoded_alone():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     ids = llama.encode("Deep learning", add_special_tokens=False)
     p = post()
     out = [text(p.process(response([t])))[0] for t in ids]

@@ -5,19 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import ASSETS
-from _text_support import model_config, tokenizer as load
+from conftest import asset
+from _text_support import b25_ids, model_config, tokenizer as load
 from engine_fakes import FakeRequest
 from repo_builder.runtime.postprocessing import Postprocessor
 from repo_builder.runtime.triton_io import RequestError
 from test_preprocessing_model import load_model_py
 
-B25_LONG = [2555, 31629, 30354, 30682, 30651, 30783, 31450, 31502, 30682, 235, 194, 176, 30690, 30210, 30783,
-            31133, 31174, 30448, 233, 145, 149, 31463, 30214, 31666, 31086, 30742, 30287]
+B25_LONG = b25_ids("mistral_v1_tokenizer")
 
 
-def post(name: str = "llama2_tokenizer", profile: str = "trtllm-1.2", **params) -> Postprocessor:
-    params.setdefault("tokenizer_dir", ASSETS / name)
+def post(name: str = "mistral_v1_tokenizer", profile: str = "trtllm-1.2", **params) -> Postprocessor:
+    params.setdefault("tokenizer_dir", asset(name))
     return Postprocessor(model_config(profile, "postprocessing", params), tokenizer=load(name))
 
 
@@ -40,7 +39,7 @@ def text(out) -> list:
 # ---- non-streaming ----------------------------------------------------------------------------------------
 
 def test_b27_special_tokens_not_in_text():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     ids = [1] + llama.encode("What is machine learning?", add_special_tokens=False) + [2, 2, 2]
     assert text(post().process(chunk(ids))) == ["What is machine learning?"]
     assert text(post(skip_special_tokens=False).process(chunk(ids)))[0].startswith("<s>")
@@ -51,14 +50,14 @@ def test_b27_special_tokens_not_in_text():
 
 def test_b28_generated_ids_only_do_not_contain_the_prompt():
     """With exclude_input_in_output the engine sends only generated ids; their text has no prompt."""
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     generated = llama.encode("I am an assistant.", add_special_tokens=False)
     out = text(post().process(chunk(generated)))[0]
     assert out == "I am an assistant." and not out.startswith("who are you?")
 
 
 def test_sequence_length_trims_padding_and_beams():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     a = llama.encode("Deep learning", add_special_tokens=False)
     b = llama.encode("Machine learning rocks", add_special_tokens=False)
     width = max(len(a), len(b)) + 3
@@ -73,7 +72,7 @@ def test_sequence_length_trims_padding_and_beams():
 
 
 def test_trtllm_0_5_shape_and_no_sequence_length():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     ids = llama.encode("Hello world", add_special_tokens=False)
     p = post(profile="trtllm-0.5")
     out = p.process({"TOKENS_BATCH": np.array([[ids]], np.int32)})
@@ -87,7 +86,7 @@ def test_bad_tokens_input():
 
 # ---- streaming ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["llama2_tokenizer", "gpt2_tokenizer", "qwen3_tokenizer"])
+@pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "gpt2_tokenizer", "qwen3_tokenizer"])
 def test_b24_streamed_deltas_concatenate_to_non_streaming(name):
     tok = load(name)
     ids = tok.encode("Deep learning is a subset of machine learning. 你有点聪明 🧘\u200d♀️ привет",
@@ -102,11 +101,11 @@ def test_b25_report_ids_streamed():
     p = post()
     deltas = [text(p.process(chunk([t], key=3, stream=True)))[0] for t in B25_LONG]
     assert "\ufffd" not in "".join(deltas)
-    assert "".join(deltas) == load("llama2_tokenizer").decode(B25_LONG)
+    assert "".join(deltas) == load("mistral_v1_tokenizer").decode(B25_LONG)
 
 
 def test_interleaved_streams_keep_their_own_state():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     a = llama.encode("The cat sat on the mat", add_special_tokens=False)
     b = llama.encode("Привет, как дела?", add_special_tokens=False)
     p = post()
@@ -124,7 +123,7 @@ def test_interleaved_streams_keep_their_own_state():
 
 
 def test_stream_without_key_decodes_each_chunk_whole():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     ids = llama.encode("Deep learning", add_special_tokens=False)
     p = post()
     assert [text(p.process(chunk([t], stream=True)))[0] for t in ids] == [llama.decode([t]) for t in ids]
@@ -144,8 +143,8 @@ def test_adapter_streams_and_isolates_errors(monkeypatch):
     module = load_model_py("postprocessing", monkeypatch)
     model = module.TritonPythonModel()
     model.initialize({"model_config": model_config("trtllm-1.2", "postprocessing",
-                                                   {"tokenizer_dir": ASSETS / "llama2_tokenizer"}, as_json=True)})
-    ids = load("llama2_tokenizer").encode("Deep learning is fun", add_special_tokens=False)
+                                                   {"tokenizer_dir": asset("mistral_v1_tokenizer")}, as_json=True)})
+    ids = load("mistral_v1_tokenizer").encode("Deep learning is fun", add_special_tokens=False)
     out = []
     for t in ids:
         responses = model.execute([FakeRequest(chunk([t], key=9, stream=True)),
@@ -157,7 +156,7 @@ def test_adapter_streams_and_isolates_errors(monkeypatch):
 
 
 def test_flush_on_the_last_response_emits_the_held_tail_and_frees_the_state():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     ids = llama.encode("Hello", add_special_tokens=False) + [235, 194]     # ends inside a character
     p = post()
     got = [text(p.process(chunk([t], key=4, stream=True)))[0] for t in ids[:-1]]

@@ -12,18 +12,27 @@ import importlib.util
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import ASSETS, PROJECT
-from _text_support import model_config, tokenizer as load
+from conftest import PROJECT, asset
+from _assets import TOKENIZERS
+from _text_support import model_config, sentencepiece, tokenizer as load
 from engine_fakes import FakeRequest, fake_pb_utils
 from repo_builder.runtime.preprocessing import Preprocessor
 from repo_builder.runtime.text import TokenizerLoadError
 from repo_builder.runtime.triton_io import RequestError
 
-LLAMA = ASSETS / "llama2_tokenizer"
+LLAMA = asset("mistral_v1_tokenizer")  # SentencePiece with dummy prefix + byte fallback, like LLaMA-2's
+
+
+def sp_ids(text: str) -> list[int]:
+    """BOS + sentencepiece's own ids for ``text`` (the expected preprocessing output, computed without transformers)."""
+    sp = sentencepiece("mistral_v1_tokenizer")
+    return [sp.bos_id()] + sp.encode(text)
+
 
 
 def q(*texts: str | bytes) -> np.ndarray:
@@ -37,8 +46,9 @@ def words(*rows: list[str]) -> np.ndarray:
 
 def pre(profile: str = "trtllm-1.2", tokenizer_dir=LLAMA, **params) -> Preprocessor:
     params.setdefault("tokenizer_dir", tokenizer_dir)
-    return Preprocessor(model_config(profile, "preprocessing", params), tokenizer=load(tokenizer_dir.name)
-                        if tokenizer_dir.parent == ASSETS else None)
+    shared = tokenizer_dir.name in TOKENIZERS and Path(tokenizer_dir) == asset(tokenizer_dir.name)
+    return Preprocessor(model_config(profile, "preprocessing", params),
+                        tokenizer=load(tokenizer_dir.name) if shared else None)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +61,7 @@ def test_outputs_and_dtypes_trtllm_1_2(llama_pre):
                              "REQUEST_OUTPUT_LEN": np.array([[16]], np.int32),
                              "STOP_WORDS_DICT": words(["</s>", "\n"]), "BAD_WORDS_DICT": words(["branch"])})
     assert set(out) == {o["name"] for o in model_config("trtllm-1.2", "preprocessing")["output"]}
-    assert out["INPUT_ID"].tolist() == [[1, 1724, 338, 4933, 6509, 29973]] and out["INPUT_ID"].dtype == np.int32
+    assert out["INPUT_ID"].tolist() == [sp_ids("What is machine learning?")] and out["INPUT_ID"].dtype == np.int32
     assert out["REQUEST_INPUT_LEN"].tolist() == [[6]]
     assert out["REQUEST_OUTPUT_LEN"].tolist() == [[16]] and out["REQUEST_OUTPUT_LEN"].dtype == np.int32
     assert out["STOP_WORDS_IDS"].tolist() == [[[2, 13], [1, 2]]]          # B15 + B16 through the model
@@ -63,7 +73,7 @@ def test_outputs_and_dtypes_trtllm_1_2(llama_pre):
 
 
 def test_outputs_and_dtypes_trtllm_0_5():
-    p = pre("trtllm-0.5", ASSETS / "gpt2_tokenizer")
+    p = pre("trtllm-0.5", asset("gpt2_tokenizer"))
     out = p.process({"QUERY": q("What is machine learning?"), "REQUEST_OUTPUT_LEN": np.array([[8]], np.uint32),
                      "STOP_WORDS_DICT": words([""]), "BAD_WORDS_DICT": words([""])})
     assert set(out) == {o["name"] for o in model_config("trtllm-0.5", "preprocessing")["output"]}
@@ -78,7 +88,8 @@ def test_batch_rows_are_padded_with_pad_id(llama_pre):
                              "REQUEST_OUTPUT_LEN": np.array([[4], [4]], np.int32),
                              "PAD_ID": np.array([[0], [0]], np.int32), "END_ID": np.array([[2], [7]], np.int32)})
     assert out["REQUEST_INPUT_LEN"].tolist() == [[2], [6]]
-    assert out["INPUT_ID"][0].tolist() == [1, 6324, 0, 0, 0, 0]
+    assert sp_ids("Hi") == [1, sentencepiece("mistral_v1_tokenizer").piece_to_id("\u2581Hi")]
+    assert out["INPUT_ID"][0].tolist() == sp_ids("Hi") + [0, 0, 0, 0]
     assert out["OUT_END_ID"].tolist() == [[2], [7]] and out["OUT_PAD_ID"].tolist() == [[0], [0]]
     keys = out["DETOKENIZER_KEY"].reshape(-1).tolist()
     assert len(set(keys)) == 2
@@ -100,7 +111,8 @@ def test_stop_token_ids_parameter_and_embedding_bias(llama_pre):
                      "EMBEDDING_BIAS_WORDS": words(["Hello"]),
                      "EMBEDDING_BIAS_WEIGHTS": np.array([[1.5]], np.float32)})
     assert out["STOP_WORDS_IDS"].tolist() == [[[7, 9], [1, 2]]]
-    assert out["EMBEDDING_BIAS"].shape == (1, 32000) and out["EMBEDDING_BIAS"][0, 15043] == 1.5
+    hello = sentencepiece("mistral_v1_tokenizer").piece_to_id("\u2581Hello")
+    assert out["EMBEDDING_BIAS"].shape == (1, 32000) and out["EMBEDDING_BIAS"][0, hello] == 1.5
 
 
 # ---- bad requests name the field ------------------------------------------------------------------------
@@ -108,10 +120,11 @@ def test_stop_token_ids_parameter_and_embedding_bias(llama_pre):
 @pytest.mark.parametrize("inputs,field,needle", [
     ({"QUERY": q(""), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "empty"),
     ({"QUERY": q(b"\xff\xfe bad"), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "UTF-8"),
-    ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[0]], np.int32)}, "max_tokens", "> 0"),
+    ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[0]], np.int32)}, "max_tokens", "within [1, 2147483647], got 0"),
     ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[-3]], np.int32)}, "max_tokens", "-3"),
     ({"QUERY": q("hello " * 3000), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "2048"),
-    ({"QUERY": q("hello " * 2000), "REQUEST_OUTPUT_LEN": np.array([[1000]], np.int32)}, "max_tokens", "2560"),
+    # 2001 pieces + BOS: within max_input_len 2048, but 2002 + 1000 > max_seq_len 2560
+    ({"QUERY": q("Hello " * 2000), "REQUEST_OUTPUT_LEN": np.array([[1000]], np.int32)}, "max_tokens", "2560"),
     ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32),
       "STOP_WORDS_DICT": words(["[1, x]", "[1.5]"])}, "stop_words", "[1.5]"),
     ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32),
@@ -132,7 +145,7 @@ def test_bad_requests(llama_pre, inputs, field, needle):
 
 def _gpt2_copy(tmp_path, generation_config=None, no_specials=False):
     d = tmp_path / "tok"
-    shutil.copytree(ASSETS / "gpt2_tokenizer", d)
+    shutil.copytree(asset("gpt2_tokenizer"), d)
     if no_specials:
         cfg = json.loads((d / "tokenizer_config.json").read_text())
         cfg.update({k: None for k in ("eos_token", "bos_token", "unk_token", "pad_token")})
@@ -181,7 +194,7 @@ def test_initialize_errors_name_the_parameter(tmp_path):
 
 
 def test_chat_template_parameter():
-    p = Preprocessor(model_config("trtllm-1.2", "preprocessing", {"tokenizer_dir": ASSETS / "llama3_tokenizer",
+    p = Preprocessor(model_config("trtllm-1.2", "preprocessing", {"tokenizer_dir": asset("llama3_tokenizer"),
                                                                   "apply_chat_template": True}),
                      tokenizer=load("llama3_tokenizer"))
     ids = p.process({"QUERY": q("Hi"), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)})["INPUT_ID"][0].tolist()
@@ -216,7 +229,7 @@ def test_adapter_bad_request_fails_alone(monkeypatch):
     responses = model.execute([FakeRequest(good), *[FakeRequest(b) for b in bad], FakeRequest(good)])
     assert len(responses) == 5
     for r in (responses[0], responses[4]):
-        assert r.error is None and r.tensors["INPUT_ID"].tolist() == [[1, 1724, 338, 4933, 6509, 29973]]
+        assert r.error is None and r.tensors["INPUT_ID"].tolist() == [sp_ids("What is machine learning?")]
     messages = [r.error.message() for r in responses[1:4]]
     assert messages[0].startswith("text_input:") and "empty" in messages[0]
     assert messages[1].startswith("max_tokens:")

@@ -68,15 +68,28 @@ def test_greedy_matches_transformers_generate_token_for_token(backend, hf_model,
         assert ids == hf_generate(hf_model, tok(p)["input_ids"], 24), p
 
 
-def test_end_id_stops_before_it_and_min_tokens_forbids_it(backend, hf_model, tok):
-    ids = tok("I like the summer")["input_ids"]
-    greedy = hf_generate(hf_model, ids, 12)
-    end_id = greedy[7]  # first token that differs from the repeated one (see the fixture's greedy output)
-    assert end_id not in greedy[:7]
-    ((stopped, _), (forced, _)) = generate(backend, req_inputs(ids, 12, end_id=[end_id]),
-                                           req_inputs(ids, 12, end_id=[end_id], min_tokens=[10]))
-    assert stopped == greedy[:7]
-    assert len(forced) == 12 and forced[:7] == greedy[:7] and end_id not in forced[:10]
+@pytest.fixture(scope="module")
+def new_token(hf_model, tok):
+    """(prompt ids, greedy 24 tokens, k): the first prompt whose greedy output has, at some 1 <= k <= 20, a token
+    not generated before it (random weights repeat one token for a while; which prompt qualifies depends on the
+    checkpoint and its vocabulary)."""
+    for prompt in PROMPTS + ["Deep learning is fun", "Once upon a time", "The cat sat on the mat"]:
+        ids = tok(prompt)["input_ids"]
+        greedy = hf_generate(hf_model, ids, 24)
+        k = next((i for i in range(1, 21) if greedy[i] not in greedy[:i]), None)
+        if k is not None:
+            return ids, greedy, k
+    pytest.fail("no prompt whose greedy output has a new token within its first 21")
+
+
+def test_end_id_stops_before_it_and_min_tokens_forbids_it(backend, new_token):
+    ids, greedy, k = new_token
+    end_id = greedy[k]  # a token that was not generated before position k
+    n, least = len(greedy), k + 3
+    ((stopped, _), (forced, _)) = generate(backend, req_inputs(ids, n, end_id=[end_id]),
+                                           req_inputs(ids, n, end_id=[end_id], min_tokens=[least]))
+    assert stopped == greedy[:k]
+    assert len(forced) >= least and forced[:k] == greedy[:k] and end_id not in forced[:least]
 
 
 def test_bad_words_and_embedding_bias_steer_the_choice(backend, hf_model, tok):
@@ -91,15 +104,17 @@ def test_bad_words_and_embedding_bias_steer_the_choice(backend, hf_model, tok):
     assert biased == [1234] * 4
 
 
-def test_multi_token_bad_word_bans_only_after_its_prefix(backend, hf_model, tok):
-    ids = tok("I like the summer")["input_ids"]
-    greedy = hf_generate(hf_model, ids, 9)  # 11801 x7, then 2114 ("fact")
-    assert greedy[7] not in greedy[:7]
-    banned = np.array([[[greedy[6], greedy[7]], [2, -1]]], np.int32)
-    unmatched = np.array([[[99, greedy[7]], [2, -1]]], np.int32)  # prefix 99 never occurs
-    ((out, _), (same, _)) = generate(backend, req_inputs(ids, 9, bad_words_list=banned),
-                                     req_inputs(ids, 9, bad_words_list=unmatched))
-    assert out[:7] == greedy[:7] and out[7] != greedy[7]
+def test_multi_token_bad_word_bans_only_after_its_prefix(backend, new_token):
+    ids, greedy, k = new_token
+    greedy = greedy[:k + 2]
+    # banning [greedy[k-1], greedy[k]] changes nothing before k: greedy[k] was never chosen before it
+    prefix = greedy[k - 1] if k > 0 else ids[-1]
+    banned = np.array([[[prefix, greedy[k]], [2, -1]]], np.int32)
+    never = next(t for t in range(99, 200) if t not in greedy and t not in ids)
+    unmatched = np.array([[[never, greedy[k]], [2, -1]]], np.int32)  # a prefix that never occurs
+    ((out, _), (same, _)) = generate(backend, req_inputs(ids, k + 2, bad_words_list=banned),
+                                     req_inputs(ids, k + 2, bad_words_list=unmatched))
+    assert out[:k] == greedy[:k] and out[k] != greedy[k]
     assert same == greedy
 
 

@@ -1,4 +1,4 @@
-"""render_repository on every decoder engine of ../shared/assets/engines with every tokenizer that fits it,
+"""render_repository on every decoder engine of tests/assets/engines with every test tokenizer that fits it,
 the CPU reference engine (HF checkpoint) and the synthetic engine, both profiles."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def test_render_every_engine_with_every_fitting_tokenizer(engine_name, engine_co
     engine = engine_copy(engine_name)
     facts = engine_facts(engine)
     toks = fitting_tokenizers(engine)
-    assert toks, f"no tokenizer in ../shared/assets fits {engine_name}"
+    assert toks, f"no test tokenizer fits {engine_name}"
     for tok in toks:
         out = tmp_path / f"repo-{tok}"
         result = render_repository(engine, asset(tok), out)
@@ -102,7 +102,7 @@ def test_render_every_engine_with_every_fitting_tokenizer(engine_name, engine_co
 def test_bert_engine_is_refused_with_why(tmp_path):
     out = tmp_path / "repo"
     with pytest.raises(EngineError) as err:
-        render_repository(ENGINES / "old-bert-base-benchmark", asset("llama2_tokenizer"), out)
+        render_repository(ENGINES / "old-bert-base-benchmark", asset("mistral_v1_tokenizer"), out)
     text = str(err.value)
     assert "old-bert-base-benchmark" in text and "encoder" in text and "gpt_attention_plugin" in text
     assert not out.exists() and list(tmp_path.iterdir()) == []
@@ -153,7 +153,7 @@ def test_python_models_runtime_and_wiring(tmp_path, engine_copy):
     from repo_builder.paths import runtime_dir, templates_dir
 
     out = tmp_path / "repo"
-    render_repository(engine_copy("v1.2-smollm-llama-beam5"), asset("llama2_tokenizer"), out)
+    render_repository(engine_copy("v1.2-smollm-llama-beam5"), asset("mistral_v1_tokenizer"), out)
     for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
         assert (out / model / "1" / "model.py").read_bytes() == \
             (templates_dir() / "python_models" / model / "model.py").read_bytes()
@@ -180,7 +180,7 @@ def test_python_models_runtime_and_wiring(tmp_path, engine_copy):
 def test_both_profiles_render_and_validate(profile, engine_copy, tmp_path):
     out = tmp_path / profile
     engine = engine_copy("old-llama2-7b-tp4")
-    render_repository(engine, asset("llama2_hf_tokenizer"), out, profile=profile)
+    render_repository(engine, asset("sp_tiny_hf_tokenizer"), out, profile=profile)
     assert validate_repository(out, engine_dir=engine) == []
     llm = load_model_config(out / "tensorrt_llm" / "config.pbtxt")
     dtypes = {t.name: t.data_type for t in llm.input}
@@ -227,7 +227,7 @@ def test_serve_path_writes_engine_dir_in_the_servers_namespace(tmp_path, engine_
 
 def test_lock_hashes_match_files_and_skip_engine_files(tmp_path, engine_copy):
     out = tmp_path / "repo"
-    render_repository(engine_copy("v1.2-smollm-llama-beam5"), asset("llama2_tokenizer"), out)
+    render_repository(engine_copy("v1.2-smollm-llama-beam5"), asset("mistral_v1_tokenizer"), out)
     lock = json.loads((out / LOCK_NAME).read_text())
     on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     engine_files = {"tensorrt_llm/1/config.json", "tensorrt_llm/1/rank0.engine"}

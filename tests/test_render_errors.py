@@ -120,7 +120,7 @@ def test_engine_dir_with_an_hf_config_only(work, tmp_path):
 
 def test_missing_rank_files(work):
     """Case B11: rank*.engine count must equal tp x pp."""
-    refuse(EngineError, work, ENGINES / "old-llama2-7b-tp4", asset("llama2_hf_tokenizer"), work / "repo",
+    refuse(EngineError, work, ENGINES / "old-llama2-7b-tp4", asset("sp_tiny_hf_tokenizer"), work / "repo",
            match=["old-llama2-7b-tp4", "rank0.engine, rank1.engine, rank2.engine, rank3.engine"])
 
 

@@ -25,23 +25,23 @@ def test_llama31_generation_config_wins():
 
 def test_qwen25_eos_list_without_tokenizer():
     """generation_config eos [151645, 151643]: the first is the end id, the rest stop ids; pad 151643."""
-    d = asset("hf_model_configs", "qwen2.5-3b-instruct-merge")
+    d = asset("hf_model_configs", "qwen2.5-3b-instruct")
     ids = resolve_special_ids(None, d)
     assert (ids.end_id, ids.stop_token_ids, ids.pad_id) == (151645, (151643,), 151643)
     assert ids.sources["stop_token_ids"] == "generation_config.json eos_token_id"
 
 
-def test_llama2_pad_falls_back_to_end_id_and_tokenizer_is_not_changed():
-    tok = load("llama2_tokenizer")
+def test_sentencepiece_pad_falls_back_to_end_id_and_tokenizer_is_not_changed():
+    tok = load("mistral_v1_tokenizer")
     assert tok.pad_token is None
-    ids = resolve_special_ids(tok, asset("llama2_tokenizer"))
+    ids = resolve_special_ids(tok, asset("mistral_v1_tokenizer"))
     assert (ids.end_id, ids.pad_id) == (2, 2)
     assert ids.sources == {"end_id": "tokenizer.eos_token_id", "pad_id": "end_id"}
     assert tok.pad_token is None  # never assigned (B21)
 
 
-def test_llama2_hf_config_pad():
-    ids = resolve_special_ids(load("llama2_hf_tokenizer"), asset("llama2_hf_tokenizer"))
+def test_hf_dir_config_json_pad():
+    ids = resolve_special_ids(load("sp_tiny_hf_tokenizer"), asset("sp_tiny_hf_tokenizer"))
     assert (ids.end_id, ids.pad_id) == (2, 0)
     assert ids.sources["pad_id"] == "config.json pad_token_id"
 
@@ -53,7 +53,7 @@ def test_qwen1_tiktoken_ids_from_generation_config_b20():
 
 
 def test_explicit_values_win():
-    d = asset("hf_model_configs", "qwen2.5-3b-instruct-merge")
+    d = asset("hf_model_configs", "qwen2.5-3b-instruct")
     ids = resolve_special_ids(None, d, explicit_end_id=151643, explicit_pad_id=0)
     assert (ids.end_id, ids.pad_id, ids.stop_token_ids) == (151643, 0, (151645,))
     assert ids.sources["end_id"] == "explicit" and ids.sources["pad_id"] == "explicit"

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from conftest import ASSETS, HF_TOKENIZERS
-from _text_support import tokenizer as load
+from conftest import HF_TOKENIZERS, asset
+from _text_support import sentencepiece, tokenizer as load
 from repo_builder.runtime.text import (TokenizerLoadError, check_lengths, decode_ids, encode_prompt,
                                        load_tokenizer, render_chat)
 from repo_builder.runtime.triton_io import RequestError
@@ -32,19 +32,21 @@ def test_directory_without_tokenizer_files(tmp_path):
 def test_b21_remote_code_tokenizer_names_the_switch(name):
     """ChatGLM2 / Qwen-1 need their own tokenizer code, which the assets do not ship."""
     with pytest.raises(TokenizerLoadError) as err:
-        load_tokenizer(ASSETS / name)
+        load_tokenizer(asset(name))
     assert "trust_remote_code" in str(err.value) and name in str(err.value)
 
 
 @pytest.mark.parametrize("name", HF_TOKENIZERS)
 def test_every_local_tokenizer_loads(name):
-    tok = load_tokenizer(ASSETS / name)
-    assert len(tok) >= 32000
+    from test_tokenizer_inspect import EXPECTED
+
+    tok = load_tokenizer(asset(name))
+    assert len(tok) == EXPECTED[name][0]
 
 
 def test_loads_from_a_copy_without_network(tmp_path):
     dst = tmp_path / "tok"
-    shutil.copytree(ASSETS / "gpt2_tokenizer", dst)
+    shutil.copytree(asset("gpt2_tokenizer"), dst)
     assert load_tokenizer(dst).encode("What is machine learning?") == [2061, 318, 4572, 4673, 30]
 
 
@@ -57,18 +59,24 @@ def test_b18_add_special_tokens_true_is_the_hf_default(name, prompt):
     assert encode_prompt(tok, prompt) == tok(prompt)["input_ids"]
 
 
-def test_b18_llama2_ids():
-    tok = load("llama2_tokenizer")
-    assert encode_prompt(tok, "What is machine learning?") == [1, 1724, 338, 4933, 6509, 29973]
-    assert encode_prompt(tok, "What is machine learning?", add_special_tokens=False) == [1724, 338, 4933, 6509, 29973]
-    assert encode_prompt(tok, "how are you")[0] == 1
+@pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "sp_tiny_tokenizer"])
+def test_b18_sentencepiece_ids(name):
+    """LLaMA-style SentencePiece (dummy prefix, byte fallback): BOS then sentencepiece's own ids."""
+    tok, sp = load(name), sentencepiece(name)
+    for text in ("What is machine learning?", "你有点聪明 🧘\u200d♀️ привет"):
+        ids = sp.encode(text)
+        assert sp.id_to_piece(ids[0]).startswith("\u2581")                # the dummy prefix
+        assert encode_prompt(tok, text) == [sp.bos_id()] + ids
+        assert encode_prompt(tok, text, add_special_tokens=False) == ids
+    assert any(sp.id_to_piece(i).startswith("<0x") for i in sp.encode("你有点聪明 🧘"))  # byte fallback
+    assert encode_prompt(tok, "how are you")[0] == sp.bos_id() == 1
 
 
 def test_b18_chatglm2_is_documented_not_loaded():
     """ChatGLM2's prefix ([gMASK]=64790, sop=64792) comes from its remote tokenizer code, which is not in
     the assets: AutoTokenizer cannot load it here without trust_remote_code + tokenization_chatglm.py."""
     with pytest.raises(TokenizerLoadError):
-        load_tokenizer(ASSETS / "chatglm2_tokenizer", trust_remote_code=True)
+        load_tokenizer(asset("chatglm2_tokenizer"), trust_remote_code=True)
 
 
 def test_empty_prompt_is_a_request_error():
@@ -117,7 +125,7 @@ def test_b34_within_limits_and_unknown_limits():
 
 
 def test_b34_counts_tokens_with_the_same_tokenizer():
-    tok = load("llama2_tokenizer")
+    tok = load("mistral_v1_tokenizer")
     prompt = "hello " * 3000
     n = len(encode_prompt(tok, prompt))
     assert n > 2048
@@ -128,7 +136,7 @@ def test_b34_counts_tokens_with_the_same_tokenizer():
 # ---- B27 decode -------------------------------------------------------------------------------------
 
 def test_b27_decode_skips_special_tokens():
-    llama = load("llama2_tokenizer")
+    llama = load("mistral_v1_tokenizer")
     ids = [1] + llama.encode("What is machine learning?", add_special_tokens=False) + [2]
     assert decode_ids(llama, ids) == "What is machine learning?"
     assert decode_ids(llama, ids, skip_special_tokens=False).startswith("<s>")

@@ -78,7 +78,7 @@ def test_streaming_equals_non_streaming(text, stops, cuts):
 
 
 def test_with_the_detokenizer_one_token_at_a_time():
-    tok = load("llama2_tokenizer")
+    tok = load("mistral_v1_tokenizer")
     ids = tok.encode("The answer is 42.\nUser: next question", add_special_tokens=False)
     detok = DetokenizerFactory(tok)()
     m = StopStringMatcher(["\nUser:"])

@@ -1,4 +1,4 @@
-"""Tokenizer inspection (repo_builder/tokenizer.py) on the real tokenizers of ../shared/assets: B20, B21, B22."""
+"""Tokenizer inspection (repo_builder/tokenizer.py) on the test tokenizers of tests/_assets.py: B20, B21, B22."""
 
 from __future__ import annotations
 
@@ -8,10 +8,21 @@ from conftest import HF_TOKENIZERS, asset
 from repo_builder.errors import TokenizerError
 from repo_builder.tokenizer import inspect_tokenizer
 
-# (vocab len, bos, eos, add_bos) from ../shared/assets/README.md
+
+
+def _sentencepiece_facts(name: str) -> tuple[int, int, int, bool]:
+    """(pieces, bos, eos, add_bos) read with sentencepiece itself, not through transformers."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(asset(name, "tokenizer.model")))
+    return sp.get_piece_size(), sp.bos_id(), sp.eos_id(), True
+
+
+# (vocab len, bos, eos, add_bos): packaged tokenizers from their documented facts
+# (repo_builder/testing.py PACKAGED_TOKENIZERS), the trained ones from sentencepiece
 EXPECTED = {
-    "llama2_tokenizer": (32000, 1, 2, True),
-    "llama2_hf_tokenizer": (32000, 1, 2, True),
+    "sp_tiny_tokenizer": _sentencepiece_facts("sp_tiny_tokenizer"),
+    "sp_tiny_hf_tokenizer": _sentencepiece_facts("sp_tiny_hf_tokenizer"),
     "mistral_v1_tokenizer": (32000, 1, 2, True),
     "gpt2_tokenizer": (50257, 50256, 50256, False),
     "llama3_tokenizer": (128256, 128000, 128001, False),
@@ -34,7 +45,7 @@ def test_special_ids_and_sources():
     assert l31.special_id_sources["end_id"] == "generation_config.json eos_token_id"
     qwen3 = inspect_tokenizer(asset("qwen3_tokenizer"))
     assert (qwen3.end_id, qwen3.pad_id, qwen3.has_chat_template) == (151645, 151643, True)
-    llama2 = inspect_tokenizer(asset("llama2_tokenizer"))
+    llama2 = inspect_tokenizer(asset("mistral_v1_tokenizer"))
     assert (llama2.end_id, llama2.pad_id, llama2.pad_token_id) == (2, 2, None)
 
 
@@ -69,14 +80,14 @@ def test_missing_dir_b22(tmp_path):
 
 
 def test_dir_without_tokenizer_files():
-    d = asset("hf_model_configs", "qwen2.5-3b-instruct-merge")
+    d = asset("hf_model_configs", "qwen2.5-3b-instruct")
     with pytest.raises(TokenizerError, match="no tokenizer files.*found: config.json, generation_config.json"):
         inspect_tokenizer(d)
 
 
 def test_file_instead_of_dir():
     with pytest.raises(TokenizerError, match="not a directory"):
-        inspect_tokenizer(asset("llama2_tokenizer", "tokenizer.model"))
+        inspect_tokenizer(asset("mistral_v1_tokenizer", "tokenizer.model"))
 
 
 def test_load_failure_carries_underlying_message(tmp_path):

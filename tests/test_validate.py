@@ -192,7 +192,7 @@ def test_tokenizer_dir_must_exist_and_hold_tokenizer_files(mini, tmp_path):
 
 
 def test_good_tokenizer_and_engine_paths_pass(mini, engine_copy):
-    _add_param(mini, "preprocessing", "tokenizer_dir", str(asset("llama2_tokenizer")))
+    _add_param(mini, "preprocessing", "tokenizer_dir", str(asset("mistral_v1_tokenizer")))
     _add_param(mini, "tensorrt_llm", "gpt_model_path", str(engine_copy("v0.8-mistral-7b-dolphin")))
     assert validate_repository(mini) == []
 
@@ -233,9 +233,12 @@ def test_placeholders_in_real_repositories(name):
 
 
 def test_hayleyhu_placeholders_named():
-    got = lines(validate_repository(REPOS / "hayleyhu-llama2-70b-tp2-v0.5"))
-    assert "tensorrt_llm/config.pbtxt:168: unfilled placeholder ${max_tokens_in_paged_kv_cache}" in got
-    assert "preprocessing/config.pbtxt:83: unfilled placeholder ${tokenizer_dir}" in got
+    repo = REPOS / "hayleyhu-llama2-70b-tp2-v0.5"
+    got = lines(validate_repository(repo))
+    kv = line_of(repo, "tensorrt_llm", "${max_tokens_in_paged_kv_cache}")
+    tok = line_of(repo, "preprocessing", "${tokenizer_dir}")
+    assert f"tensorrt_llm/config.pbtxt:{kv}: unfilled placeholder ${{max_tokens_in_paged_kv_cache}}" in got
+    assert f"preprocessing/config.pbtxt:{tok}: unfilled placeholder ${{tokenizer_dir}}" in got
 
 
 def test_medusa_bls_parse_error_at_the_placeholder_line():
@@ -245,7 +248,7 @@ def test_medusa_bls_parse_error_at_the_placeholder_line():
     assert any(g.startswith(f"tensorrt_llm_bls/config.pbtxt:{ln}: ") and "parse integer" in g for g in got)
 
 
-# pairs from ../shared/assets/triton_model_repos/SOURCE.md
+# pairs from tests/assets/triton_model_repos/SOURCE.md
 PAIRS = {
     "hayleyhu-llama2-70b-tp2-v0.5": "old-llama2-70b-tp2-int8wo",
     "sfc-llama2-7b-tp4-v0.5": "old-llama2-7b-tp4",

@@ -92,7 +92,11 @@ def render(
     serve_path: Optional[Path] = typer.Option(None, "--serve-path",
                                               help="Absolute path the server sees the repository at (container mount); "
                                                    "engine_dir is written under it."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing repository rendered by repo-builder."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing repository that repo-builder rendered "
+                                                       "(its lock file must be valid and list every file)."),
+    delete_unlisted: bool = typer.Option(False, "--delete-unlisted",
+                                         help="With --force: also delete files of the old repository that its lock "
+                                              "file does not list (otherwise the render refuses and lists them)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
@@ -105,7 +109,8 @@ def render(
 
     result = render_repository(engine_dir, tokenizer_dir, output, profile=profile, user_values=_parse_sets(set_),
                                values_file=values, engine_mode=engine_mode, streaming=streaming, force=force,
-                               dry_run=dry_run, serve_path=serve_path, progress=not dry_run)
+                               dry_run=dry_run, serve_path=serve_path, progress=not dry_run,
+                               delete_unlisted=delete_unlisted)
     err = _console(stderr=True)
     for warning in result.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}")

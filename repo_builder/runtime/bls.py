@@ -44,6 +44,7 @@ from .bls_request import (BATCH_INDEX, BEAM_WIDTH, EXCLUDE_INPUT, MAX_TOKENS, NU
 from .bls_responses import (MERGE_RULES, StopStringFilter, _sequence_runs, can_merge, merge_responses, stack_rows,
                             truncate_at_stop)
 from .bls_wiring import ENGINE_STEP_MODEL, Step, Wiring, WiringError
+from .errors import StepError
 
 __all__ = ["BATCH_INDEX", "BEAM_WIDTH", "CANCEL_POLL_EVERY", "ENGINE_STEP_MODEL", "EXCLUDE_INPUT", "MAX_TOKENS",
            "MERGE_RULES", "NUM_DRAFT_TOKENS", "NUM_RETURN_SEQUENCES", "SEQUENCE_INDEX", "STOP_WORDS", "STREAM",
@@ -56,12 +57,8 @@ __all__ = ["BATCH_INDEX", "BEAM_WIDTH", "CANCEL_POLL_EVERY", "ENGINE_STEP_MODEL"
 CANCEL_POLL_EVERY = 16
 
 
-class BLSStepError(RuntimeError):
-    """A step model failed; the message starts with the step model's name."""
-
-    def __init__(self, model: str, message: str) -> None:
-        self.model = model
-        super().__init__(f"{model}: {message}")
+#: A step model failed; the message starts with the step model's name.
+BLSStepError = StepError
 
 
 # --------------------------------------------------------------------------------------------------

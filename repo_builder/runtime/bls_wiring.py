@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .errors import ModelLoadError
+
 #: The name the wiring gives the engine step; the BLS calls ``tensorrt_llm_model_name`` instead.
 ENGINE_STEP_MODEL = "tensorrt_llm"
 
 
-class WiringError(ValueError):
+class WiringError(ModelLoadError, ValueError):
     """``wiring.json`` is missing, malformed or inconsistent; the message names the file and key."""
 
 

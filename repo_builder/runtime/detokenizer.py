@@ -19,7 +19,7 @@ Algorithm (one :class:`IncrementalDetokenizer` per request, sequence and beam):
   touch characters already emitted. Each step decodes ``O(context_tokens + chunk)`` tokens: the
   per-token cost does not grow with the sequence length (measured by ``scripts/bench_detok.py``).
 
-Property (tested with hypothesis over every local tokenizer in ../shared/assets, random ids and random
+Property (tested with hypothesis over every test tokenizer of tests/_assets.py, random ids and random
 text, random chunk sizes, both ``skip_special_tokens`` values)::
 
     "".join(d.add(chunk) for chunk in chunks) + d.flush() == tokenizer.decode(all_ids, skip_special_tokens=s)

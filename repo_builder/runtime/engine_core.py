@@ -53,6 +53,7 @@ from .engine_request import (UNSUPPORTED_FLAGS, UNSUPPORTED_INPUTS, EngineLimits
                              ModelIO, ParsedRequest, RequestError, SamplingParams, parse_request, parse_word_list)
 from .engine_scheduler import Scheduler
 from .params import ModelParams
+from .triton_io import error_response, triton_error
 
 __all__ = ["UNSUPPORTED_FLAGS", "UNSUPPORTED_INPUTS", "BackendFactory", "CollectingSink", "EngineLimits",
            "EngineLoadError", "GenerationBackend", "GenerationRequest", "ModelIO", "ParsedRequest", "RequestError",
@@ -86,11 +87,13 @@ class _DecoupledSink:
         self.model = model
         self.sender = sender
 
-    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None) -> None:
+    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None,
+             client: bool = False) -> None:
         pb = self.model.pb_utils
         flags = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         if error is not None:
-            self.sender.send(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(error)), flags=flags)
+            self.sender.send(pb.InferenceResponse(output_tensors=[], error=triton_error(pb, error, client=client)),
+                             flags=flags)
         elif outputs is None:
             self.sender.send(flags=flags)
         else:
@@ -183,7 +186,7 @@ class TritonEngineModel:
                 try:
                     parsed = self._parse(request)
                 except RequestError as exc:
-                    sink.send(None, final=True, error=str(exc))
+                    sink.send(None, final=True, error=str(exc), client=True)
                     continue
                 if parsed.stop:
                     self.scheduler.stop_request(parsed.request_id)
@@ -191,12 +194,12 @@ class TritonEngineModel:
                     continue
                 self.scheduler.submit(RequestGroup(parsed, sink, self.io))
             return None
-        sinks: list[CollectingSink | str | None] = []
+        sinks: list[CollectingSink | RequestError | None] = []
         for request in requests:
             try:
                 parsed = self._parse(request)
             except RequestError as exc:
-                sinks.append(str(exc))
+                sinks.append(exc)
                 continue
             if parsed.stop:
                 self.scheduler.stop_request(parsed.request_id)
@@ -209,16 +212,16 @@ class TritonEngineModel:
         for sink in sinks:
             if sink is None:
                 responses.append(pb.InferenceResponse(output_tensors=[]))
-            elif isinstance(sink, str):
-                responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(sink)))
+            elif isinstance(sink, RequestError):
+                responses.append(error_response(pb, sink))
             else:
                 while not sink.event.wait(1.0):
                     if not self.scheduler.alive:
                         sink.send(None, final=True, error="tensorrt_llm: the engine thread has stopped")
                 outputs, _final, error = sink.responses[-1]
                 if error is not None or outputs is None:
-                    responses.append(pb.InferenceResponse(
-                        output_tensors=[], error=pb.TritonError(error or "tensorrt_llm: request was cancelled")))
+                    responses.append(pb.InferenceResponse(output_tensors=[], error=triton_error(
+                        pb, error or "tensorrt_llm: request was cancelled", client=False)))
                 else:
                     responses.append(self.to_response(outputs))
         return responses

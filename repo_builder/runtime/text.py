@@ -23,12 +23,12 @@ from .detokenizer import (REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory
                           IncrementalDetokenizer, cleanup_active, decode_fn)
 from .stopstrings import StopResult, StopStringMatcher, find_stop, trim_at_stop  # noqa: F401
 from .tokenizer_files import TOKENIZER_FILES, describe_tokenizer_files, has_tokenizer_files  # noqa: F401
-from .triton_io import RequestError
+from .errors import ModelLoadError, RequestError
 from .wordlists import WordEncoder, parse_token_ids  # noqa: F401
 
 
 
-class TokenizerLoadError(RuntimeError):
+class TokenizerLoadError(ModelLoadError):
     """The tokenizer directory is missing, not local, or cannot be loaded; the message names the path."""
 
 

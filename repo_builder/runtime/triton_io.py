@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .errors import RequestError  # noqa: F401  (re-exported: the request error of every model)
+
 # Triton data type names (model config "data_type" without the TYPE_ prefix, as in the JSON config
 # Triton hands to initialize) -> numpy dtype: the one table of repo-builder (the engines and the client
 # use it too). TYPE_STRING maps to object (bytes elements); numpy has no bfloat16, so BF16 values are
@@ -29,28 +31,6 @@ _NP = {
     "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
     "FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "STRING": np.object_, "BF16": np.float32,
 }
-
-
-class RequestError(ValueError):
-    """A request that cannot be served; fails alone with a message naming the field.
-
-    Args:
-        field: the client-facing request field at fault (``text_input``, ``max_tokens``, ``stop_words``...).
-        message: what is wrong, with the numbers involved.
-        hint: how to fix it, if known.
-    """
-
-    def __init__(self, field: str, message: str, hint: str | None = None) -> None:
-        self.field = field
-        self.message = message
-        self.hint = hint
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        text = f"{self.field}: {self.message}"
-        if self.hint:
-            text += f" (hint: {self.hint})"
-        return text
 
 
 @dataclass(frozen=True)
@@ -137,9 +117,35 @@ def strings(array: np.ndarray | None, field: str) -> list[str] | None:
     return out
 
 
+def triton_error(pb: Any, message: str, *, client: bool) -> Any:
+    """A ``pb.TritonError`` whose code says who is at fault.
+
+    ``client`` True: ``INVALID_ARG`` (tritonserver 2.51 answers HTTP 400, gRPC ``INVALID_ARGUMENT``; the
+    ensemble passes the step's code on); False: ``INTERNAL`` (HTTP 500). Python backends whose
+    ``TritonError`` has no codes get the message alone.
+    """
+    cls = pb.TritonError
+    code = getattr(cls, "INVALID_ARG" if client else "INTERNAL", None)
+    if code is None:
+        return cls(message)
+    try:
+        return cls(message, code)
+    except TypeError:  # a TritonError that takes no code
+        return cls(message)
+
+
+def is_client_error(pb: Any, error: Any) -> bool:
+    """True when a ``pb.TritonError`` a step model returned carries ``INVALID_ARG``."""
+    code = getattr(pb.TritonError, "INVALID_ARG", None)
+    getter = getattr(error, "code", None)
+    return code is not None and callable(getter) and getter() == code
+
+
 def error_response(pb: Any, exc: BaseException) -> Any:
-    """An ``InferenceResponse`` that carries ``exc`` as a ``TritonError`` (request fails, others go on)."""
-    return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(str(exc)))
+    """An ``InferenceResponse`` that carries ``exc`` as a ``TritonError`` (request fails, others go on):
+    ``INVALID_ARG`` for a :class:`RequestError` (the client's mistake), ``INTERNAL`` for anything else."""
+    return pb.InferenceResponse(output_tensors=[], error=triton_error(pb, str(exc),
+                                                                      client=isinstance(exc, RequestError)))
 
 
 def respond_each(pb: Any, requests: Any, input_names: tuple[str, ...], process: Any, model: str) -> list[Any]:

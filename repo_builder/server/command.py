@@ -22,7 +22,8 @@ def shm_prefix(launch_id: str, rank: int) -> str:
 
 def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path | str, rank: int, launch_id: str,
               http_address: str, http_port: int, grpc_port: int, metrics_port: int,
-              trtllm_models: list[str], verbose: bool = False, extra_args: list[str] | None = None) -> list[str]:
+              trtllm_models: list[str], verbose: bool = False, extra_args: list[str] | None = None,
+              exit_timeout: int | None = None) -> list[str]:
     """argv of one tritonserver rank.
 
     Args:
@@ -31,6 +32,8 @@ def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path |
         rank: 0 serves every model and the endpoints; > 0 loads only ``trtllm_models`` with endpoints off.
         launch_id: unique per launch; the rank's shm prefix is derived from it (:func:`shm_prefix`).
         verbose: ``--log-verbose=3`` (rank 0 only, as upstream's ``--log``).
+        exit_timeout: ``--exit-timeout-secs`` (seconds in-flight requests get after SIGTERM; tritonserver 2.51
+            defaults to 30), unless ``extra_args`` already sets it.
     """
     argv = [str(binary), f"--model-repository={model_repo}", *backend_args, "--disable-auto-complete-config",
             f"--backend-config=python,shm-region-prefix-name={shm_prefix(launch_id, rank)}"]
@@ -43,7 +46,10 @@ def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path |
     else:
         argv += ["--model-control-mode=explicit", *[f"--load-model={name}" for name in trtllm_models],
                  "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
-    argv += list(extra_args or [])
+    extra = list(extra_args or [])
+    if exit_timeout is not None and not any(a.startswith("--exit-timeout-secs") for a in extra):
+        argv.append(f"--exit-timeout-secs={int(exit_timeout)}")
+    argv += extra
     return argv
 
 

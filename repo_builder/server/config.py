@@ -45,6 +45,7 @@ class LaunchConfig(BaseModel):
     pid_file: Path | None = Field(None, description=HELP["pid_file"])
     timeout: float = Field(600.0, gt=0, description=HELP["timeout"])
     stop_timeout: float = Field(30.0, gt=0, description=HELP["stop_timeout"])
+    exit_timeout: int = Field(5, ge=0, description=HELP["exit_timeout"])
     server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
 
     @field_validator("tensorrt_llm_model_name", mode="before")

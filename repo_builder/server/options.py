@@ -27,5 +27,8 @@ HELP: dict[str, str] = {
                 "repository path, so `repo-builder stop REPO` finds it).",
     "timeout": "Seconds to wait for the server and every model to be ready.",
     "stop_timeout": "Seconds to wait for a graceful stop before SIGKILL.",
+    "exit_timeout": "Seconds tritonserver lets in-flight requests finish after a stop was asked for "
+                    "(--exit-timeout-secs; tritonserver's own default is 30). Streams still running then get an "
+                    "error and the server exits.",
     "server_args": "Extra arguments appended to every rank's tritonserver command.",
 }

@@ -36,7 +36,7 @@ asset = ROOT.asset
 # pytest imports this file as module "conftest" too (no __init__.py) and it stays in sys.modules, so
 # `from conftest import ...` in tests/*.py collected after tests/e2e resolves here: re-export the root
 # conftest's plain names (not its fixtures, which pytest would register twice).
-PROJECT, SHARED, ASSETS, ENGINES, REPOS = ROOT.PROJECT, ROOT.SHARED, ROOT.ASSETS, ROOT.ENGINES, ROOT.REPOS
+PROJECT, ASSETS, ENGINES, REPOS = ROOT.PROJECT, ROOT.ASSETS, ROOT.ENGINES, ROOT.REPOS
 HF_TOKENIZERS = ROOT.HF_TOKENIZERS
 
 

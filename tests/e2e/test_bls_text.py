@@ -76,7 +76,7 @@ def _add_accumulating_bls(repo) -> None:
 def tok():
     import transformers
 
-    return transformers.AutoTokenizer.from_pretrained(str(asset("llama2_tokenizer")))
+    return transformers.AutoTokenizer.from_pretrained(str(asset("mistral_v1_tokenizer")))
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def prompts(expected):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, render_repo_module, serve_module, tok):
     engine = _synthetic_engine(tmp_path_factory, len(tok))
-    repo = render_repo_module(engine, asset("llama2_tokenizer"), streaming=True,
+    repo = render_repo_module(engine, asset("mistral_v1_tokenizer"), streaming=True,
                               values={"synthetic_token_delay_ms": 1}, name="bls_stream")
     _add_accumulating_bls(repo)
     with serve_module(repo) as srv:
@@ -215,7 +215,7 @@ def test_accumulate_tokens_sends_the_whole_text_so_far(server, stream, prompts, 
 @pytest.fixture(scope="module")
 def sync_server(tmp_path_factory, render_repo_module, serve_module, tok):
     engine = _synthetic_engine(tmp_path_factory, len(tok))
-    repo = render_repo_module(engine, asset("llama2_tokenizer"), streaming=False, name="bls_sync")
+    repo = render_repo_module(engine, asset("mistral_v1_tokenizer"), streaming=False, name="bls_sync")
     with serve_module(repo) as srv:
         yield srv
 
@@ -236,7 +236,7 @@ def test_non_decoupled_bls_generates_and_refuses_streaming(sync_server, prompts,
 @pytest.fixture(scope="module")
 def server_05(tmp_path_factory, render_repo_module, serve_module, tok):
     engine = _synthetic_engine(tmp_path_factory, len(tok))
-    repo = render_repo_module(engine, asset("llama2_tokenizer"), profile="trtllm-0.5", streaming=True,
+    repo = render_repo_module(engine, asset("mistral_v1_tokenizer"), profile="trtllm-0.5", streaming=True,
                               values={"synthetic_token_delay_ms": 1}, name="bls_05")
     with serve_module(repo) as srv:
         yield srv

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.server
 
 N_TOKENS = 160
 MAX_INPUT_LEN = 64
-TOKENIZERS = ["llama2_tokenizer", "gpt2_tokenizer"]
+TOKENIZERS = ["mistral_v1_tokenizer", "gpt2_tokenizer"]
 
 
 # ---------------------------------------------------------------------------------------------- helpers

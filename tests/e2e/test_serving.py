@@ -284,7 +284,7 @@ def synthetic_05(tmp_path_factory, render_repo_module, serve_module):
     engine = tmp_path_factory.mktemp("synthetic_engine")
     (engine / "synthetic_engine.json").write_text(json.dumps(
         {"vocab_size": 32000, "max_batch_size": 8, "max_input_len": 128, "max_seq_len": 256}))
-    tokenizer = asset("llama2_tokenizer")
+    tokenizer = asset("mistral_v1_tokenizer")
     repo = render_repo_module(engine, tokenizer, profile="trtllm-0.5", streaming=True,
                               values={"synthetic_token_delay_ms": 1}, name="synthetic05")
     with serve_module(repo) as srv:
