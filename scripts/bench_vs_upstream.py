@@ -63,7 +63,11 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/perf-bl", help="folder under /tmp for both repositories and results")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--wait-quiet", type=float, default=30)
+    ap.add_argument("--wait-quiet", type=float, default=0,
+                    help="passed to the harness; > 0 also makes it discard repetitions that saw other load (up to "
+                         "2 x reps per cell, each followed by a wait): on a shared machine 0 keeps the run bounded")
+    ap.add_argument("--startup-reps", type=int, default=1)
+    ap.add_argument("--correctness", action="store_true", help="also run the harness's text-correctness part")
     ap.add_argument("--skip-upstream", action="store_true", help="reuse WORK/upstream_results.json")
     args = ap.parse_args()
     work = Path(args.work)
@@ -78,6 +82,7 @@ def main() -> None:
         subprocess.run([py, harness, "run", "--repo", str(repo), "--tokenizer-dir", args.tokenizer_dir,
                         "--modes", MODES, "--concurrency", concurrency, "--reps", str(args.reps),
                         "--wait-quiet", str(args.wait_quiet), "--no-bls-acc", "--label", name,
+                        "--startup-reps", str(args.startup_reps), *([] if args.correctness else ["--skip-correctness"]),
                         "--out", str(work / f"{name}_results.json"), *extra], check=True)
         loads[name + " after"] = list(os.getloadavg())
         loads[name + " seconds"] = [round(time.time() - t0, 1)]
@@ -92,7 +97,7 @@ def main() -> None:
                     ["--provenance", str(work / "upstream" / "provenance.json")])
     harness_run("ours", ours, args.concurrency, [])
     top = args.concurrency.split(",")[-1]
-    harness_run("ours_x2", ours2, top, ["--skip-correctness"])
+    harness_run("ours_x2", ours2, top, [] if not args.correctness else ["--skip-correctness"])
     (work / "loadavg.json").write_text(json.dumps({"machine": machine(), "loadavg": loads}, indent=1) + "\n")
     for b in ("ours", "ours_x2"):
         out = subprocess.run([py, harness, "summarize", "--results", str(work / "upstream_results.json"),
