@@ -45,6 +45,6 @@ case "$ANSWER" in
 esac
 
 echo
-echo "\$ repo-builder generate --url localhost:$GRPC_PORT --protocol grpc --stream --text 'Name three colors of the rainbow.' --max-tokens 48"
+echo "\$ repo-builder generate --url localhost:$GRPC_PORT --protocol grpc --stream --text 'Explain in one sentence what a GPU is.' --max-tokens 64"
 repo-builder generate --url "localhost:$GRPC_PORT" --protocol grpc --stream \
-  --text "Name three colors of the rainbow." --max-tokens 48
+  --text "Explain in one sentence what a GPU is." --max-tokens 64
