@@ -8,10 +8,12 @@ quote, newline, non-printable bytes) so that a value round-trips exactly and can
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import TemplateError
 
@@ -70,6 +72,35 @@ class PbtxtParseError(TemplateError):
         super().__init__(message, path=path)
 
 
+def model_config_pb2() -> Any:
+    """tritonclient's ``model_config_pb2`` without importing ``tritonclient.grpc`` (grpc, numpy: ~0.2 s; and
+    ``tritonclient.grpc`` refuses to import at all unless tritonclient was installed with its ``grpc`` extra).
+
+    The generated module only needs ``google.protobuf``; it is loaded from tritonclient's file under a private
+    name. protobuf keeps one descriptor pool, so the message classes are the same ones
+    ``tritonclient.grpc.model_config_pb2`` gives. Falls back to the normal import.
+    """
+    name = "repo_builder._model_config_pb2"
+    if name in sys.modules:
+        return sys.modules[name]
+    if "tritonclient.grpc.model_config_pb2" not in sys.modules:
+        try:
+            spec = importlib.util.find_spec("tritonclient")
+            if spec is not None and spec.submodule_search_locations:
+                path = Path(list(spec.submodule_search_locations)[0]) / "grpc" / "model_config_pb2.py"
+                file_spec = importlib.util.spec_from_file_location(name, path)
+                if file_spec is not None and file_spec.loader is not None and path.is_file():
+                    module = importlib.util.module_from_spec(file_spec)
+                    file_spec.loader.exec_module(module)
+                    sys.modules[name] = module
+                    return module
+        except Exception:  # noqa: BLE001 - any trouble: use the regular import below
+            sys.modules.pop(name, None)
+    from tritonclient.grpc import model_config_pb2
+
+    return model_config_pb2
+
+
 def parse_model_config(text: str, *, path: str | Path | None = None) -> "ModelConfig":
     """Parse ``text`` into a ``ModelConfig`` exactly as Triton would (unknown fields are errors).
 
@@ -77,9 +108,8 @@ def parse_model_config(text: str, *, path: str | Path | None = None) -> "ModelCo
         PbtxtParseError: with the 1-based line and column of the first error.
     """
     from google.protobuf import text_format
-    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    config = ModelConfig()
+    config = model_config_pb2().ModelConfig()
     try:
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
@@ -100,9 +130,7 @@ def load_model_config(path: str | Path) -> "ModelConfig":
 
 def dtype_name(value: int) -> str:
     """``TYPE_*`` name of a ``DataType`` enum value (e.g. 8 -> ``TYPE_INT32``)."""
-    from tritonclient.grpc.model_config_pb2 import DataType
-
-    return DataType.Name(value)
+    return str(model_config_pb2().DataType.Name(value))
 
 
 def string_parameters(config: "ModelConfig") -> dict[str, str]:

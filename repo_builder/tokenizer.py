@@ -1,9 +1,18 @@
 """Tokenizer inspection: check a ``--tokenizer-dir`` the way the served models will load it.
 
 The preprocessing and postprocessing models load the tokenizer with ``transformers.AutoTokenizer``
-from a local directory (``local_files_only=True``); repo-builder never downloads (B22). This module loads it
-the same way before anything is written, so that a wrong path, a missing file, a tokenizer that needs remote
+from a local directory (``local_files_only=True``); repo-builder never downloads (B22). This module checks it
+before anything is written, so that a wrong path, a missing file, a tokenizer that needs remote
 code (ChatGLM, Qwen-1, Baichuan: B21) or one without an end id (B20) is reported at render time.
+
+Render needs only a few facts (vocabulary size, the special token ids). For the two common layouts they are
+read straight from the files, without importing transformers (which imports torch when it is installed,
+seconds of start-up): a ``tokenizer.json`` read with the ``tokenizers`` library, and a SentencePiece
+``tokenizer.model`` of a LLaMA-class tokenizer read with ``sentencepiece``, special tokens from
+``tokenizer_config.json`` / ``special_tokens_map.json`` in both (:func:`inspect_tokenizer_files`). Every other
+layout (byte-level BPE ``vocab.json``/``merges.txt``, tiktoken, remote code, a class that fills special tokens
+from its own defaults) is loaded with ``AutoTokenizer`` as the served models will. ``tests/test_tokenizer_fast.py``
+checks that both ways give the same facts for every tokenizer the tests have.
 """
 
 from __future__ import annotations
@@ -17,9 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import TokenizerError
 from .runtime.special_ids import resolve_special_ids
-
-#: Files of which at least one must exist in a tokenizer directory.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+from .runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
@@ -60,14 +67,6 @@ def _json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _has_tokenizer_files(directory: Path) -> bool:
-    if any((directory / name).is_file() for name in TOKENIZER_FILES):
-        return True
-    if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
-        return True
-    return any(p.is_file() for p in directory.glob("*.tiktoken"))
 
 
 def _remote_code_need(directory: Path) -> tuple[str, str | None] | None:
@@ -115,12 +114,11 @@ def check_tokenizer_dir(tokenizer_dir: str | Path) -> Path:
                                   "tokenizer_config.json (the path the server will see)")
     if not path.is_dir():
         raise TokenizerError("not a directory", path=path, hint="pass the directory, not a file inside it")
-    if not _has_tokenizer_files(path):
+    if not has_tokenizer_files(path):
         found = sorted(p.name for p in path.iterdir())[:8]
         raise TokenizerError(
-            "no tokenizer files in the directory (need tokenizer.json, tokenizer.model, vocab.json + merges.txt, "
-            "*.tiktoken or tokenizer_config.json)" + (f"; found: {', '.join(found)}" if found else "; it is empty"),
-            path=path)
+            f"no tokenizer files in the directory (need one of {describe_tokenizer_files()})"
+            + (f"; found: {', '.join(found)}" if found else "; it is empty"), path=path)
     return path.resolve()
 
 
@@ -164,6 +162,102 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+#: ``tokenizer_class`` values whose special tokens and vocabulary are exactly what the files say (transformers
+#: 4.x/5.x classes that take ``tokenizer.json`` as is). The LLaMA classes' defaults for a SentencePiece-only
+#: folder (bos ``<s>``, eos ``</s>``, unk ``<unk>``, BOS added) are those of transformers' ``LlamaTokenizer``.
+_FILE_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend", "LlamaTokenizer", "LlamaTokenizerFast",
+                           "GPT2Tokenizer", "GPT2TokenizerFast", "Qwen2Tokenizer", "Qwen2TokenizerFast"})
+_LLAMA_CLASSES = frozenset({"LlamaTokenizer", "LlamaTokenizerFast"})
+_LLAMA_DEFAULTS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+
+
+class _FileTokenizer:
+    """The two attributes :func:`resolve_special_ids` reads, for a tokenizer inspected from its files."""
+
+    def __init__(self, eos_token_id: int | None, pad_token_id: int | None) -> None:
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token as written in tokenizer_config.json: a string or an AddedToken dict (``content``)."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def inspect_tokenizer_files(path: Path) -> TokenizerInfo | None:
+    """The render-time facts of a tokenizer read from its files, without transformers; None when the layout
+    needs transformers (see the module docstring).
+
+    ``tokenizer.json`` is read with ``tokenizers.Tokenizer.from_file``; a SentencePiece ``tokenizer.model``
+    (LLaMA-class, no ``tokenizer.json``) with ``sentencepiece``. Special tokens come from
+    ``tokenizer_config.json`` and ``special_tokens_map.json``; ``vocab_size`` counts the base vocabulary plus
+    every added token (``len(tokenizer)`` in transformers).
+    """
+    config = _json(path / "tokenizer_config.json")
+    if "auto_map" in config or "auto_map" in _json(path / "config.json"):
+        return None
+    cls = config.get("tokenizer_class") or ("PreTrainedTokenizerFast" if (path / "tokenizer.json").is_file() else None)
+    if cls not in _FILE_CLASSES:
+        return None
+    specials = {**_json(path / "special_tokens_map.json"), **config}
+    text = {name: _token_text(specials.get(name)) for name in ("bos_token", "eos_token", "pad_token", "unk_token")}
+    added = {int(k): _token_text(v) for k, v in (config.get("added_tokens_decoder") or {}).items()
+             if str(k).isdigit() and _token_text(v)}
+    if (path / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        except Exception:  # noqa: BLE001 - a file tokenizers cannot read: let AutoTokenizer report it
+            return None
+        vocab = tok.get_vocab(with_added_tokens=True)
+        if text["eos_token"] is None:
+            return None  # the class would fill it from its own defaults
+        to_id = vocab.get
+        add_bos_default = None
+        encoded = tok.encode("a", add_special_tokens=True).ids
+    elif (path / "tokenizer.model").is_file() and cls in _LLAMA_CLASSES:
+        import sentencepiece
+
+        sp = sentencepiece.SentencePieceProcessor()
+        try:
+            if not sp.Load(str(path / "tokenizer.model")):
+                return None
+        except Exception:  # noqa: BLE001 - e.g. Llama 3's tiktoken file named tokenizer.model
+            return None
+        vocab = {sp.IdToPiece(i): i for i in range(sp.GetPieceSize())}
+        text = {k: v if v is not None or k == "pad_token" else _LLAMA_DEFAULTS[k] for k, v in text.items()}
+        to_id = vocab.get
+        add_bos_default = True
+        encoded = None
+    else:
+        return None
+    for token_id, content in added.items():
+        vocab.setdefault(content, token_id)  # type: ignore[arg-type]
+    ids = {name[:-6] + "_token_id": (to_id(t) if t is not None else None) for name, t in text.items()}
+    if text["eos_token"] is not None and ids["eos_token_id"] is None:
+        return None  # a special token missing from the vocabulary: let AutoTokenizer say what it does
+    bos = ids["bos_token_id"]
+    if "add_bos_token" in config and cls in _LLAMA_CLASSES | {"PreTrainedTokenizerFast", "TokenizersBackend"}:
+        add_bos = bool(config["add_bos_token"]) and bos is not None
+    elif encoded is not None:
+        add_bos = bos is not None and bool(encoded) and encoded[0] == bos
+    else:
+        add_bos = bool(add_bos_default) and bos is not None
+    fields: dict[str, Any]
+    try:
+        resolved = resolve_special_ids(_FileTokenizer(ids["eos_token_id"], ids["pad_token_id"]), path)
+        fields = dict(end_id=resolved.end_id, pad_id=resolved.pad_id, stop_token_ids=resolved.stop_token_ids,
+                      special_id_sources=dict(resolved.sources))
+    except ValueError as exc:
+        fields = dict(special_ids_error=str(exc))
+    chat = bool(config.get("chat_template")) or (path / "chat_template.jinja").is_file()
+    return TokenizerInfo(dir=path.resolve(), class_name=str(cls), vocab_size=len(set(vocab.values())),
+                         has_chat_template=chat, add_bos=add_bos, **ids, **fields)
+
+
 def inspect_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = False) -> TokenizerInfo:
     """Load ``tokenizer_dir`` and describe it.
 
@@ -172,8 +266,11 @@ def inspect_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = Fa
     Raises:
         TokenizerError: see :func:`load_tokenizer`.
     """
-    tok = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
     path = check_tokenizer_dir(tokenizer_dir)
+    from_files = inspect_tokenizer_files(path)
+    if from_files is not None:
+        return from_files.model_copy(update={"trust_remote_code": trust_remote_code})
+    tok = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
     bos = _int_or_none(getattr(tok, "bos_token_id", None))
     add_bos = False
     if bos is not None:

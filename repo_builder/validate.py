@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from .lockfile import LOCK_NAME, changed_files, read_lock
+from .runtime.params import parse_bool
+from .runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
 
 ENGINE_PATH_KEYS = ("gpt_model_path", "engine_dir", "encoder_model_path")
-TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model", "vocab.json", "qwen.tiktoken")
 
 
 @dataclass(frozen=True)
@@ -226,9 +227,9 @@ def _check_paths(m: _Model, root: Path, served_at: Path | None, problems: list[P
         if not path.is_dir():
             problems.append(Problem(m.rel, f"tokenizer_dir '{value}' is not an existing directory (a hub id or a "
                                            "path outside the server's filesystem?)", m.param_line("tokenizer_dir")))
-        elif not any((path / f).is_file() for f in TOKENIZER_FILES):
+        elif not has_tokenizer_files(path):
             problems.append(Problem(m.rel, f"tokenizer_dir '{value}' holds no tokenizer files "
-                                           f"({', '.join(TOKENIZER_FILES[:3])})", m.param_line("tokenizer_dir")))
+                                           f"({describe_tokenizer_files()})", m.param_line("tokenizer_dir")))
 
 
 def _trtllm_models(models: dict[str, _Model]) -> list[_Model]:
@@ -332,12 +333,10 @@ def _engine_value(engine: Any, *names: str) -> Any:
 def _truthy(text: str | None) -> bool | None:
     if not _is_set(text):
         return None
-    low = text.strip().lower()
-    if low in ("true", "1", "yes", "y", "t", "on"):
-        return True
-    if low in ("false", "0", "no", "n", "f", "off"):
-        return False
-    return None
+    try:
+        return parse_bool(text)
+    except ValueError:
+        return None
 
 
 def _as_int(text: str | None) -> int | None:

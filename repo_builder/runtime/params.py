@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
+from .errors import ModelLoadError
+
 _TRUE = {"true", "1", "yes", "y", "t", "on"}
 _FALSE = {"false", "0", "no", "n", "f", "off"}
 
 
-class ParameterValueError(ValueError):
+class ParameterValueError(ModelLoadError, ValueError):
     """A config.pbtxt parameter holds a value of the wrong type; the message names the key."""
 
 

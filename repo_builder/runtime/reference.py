@@ -22,7 +22,8 @@ from typing import Any, Sequence as Seq
 
 import numpy as np
 
-from .engine_core import EngineLoadError, GenerationRequest, ModelIO, Sequence
+from .engine_outputs import Sequence
+from .engine_request import EngineLoadError, GenerationRequest, ModelIO
 from .params import ModelParams
 
 

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Sequence as Seq
 
-from .engine_core import EngineLoadError, ModelIO, Sequence
+from .engine_outputs import Sequence
+from .engine_request import EngineLoadError, ModelIO
 from .params import ModelParams
 
 SPEC_FILE = "synthetic_engine.json"

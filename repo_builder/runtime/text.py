@@ -22,15 +22,13 @@ from typing import Any, Sequence
 from .detokenizer import (REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory,  # noqa: F401
                           IncrementalDetokenizer, cleanup_active, decode_fn)
 from .stopstrings import StopResult, StopStringMatcher, find_stop, trim_at_stop  # noqa: F401
-from .triton_io import RequestError
+from .tokenizer_files import TOKENIZER_FILES, describe_tokenizer_files, has_tokenizer_files  # noqa: F401
+from .errors import ModelLoadError, RequestError
 from .wordlists import WordEncoder, parse_token_ids  # noqa: F401
 
-# Files one of which a tokenizer directory must hold for AutoTokenizer to load it locally.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
-                   "spiece.model", "vocab.txt", "qwen.tiktoken", "merges.txt")
 
 
-class TokenizerLoadError(RuntimeError):
+class TokenizerLoadError(ModelLoadError):
     """The tokenizer directory is missing, not local, or cannot be loaded; the message names the path."""
 
 
@@ -54,9 +52,9 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
             f"{key} '{path}' is not a directory in this filesystem; repo-builder loads tokenizers from "
             "local directories only and never downloads from the Hugging Face hub "
             "(hint: mount the tokenizer into the server's filesystem and set the path it has there)")
-    if not any((p / name).exists() for name in TOKENIZER_FILES) and not list(p.glob("*.tiktoken")):
+    if not has_tokenizer_files(p):
         raise TokenizerLoadError(
-            f"{key} '{path}' holds none of {', '.join(TOKENIZER_FILES)} "
+            f"{key} '{path}' holds none of {describe_tokenizer_files()} "
             "(hint: point it at the folder with the tokenizer files of the model)")
     from transformers import AutoTokenizer
 

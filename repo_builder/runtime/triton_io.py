@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .errors import RequestError  # noqa: F401  (re-exported: the request error of every model)
+
 # Triton data type names (model config "data_type" without the TYPE_ prefix, as in the JSON config
 # Triton hands to initialize) -> numpy dtype: the one table of repo-builder (the engines and the client
 # use it too). TYPE_STRING maps to object (bytes elements); numpy has no bfloat16, so BF16 values are
@@ -29,28 +31,6 @@ _NP = {
     "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
     "FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "STRING": np.object_, "BF16": np.float32,
 }
-
-
-class RequestError(ValueError):
-    """A request that cannot be served; fails alone with a message naming the field.
-
-    Args:
-        field: the client-facing request field at fault (``text_input``, ``max_tokens``, ``stop_words``...).
-        message: what is wrong, with the numbers involved.
-        hint: how to fix it, if known.
-    """
-
-    def __init__(self, field: str, message: str, hint: str | None = None) -> None:
-        self.field = field
-        self.message = message
-        self.hint = hint
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        text = f"{self.field}: {self.message}"
-        if self.hint:
-            text += f" (hint: {self.hint})"
-        return text
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,7 @@ the field descriptions. Flag names follow NVIDIA's ``scripts/launch_triton_serve
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
+from ..pbtxt import model_config_pb2 as pbtxt_model_config_pb2
 from .options import HELP
 
 LOCK_FILE = "repo-builder.lock.json"
@@ -145,34 +144,6 @@ def _engine_world_size(cfg: object, config_path: Path, warnings: list[str]) -> t
     return None
 
 
-def _model_config_pb2() -> Any:
-    """tritonclient's ``model_config_pb2`` without importing ``tritonclient.grpc`` (grpc, numpy: ~0.2 s).
-
-    The generated module only needs ``google.protobuf``; it is loaded from tritonclient's file under a private
-    name. protobuf keeps one descriptor pool, so the message classes are the same ones
-    ``tritonclient.grpc.model_config_pb2`` gives. Falls back to the normal import.
-    """
-    name = "repo_builder.server._model_config_pb2"
-    if name in sys.modules:
-        return sys.modules[name]
-    if "tritonclient.grpc.model_config_pb2" not in sys.modules:
-        try:
-            spec = importlib.util.find_spec("tritonclient")
-            if spec is not None and spec.submodule_search_locations:
-                path = Path(list(spec.submodule_search_locations)[0]) / "grpc" / "model_config_pb2.py"
-                file_spec = importlib.util.spec_from_file_location(name, path)
-                if file_spec is not None and file_spec.loader is not None and path.is_file():
-                    module = importlib.util.module_from_spec(file_spec)
-                    file_spec.loader.exec_module(module)
-                    sys.modules[name] = module
-                    return module
-        except Exception:  # noqa: BLE001 - any trouble: use the regular import below
-            sys.modules.pop(name, None)
-    from tritonclient.grpc import model_config_pb2
-
-    return model_config_pb2
-
-
 def scan_repository(repo: Path) -> RepositoryInfo:
     """Parse every ``<repo>/<model>/config.pbtxt``, the lock file, and the world size of tensorrtllm engines.
 
@@ -185,7 +156,7 @@ def scan_repository(repo: Path) -> RepositoryInfo:
     """
     from google.protobuf import text_format
 
-    model_config_pb2 = _model_config_pb2()
+    model_config_pb2 = pbtxt_model_config_pb2()
 
     repo = Path(repo)
     if not repo.is_dir():
