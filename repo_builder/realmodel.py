@@ -108,7 +108,14 @@ def _is_current(dest: Path, src: Path) -> bool:
     st = src.stat()
     if stamp.get("source_size") == st.st_size and stamp.get("source_mtime_ns") == st.st_mtime_ns:
         return True
-    return stamp.get("source_size") == st.st_size and stamp.get("source_sha256") == _sha256(src)
+    if stamp.get("source_size") != st.st_size or stamp.get("source_sha256") != _sha256(src):
+        return False
+    stamp["source_mtime_ns"] = st.st_mtime_ns  # the same file, reinstalled: skip the hash next time
+    try:
+        (dest / STAMP_NAME).write_text(json.dumps(stamp, indent=2) + "\n")
+    except OSError:
+        pass  # a read-only cache is still current
+    return True
 
 
 def _fix_tokenizer_config(folder: Path) -> None:

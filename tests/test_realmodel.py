@@ -76,3 +76,18 @@ def test_refuses_a_folder_it_did_not_write(tmp_path):
     with pytest.raises(RepoBuilderError, match="not a SmolLM2 checkpoint folder"):
         realmodel.ensure_smollm2(other, progress=lambda _line: None)
     assert (other / "notes.txt").read_text() == "keep me"
+
+
+def test_reinstalled_identical_package_is_still_current(smollm2_dir: Path, monkeypatch):
+    """A new mtime with the same bytes (pip reinstall) is recognised by the SHA-256, not converted again."""
+    stamp_path = smollm2_dir / realmodel.STAMP_NAME
+    saved = stamp_path.read_text()
+    stamp = json.loads(saved)
+    stamp["source_mtime_ns"] -= 1
+    stamp_path.write_text(json.dumps(stamp))
+    monkeypatch.setattr(realmodel, "_convert", lambda *_a: (_ for _ in ()).throw(AssertionError("converted")))
+    try:
+        assert realmodel.ensure_smollm2(smollm2_dir, progress=lambda _line: None) == smollm2_dir
+        assert json.loads(stamp_path.read_text())["source_mtime_ns"] == json.loads(saved)["source_mtime_ns"]
+    finally:
+        stamp_path.write_text(saved)
