@@ -82,6 +82,13 @@ PACKAGED_TOKENIZERS: dict[str, dict[str, Any]] = {
         "files": {"data/tokenizer.model.v1": "tokenizer.model"},
         "write": {"tokenizer_config.json": _SP_CONFIG},
     },
+    # Mistral's v3 SentencePiece model (32768 pieces: [INST], [TOOL_CALLS], ... as control tokens; bos 1,
+    # eos 2): a second vocabulary with other ids, for repositories serving two LLMs.
+    "mistral-v3": {
+        "package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0",
+        "files": {"data/mistral_instruct_tokenizer_240323.model.v3": "tokenizer.model"},
+        "write": {"tokenizer_config.json": _SP_CONFIG},
+    },
     # The same, with the instruction chat template above (the quickstart's tiny model; the OpenAI chat tests).
     "mistral-v1-instruct": {
         "package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0",

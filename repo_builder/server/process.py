@@ -218,7 +218,8 @@ class TritonServer:
             check_installed()
             ports["--openai_port"] = cfg.openai_port
         self.notes += check_ports(cfg.http_address, ports)
-        stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size)
+        local = None if plan.rank_hosts is None else [r for r, h in enumerate(plan.rank_hosts) if h == plan.rank_hosts[0]]
+        stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size, ranks=local)
         check_shm(stubs, needed)
         repo_path = Path(os.path.abspath(cfg.model_repo))
         ranks = [rank_argv(binary=binary.path, backend_args=binary.server_args(), model_repo=repo_path, rank=r,
@@ -232,7 +233,8 @@ class TritonServer:
             env["TRTLLM_ORCHESTRATOR"] = "1"
         self.env = env
         self.argv = launch_argv(ranks, use_mpi=plan.use_mpi, oversubscribe=plan.oversubscribe,
-                                export_env=sorted(env))
+                                export_env=sorted(env), hostfile=cfg.hostfile,
+                                map_by=None if cfg.hostfile is None else "slot")
         return self.argv
 
     # ------------------------------------------------------------------ lifecycle

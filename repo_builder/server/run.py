@@ -80,6 +80,11 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         if dry_run:
             import shlex
 
+            plan = server.plan
+            if plan is not None and plan.rank_hosts is not None:
+                for rank, host in enumerate(plan.rank_hosts):
+                    role = "all models + HTTP/gRPC/metrics" if rank == 0 else ",".join(plan.trtllm_models)
+                    echo(f"rank {rank} -> {host} ({role})")
             echo(" ".join(shlex.quote(a) for a in server.argv))
             return 0
         plan = server.plan
