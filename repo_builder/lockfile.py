@@ -392,3 +392,52 @@ def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, 
         elif sha256_file(path) != digest:
             out.append((rel, "changed"))
     return out
+
+
+@dataclass(frozen=True)
+class ServingInfo:
+    """What a client-side front end (``repo-builder openai``) needs from a repository's lock file.
+
+    Attributes:
+        model_name: the name to serve the model under: the last component of the engine directory the
+            repository was rendered from (``engine.dir``), e.g. ``llama-3-8b`` for ``/engines/llama-3-8b``.
+        tokenizer_dir: the tokenizer directory as render read it (``tokenizer.dir``); the parameter
+            ``tokenizer_dir`` (the path the server sees, ``--serve-path``) when the former is missing.
+        profile: the template profile (``trtllm-1.2``, ``trtllm-0.5``).
+        values: every resolved parameter value by name (``values.<name>.value``).
+        path: the lock file.
+    """
+
+    model_name: str
+    tokenizer_dir: Path | None
+    profile: str
+    values: dict[str, Any]
+    path: Path
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """The resolved value of parameter ``name`` (``default`` when unset or absent)."""
+        got = self.values.get(name)
+        return default if got is None else got
+
+
+def read_serving_info(repo: str | Path) -> ServingInfo:
+    """Read :class:`ServingInfo` from ``repo``'s lock file.
+
+    Raises:
+        RenderError: the repository has no lock file (names the path, hints at ``--served-model-name`` /
+            ``--tokenizer-dir``), or it is unreadable or malformed (see :func:`read_lock`).
+    """
+    lock = read_lock(repo)
+    path = Path(repo) / LOCK_NAME
+    if lock is None:
+        raise RenderError("no lock file: the repository was not rendered by repo-builder", path=path,
+                          hint="render it with `repo-builder render`, or point --repo at a rendered repository")
+    values = {name: (entry.get("value") if isinstance(entry, dict) else None)
+              for name, entry in lock["values"].items()}
+    engine = lock.get("engine") if isinstance(lock.get("engine"), dict) else {}
+    engine_dir = str(engine.get("dir") or "").rstrip("/\\")
+    name = Path(engine_dir).name if engine_dir else ""
+    tokenizer = lock.get("tokenizer") if isinstance(lock.get("tokenizer"), dict) else {}
+    tok_dir = tokenizer.get("dir") or values.get("tokenizer_dir")
+    return ServingInfo(model_name=name or Path(repo).resolve().name, tokenizer_dir=Path(tok_dir) if tok_dir else None,
+                       profile=str(lock.get("profile") or ""), values=values, path=path)

@@ -48,6 +48,7 @@ class LaunchConfig(BaseModel):
     exit_timeout: int = Field(5, ge=0, description=HELP["exit_timeout"])
     server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
     hostfile: Path | None = Field(None, description=HELP["hostfile"])
+    openai_port: int | None = Field(None, ge=1, le=65535, description=HELP["openai_port"])
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod

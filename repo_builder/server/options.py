@@ -35,4 +35,6 @@ HELP: dict[str, str] = {
                 "ranks fill the first host's slots, then the next host's. Rank 0 (the endpoints) runs on the first "
                 "host, which must be this machine. --dry-run prints the rank -> host mapping. Reach remote hosts "
                 "with Open MPI's own means (ssh by default; OMPI_MCA_plm_rsh_agent for another agent).",
+    "openai_port": "Also serve an OpenAI-compatible API on this port (`repo-builder openai`, started once the "
+                   "server is ready, stopped with it; needs the openai extra). Default: off.",
 }
