@@ -147,7 +147,9 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
         if name in user:
             values[name] = ResolvedValue(user[name], "user")
             continue
-        value = _engine_value(param, engine)
+        # A profile's own default is a fixed fact of that upstream version and beats the engine's value
+        # (v0.5.0's templates hard-code max_batch_size 128 whatever the engine says).
+        value = None if profile in param.default_by_profile else _engine_value(param, engine)
         if value is not None:
             values[name] = ResolvedValue(param.coerce(value), "engine")
             continue
@@ -211,7 +213,7 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
         problems.add(EngineError, f"engine files: {exc.message}")
 
     tmbs = val("triton_max_batch_size")
-    if tmbs is not None and tmbs > engine.max_batch_size:
+    if tmbs is not None and tmbs > engine.max_batch_size and values["triton_max_batch_size"].origin == "user":
         warnings.append(f"triton_max_batch_size {tmbs} is above the engine's max_batch_size "
                         f"{engine.max_batch_size}: the engine runs at most {engine.max_batch_size} requests at "
                         f"once; a larger batch needs `{build} --max_batch_size` (B08)")
