@@ -14,7 +14,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 
-from .errors import RepoBuilderError
+from .errors import Interrupted, RepoBuilderError
 
 app = typer.Typer(
     name="repo-builder",
@@ -41,7 +41,8 @@ def version() -> None:
 
 
 def report_errors(func: F) -> F:
-    """Decorator for command functions: print a RepoBuilderError in red and exit with its code."""
+    """Decorator for command functions: print a RepoBuilderError in red and exit with its code; an
+    :class:`~repo_builder.errors.Interrupted` (a signal, after cleanup) exits with 128 + the signal number."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -53,12 +54,17 @@ def report_errors(func: F) -> F:
             console = Console(stderr=True)
             console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
+        except Interrupted as exc:
+            from rich.console import Console
+
+            Console(stderr=True).print(f"[bold red]interrupted:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
 
 
 # Command modules, each registering its commands on `app` when imported.
-_COMMAND_MODULES = ("build", "serve", "client")
+_COMMAND_MODULES = ("build", "serve", "client", "deploy", "openai", "model")
 for _name in _COMMAND_MODULES:
     try:
         importlib.import_module(f"{__package__}.commands.{_name}")

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
 from .errors import EngineError
 
@@ -86,11 +87,259 @@ class EngineInfo(BaseModel):
     rank_files: tuple[str, ...] = ()
     weight_files: tuple[str, ...] = ()
     is_decoder: bool = True
+    num_layers: int | None = None
+    num_kv_heads: int | None = None
+    head_size: int | None = None
+    hidden_size: int | None = None
+    kv_cache_bytes_per_value: int | None = None
+    lora_plugin: str | None = None
+    max_lora_rank: int | None = None
+    lora_target_modules: tuple[str, ...] = ()
+
+    def kv_bytes_per_token(self) -> int | None:
+        """KV-cache bytes one token takes on one GPU: 2 (K and V) x layers / pp x KV heads / tp x head size x
+        bytes per value (1 with an FP8/INT8 KV cache, else the model dtype's). None when a fact is missing."""
+        facts = (self.num_layers, self.num_kv_heads, self.head_size, self.kv_cache_bytes_per_value)
+        if any(f is None for f in facts):
+            return None
+        layers = -(-self.num_layers // max(self.pp_size, 1))
+        heads = max(1, -(-self.num_kv_heads // max(self.tp_size, 1)))
+        return 2 * layers * heads * self.head_size * self.kv_cache_bytes_per_value
 
     @property
     def config_file(self) -> Path:
         """The file the facts were read from (``config.json`` or ``synthetic_engine.json``)."""
         return self.dir / (SYNTHETIC_FILE if self.kind == "synthetic" else "config.json")
+
+
+# ---------------------------------------------------------------------- typed config.json
+# The fields repo-builder reads, typed; every other key is allowed and ignored (extra="allow"). Field names
+# follow TensorRT-LLM's writers: tensorrt_llm/builder.py (BuildConfig, PluginConfig) and
+# tensorrt_llm/models/modeling_utils.py (PretrainedConfig, Mapping, QuantConfig) for the 0.8+ layout;
+# examples/*/build.py of 0.5-0.7 for the old layout; transformers' PretrainedConfig for HF checkpoints.
+
+
+def show_value(value: Any) -> str:
+    """A JSON value as the user wrote it: ``"8"``, ``null``, ``true``, ``[1, 2]`` (long values cut)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _int_field(minimum: int, *, required: bool = False):
+    def check(value: Any) -> int | None:
+        if value is None:
+            if required:
+                raise ValueError("expected an integer, got null")
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                value = int(value)
+            else:
+                raise ValueError(f"expected an integer, got {show_value(value)}")
+        if value < minimum:
+            raise ValueError(f"expected an integer >= {minimum}, got {value}")
+        if value > 2**62:
+            raise ValueError(f"{value} is implausibly large")
+        return value
+
+    return PlainValidator(check)
+
+
+def _typed(kind: type, what: str):
+    def check(value: Any) -> Any:
+        if value is None or (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+            return value
+        raise ValueError(f"expected {what}, got {show_value(value)}")
+
+    return PlainValidator(check)
+
+
+def _plugin(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    raise ValueError(f"expected a plugin setting (a string such as \"auto\", false or null), got {show_value(value)}")
+
+
+def _str_list(value: Any) -> Any:
+    if value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return value
+    raise ValueError(f"expected a list of strings, got {show_value(value)}")
+
+
+def _spec_mode(value: Any) -> Any:
+    if value is None or (isinstance(value, (int, str)) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"expected a mode number or name, got {show_value(value)}")
+
+
+Pos = Annotated[Optional[int], _int_field(1)]
+PosRequired = Annotated[int, _int_field(1, required=True)]
+NonNeg = Annotated[Optional[int], _int_field(0)]
+Str = Annotated[Optional[str], _typed(str, "a string")]
+Bool = Annotated[Optional[bool], _typed(bool, "true or false")]
+Plugin = Annotated[Any, PlainValidator(_plugin)]
+StrList = Annotated[Any, PlainValidator(_str_list)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class OldBuilderConfig(_Section):
+    """``builder_config`` of the pre-0.8 layout."""
+
+    max_batch_size: PosRequired
+    max_input_len: PosRequired
+    max_output_len: Pos = None
+    max_beam_width: Pos = None
+    max_num_tokens: Pos = None
+    max_position_embeddings: Pos = None
+    max_draft_len: NonNeg = None
+    name: Str = None
+    precision: Str = None
+    vocab_size: Pos = None
+    tensor_parallel: Pos = None
+    pipeline_parallel: Pos = None
+    quant_mode: NonNeg = None
+    gather_context_logits: Bool = None
+    gather_generation_logits: Bool = None
+    num_layers: Pos = None
+    num_heads: Pos = None
+    num_kv_heads: Pos = None
+    hidden_size: Pos = None
+    lora_target_modules: StrList = None
+    max_lora_rank: NonNeg = None
+
+
+class PluginConfig(_Section):
+    """``plugin_config`` (top level in the old layout, inside ``build_config`` in the new one)."""
+
+    gpt_attention_plugin: Plugin = None
+    bert_attention_plugin: Plugin = None
+    lora_plugin: Plugin = None
+    context_fmha: Bool = None
+    context_fmha_type: NonNeg = None
+    context_fmha_enabled: Bool = None
+    paged_kv_cache: Bool = None
+    remove_input_padding: Bool = None
+    use_paged_context_fmha: Bool = None
+    tokens_per_block: Pos = None
+
+
+class OldLayout(_Section):
+    builder_config: OldBuilderConfig
+    plugin_config: Optional[PluginConfig] = None
+
+
+class MappingConfig(_Section):
+    world_size: Pos = None
+    tp_size: Pos = None
+    pp_size: Pos = None
+    cp_size: Pos = None
+
+
+class QuantConfig(_Section):
+    quant_algo: Str = None
+    kv_cache_quant_algo: Str = None
+
+
+class PretrainedSection(_Section):
+    """``pretrained_config`` of the 0.8+ layout."""
+
+    architecture: Str = None
+    dtype: Str = None
+    logits_dtype: Str = None
+    vocab_size: Pos = None
+    max_position_embeddings: Pos = None
+    max_draft_len: NonNeg = None
+    hidden_size: Pos = None
+    num_hidden_layers: Pos = None
+    num_attention_heads: Pos = None
+    num_key_value_heads: Pos = None
+    head_size: Pos = None
+    mapping: Optional[MappingConfig] = None
+    quantization: Optional[QuantConfig] = None
+
+
+class LoraSection(_Section):
+    """``build_config.lora_config``."""
+
+    lora_dir: StrList = None
+    lora_target_modules: StrList = None
+    max_lora_rank: NonNeg = None
+    max_loras: Pos = None
+    max_cpu_loras: Pos = None
+
+
+class BuildSection(_Section):
+    """``build_config`` of the 0.8+ layout."""
+
+    max_batch_size: PosRequired
+    max_input_len: PosRequired
+    max_seq_len: Pos = None
+    max_output_len: Pos = None
+    max_beam_width: Pos = None
+    max_num_tokens: Pos = None
+    max_draft_len: NonNeg = None
+    max_prompt_embedding_table_size: NonNeg = None
+    kv_cache_type: Str = None
+    speculative_decoding_mode: Annotated[Any, PlainValidator(_spec_mode)] = None
+    gather_context_logits: Bool = None
+    gather_generation_logits: Bool = None
+    plugin_config: Optional[PluginConfig] = None
+    lora_config: Optional[LoraSection] = None
+
+
+class NewLayout(_Section):
+    version: Annotated[Any, _typed(str, "a version string")] = None
+    pretrained_config: PretrainedSection
+    build_config: BuildSection
+
+
+class HFConfig(_Section):
+    """A Hugging Face ``config.json`` (the fields the CPU reference engine needs)."""
+
+    architectures: StrList = None
+    max_position_embeddings: Pos = None
+    n_positions: Pos = None
+    seq_length: Pos = None
+    vocab_size: Pos = None
+    torch_dtype: Str = None
+    is_encoder_decoder: Bool = None
+
+
+_PYDANTIC_TYPE_TEXT = {"model_type": "expected an object", "dict_type": "expected an object",
+                       "model_attributes_type": "expected an object", "missing": "missing (required)",
+                       "list_type": "expected a list"}
+
+
+def check_config(model: type[BaseModel], data: Any, path: Path, *, what: str = "") -> None:
+    """Validate ``data`` (parsed JSON of ``path``) against ``model``.
+
+    Raises:
+        EngineError: naming ``path`` and the key path of each problem, e.g.
+            ``engine/config.json: build_config.max_batch_size: expected an integer, got "8"``.
+    """
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            if err.get("type") in _PYDANTIC_TYPE_TEXT:
+                msg = _PYDANTIC_TYPE_TEXT[err["type"]]
+                if err["type"] != "missing":
+                    msg += f", got {show_value(err.get('input'))}"
+            lines.append((key, msg))
+        hint = what or "engine_dir must hold the config.json written by trtllm-build"
+        if len(lines) == 1:
+            raise EngineError(lines[0][1], key=lines[0][0], path=path, hint=hint) from None
+        raise EngineError(f"{len(lines)} problems:\n" + "\n".join(f"  {k}: {m}" for k, m in lines),
+                          path=path, hint=hint) from None
 
 
 # ---------------------------------------------------------------------- helpers
@@ -99,8 +348,13 @@ def _read_json(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise EngineError(f"cannot read: {exc.strerror or exc}", path=path) from exc
+    except UnicodeDecodeError as exc:
+        raise EngineError(f"not UTF-8 text (byte {exc.start}: {exc.reason}); JSON files are UTF-8", path=path,
+                          hint="engine_dir must hold the config.json written by trtllm-build") from None
     try:
         return json.loads(text)
+    except RecursionError:
+        raise EngineError("invalid JSON: nested too deeply", path=path) from None
     except json.JSONDecodeError as exc:
         raise EngineError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=path,
                           hint="engine_dir must hold the config.json written by trtllm-build") from exc
@@ -122,6 +376,23 @@ def _int(value: Any, default: int | None = None) -> int | None:
 def _rank_index(name: str) -> int:
     match = re.fullmatch(r"rank(\d+)\.engine", name)
     return int(match.group(1)) if match else 1 << 30
+
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp32": 4, "fp16": 2, "bf16": 2, "float8": 1, "fp8": 1,
+                "int8": 1}
+
+
+def _kv_bytes(dtype: Any, kv_quant: Any) -> int | None:
+    """Bytes per KV-cache value: 1 for an FP8/INT8 KV cache (QuantAlgo FP8 / INT8), else the dtype's size."""
+    if isinstance(kv_quant, str) and kv_quant.upper() in ("FP8", "INT8"):
+        return 1
+    return _DTYPE_BYTES.get(str(dtype).lower()) if dtype else None
+
+
+def _head_size(hidden: int | None, heads: int | None, given: int | None) -> int | None:
+    if given:
+        return given
+    return hidden // heads if hidden and heads and hidden % heads == 0 else None
 
 
 def _list_files(directory: Path, patterns: tuple[str, ...]) -> tuple[str, ...]:
@@ -200,6 +471,12 @@ def _parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         tokens_per_block=_int(p.get("tokens_per_block")),
         max_draft_len=_int(b.get("max_draft_len"), 0) or 0, speculative_decoding_mode=None,
         quantization=_quant_summary_old(_int(b.get("quant_mode"))), is_decoder=is_decoder,
+        num_layers=_int(b.get("num_layers")), num_kv_heads=_int(b.get("num_kv_heads")) or _int(b.get("num_heads")),
+        head_size=_head_size(_int(b.get("hidden_size")), _int(b.get("num_heads")), None),
+        hidden_size=_int(b.get("hidden_size")),
+        kv_cache_bytes_per_value=1 if (_int(b.get("quant_mode")) or 0) & 128 else _kv_bytes(b.get("precision"), None),
+        lora_plugin=_plugin_str(p.get("lora_plugin")), max_lora_rank=_int(b.get("max_lora_rank")),
+        lora_target_modules=tuple(b.get("lora_target_modules") or ()),
     )
 
 
@@ -209,6 +486,7 @@ def _parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(pre, dict) or not isinstance(build, dict):
         raise EngineError("pretrained_config and build_config must be objects", path=directory / "config.json")
     plugin = build.get("plugin_config") or {}
+    lora = build.get("lora_config") or {}
     missing = [k for k in ("max_batch_size", "max_input_len") if build.get(k) is None]
     if missing:
         raise EngineError(f"build_config lacks {', '.join(missing)}", path=directory / "config.json")
@@ -252,6 +530,14 @@ def _parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         max_draft_len=_int(build.get("max_draft_len"), _int(pre.get("max_draft_len"), 0)) or 0,
         speculative_decoding_mode=spec_name, quantization=_quant_summary_new(pre.get("quantization")),
         is_decoder=not _looks_like_encoder(architecture),
+        num_layers=_int(pre.get("num_hidden_layers")),
+        num_kv_heads=_int(pre.get("num_key_value_heads")) or _int(pre.get("num_attention_heads")),
+        head_size=_head_size(_int(pre.get("hidden_size")), _int(pre.get("num_attention_heads")),
+                             _int(pre.get("head_size"))),
+        hidden_size=_int(pre.get("hidden_size")),
+        kv_cache_bytes_per_value=_kv_bytes(pre.get("dtype"), (pre.get("quantization") or {}).get("kv_cache_quant_algo")),
+        lora_plugin=_plugin_str(plugin.get("lora_plugin")), max_lora_rank=_int(lora.get("max_lora_rank")),
+        lora_target_modules=tuple(lora.get("lora_target_modules") or ()),
     )
 
 
@@ -291,6 +577,9 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
         checkpoint that was not built yet, or an encoder-only engine such as BERT.
     """
     directory = Path(engine_dir).expanduser()
+    if directory.is_symlink() and not directory.exists():
+        raise EngineError("the engine directory is a symbolic link that cannot be followed (it points nowhere or "
+                          "to itself: a symlink loop)", path=directory, hint="pass the real directory")
     if not directory.exists():
         raise EngineError("engine directory does not exist", path=directory,
                           hint="pass the trtllm-build --output_dir (holding config.json and rank*.engine)")
@@ -315,6 +604,10 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
                           max_seq_len=spec["max_seq_len"], logits_dtype="float32")
 
     config = directory / "config.json"
+    for special in (synthetic, config):
+        if special.is_symlink() and not special.exists():
+            raise EngineError("a symbolic link that cannot be followed (it points nowhere, or to itself: a symlink "
+                              "loop)", path=special, hint="replace it with the file itself")
     if not config.is_file():
         found = sorted(p.name for p in directory.iterdir())[:8]
         raise EngineError("no config.json in the engine directory" + (f" (found: {', '.join(found)})" if found
@@ -327,9 +620,11 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
         raise EngineError("config.json is not a JSON object", path=config)
 
     if "builder_config" in cfg and "plugin_config" in cfg:
+        check_config(OldLayout, cfg, config)
         fields = _parse_old(directory, cfg)
         kind: EngineKind = "trtllm"
     elif "pretrained_config" in cfg and "build_config" in cfg:
+        check_config(NewLayout, cfg, config)
         fields = _parse_new(directory, cfg)
         kind = "trtllm"
     elif "architecture" in cfg and "mapping" in cfg:
@@ -337,6 +632,7 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
                           path=config, hint=f"build it first: trtllm-build --checkpoint_dir {directory} "
                                             "--output_dir <engine_dir>")
     elif cfg.get("architectures"):
+        check_config(HFConfig, cfg, config, what="a Hugging Face checkpoint's config.json")
         weights = _list_files(directory, WEIGHT_PATTERNS)
         if not weights:
             raise EngineError(
@@ -353,6 +649,7 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
                           "pretrained_config + build_config) nor a Hugging Face config (architectures)",
                           path=config, hint="engine_dir must be the trtllm-build --output_dir")
 
+    _check_lengths(fields, config, kind, cfg)
     if kind == "trtllm":
         fields["rank_files"] = tuple(sorted(_list_files(directory, ENGINE_PATTERNS), key=_rank_index))
     info = EngineInfo(kind=kind, dir=directory, **fields)
@@ -366,6 +663,34 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
     return info
 
 
+def _check_lengths(fields: dict[str, Any], config: Path, kind: str, cfg: dict[str, Any]) -> None:
+    """Lengths that contradict each other (tokens): max_seq_len (prompt + output) below max_input_len, or
+    no room for a single generated token in an HF checkpoint.
+
+    Raises:
+        EngineError: naming the key of config.json that is too small.
+    """
+    max_input, max_seq = fields["max_input_len"], fields["max_seq_len"]
+    if kind == "hf":
+        if max_seq < 2:
+            raise EngineError(f"max_position_embeddings {max_seq} leaves no room for a prompt and one generated "
+                              "token", key="max_position_embeddings", path=config)
+        return
+    if max_seq >= max_input:
+        return
+    if fields.get("layout") == "old":
+        key = "builder_config.max_output_len" if "max_output_len" in cfg["builder_config"] else \
+            "builder_config.max_position_embeddings"
+    else:
+        build = cfg["build_config"]
+        key = ("build_config.max_seq_len" if build.get("max_seq_len") is not None else
+               "build_config.max_output_len" if build.get("max_output_len") is not None else
+               "pretrained_config.max_position_embeddings")
+    raise EngineError(f"the maximum sequence length (prompt + output) {max_seq} is below max_input_len {max_input}",
+                      key=key, path=config, hint="the engine cannot hold its own longest prompt; rebuild it with "
+                                                 "trtllm-build --max_seq_len above --max_input_len")
+
+
 def check_rank_files(info: EngineInfo) -> None:
     """Check that a TRT-LLM engine dir holds exactly ``rank0.engine`` .. ``rank{world_size-1}.engine``.
 
@@ -375,13 +700,16 @@ def check_rank_files(info: EngineInfo) -> None:
     """
     if info.kind != "trtllm":
         return
-    expected = [f"rank{r}.engine" for r in range(info.world_size)]
-    if list(info.rank_files) == expected:
+    n = info.world_size
+    if len(info.rank_files) == n and list(info.rank_files) == [f"rank{r}.engine" for r in range(n)]:
         return
-    found = ", ".join(info.rank_files) if info.rank_files else "none"
+    expected = ", ".join(f"rank{r}.engine" for r in range(n)) if n <= 8 else f"rank0.engine .. rank{n - 1}.engine"
+    found = ", ".join(info.rank_files[:16]) if info.rank_files else "none"
+    if len(info.rank_files) > 16:
+        found += f" and {len(info.rank_files) - 16} more"
     raise EngineError(
-        f"the engine was built for world size {info.world_size} (tp {info.tp_size} x pp {info.pp_size}) and needs "
-        f"{', '.join(expected)}; found {len(info.rank_files)} rank*.engine file(s): {found}",
+        f"the engine was built for world size {n} (tp {info.tp_size} x pp {info.pp_size}) and needs "
+        f"{expected}; found {len(info.rank_files)} rank*.engine file(s): {found}",
         path=info.dir, hint="copy every rank file of the trtllm-build output, or rebuild with the right "
                             "--tp_size/--pp_size")
 

@@ -75,5 +75,30 @@ class LaunchError(RepoBuilderError):
     """tritonserver could not be found, started, made ready or stopped."""
 
 
+class Interrupted(BaseException):
+    """A signal (SIGTERM, SIGINT or SIGHUP) stopped a command after it cleaned up what it had started.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``) so that no ``except Exception`` on the way swallows it.
+    ``exit_code`` follows the shell convention 128 + signal number: 143 for SIGTERM, 130 for SIGINT, 129 for
+    SIGHUP. The CLI prints ``message`` and exits with that code.
+    """
+
+    def __init__(self, signum: int, message: str) -> None:
+        import signal
+
+        self.signum = int(signum)
+        try:
+            self.signal_name = signal.Signals(self.signum).name
+        except ValueError:  # pragma: no cover - a signal number without a name
+            self.signal_name = f"signal {self.signum}"
+        self.exit_code = 128 + self.signum
+        self.message = message
+        super().__init__(f"interrupted by {self.signal_name}: {message}")
+
+
 class ClientError(RepoBuilderError):
     """A request was refused by the client-side checks or failed on the server."""
+
+
+class ModelConversionError(RepoBuilderError):
+    """A packaged model (``repo-builder model``) is not installed, or converting it into a checkpoint failed."""

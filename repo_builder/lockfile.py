@@ -6,26 +6,126 @@ Format (``docs/design.md``)::
      "engine": {"dir": "/abs/engine", "kind": "trtllm", "placement": "copy", "fingerprint": "sha256:..."},
      "tokenizer": {"dir": "/abs/tokenizer"},
      "values": {"kv_cache_free_gpu_mem_fraction": {"value": 0.9, "origin": "default"}, ...},
-     "launch": {"world_size": 1, "tensorrt_llm_model_names": ["tensorrt_llm"]},
+     "launch": {"world_size": 1, "tensorrt_llm_model_names": ["tensorrt_llm"],
+                "tp_size": 1, "pp_size": 1, "python_instances": {"preprocessing": 1, ...}},
      "serve_path": null,
      "files": {"preprocessing/config.pbtxt": "sha256:...", ...}}
 
 ``serve_path`` is the directory the repository is served at when that differs from where it was written
 (``--serve-path``); paths inside the repository's parameters start with it. ``files`` holds the sha256 of
-every rendered file except engine files and the lock file itself. The file has no timestamp, so
-rendering the same inputs twice gives the same bytes.
+every rendered file except engine files and the lock file itself; ``engine_files`` lists the engine files
+placed into the repository (relative paths; absent in lock files written before it existed). Together they
+are every file repo-builder wrote, which is what ``render --force`` may replace. The file has no timestamp,
+so rendering the same inputs twice gives the same bytes.
+
+``launch`` is what a launcher or a deployment needs without reading the engine: the MPI world size (tp x pp),
+the model(s) ranks > 0 load, and the number of Python-backend stub processes per model (each needs a
+``/dev/shm`` region). Lock files written before ``tp_size``/``pp_size``/``python_instances`` existed lack
+them; :func:`read_launch` says so with ``None``. A repository serving several LLMs (``render --model``) has an
+``llms`` list too (:func:`build_multi_lock`, :func:`lock_llms`).
+
+:func:`read_lock` checks the file against :class:`LockFile` (a pydantic model; unknown keys are kept, so a
+newer repo-builder's lock file still reads) and names the key path of the first problems.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
-from typing import Any, Mapping
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import RenderError
 
 LOCK_NAME = "repo-builder.lock.json"
+
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _relative(path: str) -> str:
+    p = PurePosixPath(path)
+    if not path or p.is_absolute() or ".." in p.parts or "\\" in path:
+        raise ValueError(f"{path!r} is not a path inside the repository")
+    return path
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class LockEngine(_Open):
+    """The ``engine`` block."""
+
+    dir: str
+    kind: Literal["trtllm", "hf", "synthetic"]
+    placement: Literal["copy", "hardlink", "symlink", "reference"]
+    fingerprint: str
+
+
+class LockValue(_Open):
+    """One entry of ``values``: the typed value (any JSON) and where it came from."""
+
+    value: Any = None
+    origin: Literal["default", "engine", "tokenizer", "user"]
+
+
+class LockLaunch(_Open):
+    """The ``launch`` block the launcher reads."""
+
+    world_size: int = Field(ge=1)
+    tensorrt_llm_model_names: list[str] = Field(min_length=1)
+    tp_size: int | None = Field(None, ge=1)
+    pp_size: int | None = Field(None, ge=1)
+    python_instances: dict[str, int] | None = None
+
+
+class LockFile(_Open):
+    """``repo-builder.lock.json`` as repo-builder writes it (unknown keys allowed, known keys checked)."""
+
+    tool: Literal["repo-builder"]
+    version: str
+    profile: str
+    engine: LockEngine
+    tokenizer: dict[str, Any]
+    values: dict[str, LockValue]
+    launch: LockLaunch
+    serve_path: str | None = None
+    files: dict[str, str]
+    engine_files: list[str] | None = None
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, value: dict[str, str]) -> dict[str, str]:
+        for rel, digest in value.items():
+            _relative(rel)
+            if not _DIGEST.match(digest):
+                raise ValueError(f"{rel}: {digest!r} is not a sha256:<64 hex digits> digest")
+        return value
+
+    @field_validator("engine_files")
+    @classmethod
+    def _engine_files(cls, value: list[str] | None) -> list[str] | None:
+        for rel in value or []:
+            _relative(rel)
+        return value
+
+
+def validation_text(exc: ValidationError, *, limit: int = 3) -> str:
+    """The first ``limit`` problems of a pydantic ValidationError as ``key.path: message`` (``;``-joined)."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        where = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "missing":
+            msg = "missing"
+        parts.append(f"{where}: {msg}")
+    more = len(exc.errors()) - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -56,14 +156,26 @@ def _jsonable(value: Any) -> Any:
 
 def build_lock(*, version: str, profile: str, engine: Mapping[str, Any], tokenizer_dir: str | Path,
                values: Mapping[str, tuple[Any, str]], world_size: int, tensorrt_llm_model_names: list[str],
-               files: Mapping[str, bytes], serve_path: str | Path | None = None) -> dict[str, Any]:
+               files: Mapping[str, bytes], serve_path: str | Path | None = None,
+               engine_files: list[str] | tuple[str, ...] = (), tp_size: int | None = None,
+               pp_size: int | None = None, python_instances: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The lock file content as a dict.
 
     Args:
         engine: ``{"dir", "kind", "placement", "fingerprint"}``.
         values: {parameter: (value, origin)} with origin one of default/engine/tokenizer/user.
         files: {repository-relative POSIX path: bytes} of every rendered file except engine files.
+        engine_files: repository-relative paths of the engine files placed (none for ``reference``).
+        tp_size, pp_size: the engine's tensor and pipeline parallel sizes (world_size = tp x pp).
+        python_instances: {model: Python-backend stub processes} for every ``backend: "python"`` model.
     """
+    launch: dict[str, Any] = {"world_size": int(world_size), "tensorrt_llm_model_names": list(tensorrt_llm_model_names)}
+    if tp_size is not None:
+        launch["tp_size"] = int(tp_size)
+    if pp_size is not None:
+        launch["pp_size"] = int(pp_size)
+    if python_instances is not None:
+        launch["python_instances"] = {str(k): int(v) for k, v in sorted(python_instances.items())}
     return {
         "tool": "repo-builder",
         "version": version,
@@ -71,10 +183,60 @@ def build_lock(*, version: str, profile: str, engine: Mapping[str, Any], tokeniz
         "engine": _jsonable(dict(engine)),
         "tokenizer": {"dir": str(tokenizer_dir)},
         "values": {name: {"value": _jsonable(v), "origin": origin} for name, (v, origin) in sorted(values.items())},
-        "launch": {"world_size": int(world_size), "tensorrt_llm_model_names": list(tensorrt_llm_model_names)},
+        "launch": launch,
         "serve_path": str(serve_path) if serve_path is not None else None,
         "files": {rel: sha256_bytes(data) for rel, data in sorted(files.items())},
+        "engine_files": sorted(engine_files),
     }
+
+
+def build_multi_lock(*, version: str, profile: str, llms: list[tuple[str, Mapping[str, Any]]],
+                     files: Mapping[str, bytes], serve_path: str | Path | None = None) -> dict[str, Any]:
+    """The lock file of a repository serving several LLMs (``render --model NAME=...`` repeated).
+
+    ``llms`` is ``[(name, that LLM's own lock dict from build_lock)]``. The result has the single-LLM keys
+    (``launch`` merged: the common world size, every LLM's TensorRT-LLM model, all Python stub counts;
+    ``values`` empty, as values are per LLM) plus ``llms``: ``[{"name", "engine", "tokenizer", "values",
+    "models": {role: model name}}]``. ``engine``/``tokenizer`` at the top are the first LLM's (readers that know
+    one LLM only still find an engine); :func:`lock_llms` lists them all.
+    """
+    launches = [lock["launch"] for _, lock in llms]
+    launch: dict[str, Any] = {
+        "world_size": launches[0]["world_size"],
+        "tensorrt_llm_model_names": [n for lau in launches for n in lau["tensorrt_llm_model_names"]],
+    }
+    for key in ("tp_size", "pp_size"):
+        if all(key in lau for lau in launches) and len({lau[key] for lau in launches}) == 1:
+            launch[key] = launches[0][key]
+    if all("python_instances" in lau for lau in launches):
+        launch["python_instances"] = {k: v for lau in launches for k, v in sorted(lau["python_instances"].items())}
+    entries = []
+    for name, lock in llms:
+        models = sorted({rel.split("/", 1)[0] for rel in lock["files"] if rel.count("/") == 1
+                         and rel.endswith("/config.pbtxt")})
+        prefix = f"{name}_"
+        entries.append({"name": name, "engine": lock["engine"], "tokenizer": lock["tokenizer"],
+                        "values": lock["values"],
+                        "models": {m[len(prefix):]: m for m in models if m.startswith(prefix)}})
+    first = llms[0][1]
+    return {
+        "tool": "repo-builder", "version": version, "profile": profile, "engine": first["engine"],
+        "tokenizer": first["tokenizer"], "values": {}, "llms": entries, "launch": launch,
+        "serve_path": str(serve_path) if serve_path is not None else None,
+        "files": {rel: sha256_bytes(data) for rel, data in sorted(files.items())},
+        "engine_files": sorted({rel for _, lock in llms for rel in lock.get("engine_files", [])}),
+    }
+
+
+def lock_llms(lock: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every LLM a lock file describes: its ``llms`` list, or for a single-LLM lock one entry
+    ``{"name": None, "engine", "tokenizer", "values", "models": {role: role}}``."""
+    if isinstance(lock.get("llms"), list):
+        return [dict(e) for e in lock["llms"] if isinstance(e, dict)]
+    models = sorted({rel.split("/", 1)[0] for rel in lock.get("files", {}) if rel.count("/") == 1
+                     and rel.endswith("/config.pbtxt")})
+    return [{"name": None, "engine": lock.get("engine"), "tokenizer": lock.get("tokenizer"),
+             "values": lock.get("values", {}), "models": {m: m for m in models}}]
 
 
 def dumps(lock: Mapping[str, Any]) -> bytes:
@@ -86,19 +248,137 @@ def read_lock(repo: str | Path) -> dict[str, Any] | None:
     """The lock file of ``repo`` as a dict, or None when the repository has none.
 
     Raises:
-        RenderError: the file exists but is not valid JSON or lacks the ``files``/``values`` keys.
+        RenderError: the file exists but is unreadable, not JSON, or not a lock file repo-builder writes
+            (:class:`LockFile`; the message names the key path, e.g. ``files.a/b: ... not a sha256 digest``).
     """
     path = Path(repo) / LOCK_NAME
-    if not path.is_file():
+    if not (path.is_file() or path.is_symlink()):
         return None
+    hint = "re-render the repository with `repo-builder render --force`"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise RenderError(f"unreadable lock file: {exc}", path=path,
-                          hint="re-render the repository with `repo-builder render --force`") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("files"), dict) or not isinstance(data.get("values"), dict):
-        raise RenderError("malformed lock file (needs 'files' and 'values' objects)", path=path)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise RenderError(f"unreadable lock file: {why}", path=path, hint=hint) from exc
+    if not isinstance(data, dict):
+        raise RenderError("malformed lock file: not a JSON object", path=path, hint=hint)
+    try:
+        LockFile.model_validate(data)
+    except ValidationError as exc:
+        raise RenderError(f"malformed lock file: {validation_text(exc)}", path=path, hint=hint) from None
     return data
+
+
+def engine_file_patterns(lock: Mapping[str, Any]) -> tuple[str, ...]:
+    """Where a lock file without ``engine_files`` (older repo-builder) put engine files: glob patterns
+    relative to the repository (``docs/design.md``: trtllm -> ``tensorrt_llm/1/config.json`` +
+    ``rank*.engine``; hf/synthetic -> everything under ``tensorrt_llm/1/engine/``)."""
+    engine = lock.get("engine") or {}
+    if engine.get("placement") == "reference":
+        return ()
+    if engine.get("kind") == "trtllm":
+        return ("tensorrt_llm/1/config.json", "tensorrt_llm/1/rank*.engine")
+    return ("tensorrt_llm/1/engine/**",)
+
+
+def unlisted_files(repo: str | Path, lock: Mapping[str, Any]) -> list[str]:
+    """Files (and symlinks) under ``repo`` that the lock file does not list: neither a rendered file, the
+    lock file itself, nor an engine file. ``__pycache__`` folders (Python writes them when Triton loads a
+    model) are not counted. Sorted repository-relative POSIX paths."""
+    import fnmatch
+
+    root = Path(repo)
+    listed = set(lock.get("files", {})) | {LOCK_NAME}
+    engine_files = lock.get("engine_files")
+    patterns: tuple[str, ...] = () if engine_files is not None else engine_file_patterns(lock)
+    listed |= set(engine_files or ())
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if "__pycache__" in rel.parts or (path.is_dir() and not path.is_symlink()):
+            continue
+        text = rel.as_posix()
+        if text in listed or any(fnmatch.fnmatchcase(text, p) for p in patterns):
+            continue
+        out.append(text)
+    return out
+
+
+def require_lock(repo: str | Path) -> dict[str, Any]:
+    """:func:`read_lock` for commands that need the lock file (deploy): its absence is an error.
+
+    Raises:
+        RenderError: ``repo`` is not a directory, has no lock file, or the lock file is malformed.
+    """
+    root = Path(repo)
+    if not root.is_dir():
+        raise RenderError("repository does not exist or is not a directory", path=root,
+                          hint="render one with `repo-builder render --output DIR`")
+    lock = read_lock(root)
+    if lock is None:
+        raise RenderError(f"no {LOCK_NAME} in the repository; deployments are generated from it", path=root,
+                          hint="render the repository with `repo-builder render` (hand-filled repositories have no lock file)")
+    return lock
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """The lock file's ``launch`` block, checked.
+
+    Attributes:
+        world_size: MPI ranks (tp x pp).
+        tensorrt_llm_model_names: models ranks > 0 load.
+        tp_size, pp_size: tensor / pipeline parallel sizes, or None in lock files that predate them.
+        python_instances: {model: Python-backend stub processes}, or None in lock files that predate it.
+    """
+
+    world_size: int
+    tensorrt_llm_model_names: tuple[str, ...]
+    tp_size: int | None = None
+    pp_size: int | None = None
+    python_instances: Mapping[str, int] | None = None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def read_launch(lock: Mapping[str, Any], *, path: str | Path | None = None) -> LaunchFacts:
+    """The ``launch`` block of a lock dict as :class:`LaunchFacts`.
+
+    Raises:
+        RenderError: the block is missing or a field has the wrong type (names ``launch.<field>``), or
+            ``tp_size x pp_size != world_size``.
+    """
+    launch = lock.get("launch")
+    if not isinstance(launch, dict):
+        raise RenderError("lock file has no 'launch' object", path=path, key="launch",
+                          hint="re-render the repository with `repo-builder render --force`")
+    ws = launch.get("world_size")
+    if not _positive_int(ws):
+        raise RenderError(f"world_size must be a positive integer, got {ws!r}", path=path, key="launch.world_size")
+    names = launch.get("tensorrt_llm_model_names")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise RenderError(f"tensorrt_llm_model_names must be a non-empty list of names, got {names!r}", path=path,
+                          key="launch.tensorrt_llm_model_names")
+    sizes = {}
+    for key in ("tp_size", "pp_size"):
+        value = launch.get(key)
+        if value is not None and not _positive_int(value):
+            raise RenderError(f"{key} must be a positive integer, got {value!r}", path=path, key=f"launch.{key}")
+        sizes[key] = value
+    if sizes["tp_size"] is not None and sizes["pp_size"] is not None and sizes["tp_size"] * sizes["pp_size"] != ws:
+        raise RenderError(f"tp_size {sizes['tp_size']} x pp_size {sizes['pp_size']} != world_size {ws}", path=path,
+                          key="launch.world_size", hint="re-render the repository")
+    instances = launch.get("python_instances")
+    if instances is not None:
+        if not isinstance(instances, dict) or not all(isinstance(k, str) and isinstance(v, int) and
+                                                      not isinstance(v, bool) and v >= 0
+                                                      for k, v in instances.items()):
+            raise RenderError(f"python_instances must map model names to counts, got {instances!r}", path=path,
+                              key="launch.python_instances")
+    return LaunchFacts(world_size=ws, tensorrt_llm_model_names=tuple(names), tp_size=sizes["tp_size"],
+                       pp_size=sizes["pp_size"], python_instances=dict(instances) if instances is not None else None)
 
 
 def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -112,3 +392,52 @@ def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, 
         elif sha256_file(path) != digest:
             out.append((rel, "changed"))
     return out
+
+
+@dataclass(frozen=True)
+class ServingInfo:
+    """What a client-side front end (``repo-builder openai``) needs from a repository's lock file.
+
+    Attributes:
+        model_name: the name to serve the model under: the last component of the engine directory the
+            repository was rendered from (``engine.dir``), e.g. ``llama-3-8b`` for ``/engines/llama-3-8b``.
+        tokenizer_dir: the tokenizer directory as render read it (``tokenizer.dir``); the parameter
+            ``tokenizer_dir`` (the path the server sees, ``--serve-path``) when the former is missing.
+        profile: the template profile (``trtllm-1.2``, ``trtllm-0.5``).
+        values: every resolved parameter value by name (``values.<name>.value``).
+        path: the lock file.
+    """
+
+    model_name: str
+    tokenizer_dir: Path | None
+    profile: str
+    values: dict[str, Any]
+    path: Path
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """The resolved value of parameter ``name`` (``default`` when unset or absent)."""
+        got = self.values.get(name)
+        return default if got is None else got
+
+
+def read_serving_info(repo: str | Path) -> ServingInfo:
+    """Read :class:`ServingInfo` from ``repo``'s lock file.
+
+    Raises:
+        RenderError: the repository has no lock file (names the path, hints at ``--served-model-name`` /
+            ``--tokenizer-dir``), or it is unreadable or malformed (see :func:`read_lock`).
+    """
+    lock = read_lock(repo)
+    path = Path(repo) / LOCK_NAME
+    if lock is None:
+        raise RenderError("no lock file: the repository was not rendered by repo-builder", path=path,
+                          hint="render it with `repo-builder render`, or point --repo at a rendered repository")
+    values = {name: (entry.get("value") if isinstance(entry, dict) else None)
+              for name, entry in lock["values"].items()}
+    engine = lock.get("engine") if isinstance(lock.get("engine"), dict) else {}
+    engine_dir = str(engine.get("dir") or "").rstrip("/\\")
+    name = Path(engine_dir).name if engine_dir else ""
+    tokenizer = lock.get("tokenizer") if isinstance(lock.get("tokenizer"), dict) else {}
+    tok_dir = tokenizer.get("dir") or values.get("tokenizer_dir")
+    return ServingInfo(model_name=name or Path(repo).resolve().name, tokenizer_dir=Path(tok_dir) if tok_dir else None,
+                       profile=str(lock.get("profile") or ""), values=values, path=path)

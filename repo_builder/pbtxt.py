@@ -142,7 +142,8 @@ def backend_json(config: "ModelConfig") -> dict:
     """``config`` as the JSON dict Triton's Python backend hands to ``initialize`` (``args["model_config"]``).
 
     Proto field names, enum names (``TYPE_INT32``), and ``dims``/``reshape`` as plain integers (protobuf's
-    JSON mapping writes int64 as strings; Triton does not).
+    JSON mapping writes int64 as strings; Triton does not). ``parameters`` is sorted by key: protobuf map
+    iteration order differs between processes, and a rendered file must not.
     """
     from google.protobuf.json_format import MessageToDict
 
@@ -152,4 +153,24 @@ def backend_json(config: "ModelConfig") -> dict:
             entry["dims"] = [int(d) for d in entry.get("dims", [])]
             if "reshape" in entry:
                 entry["reshape"]["shape"] = [int(d) for d in entry["reshape"].get("shape", [])]
+    if isinstance(data.get("parameters"), dict):
+        data["parameters"] = dict(sorted(data["parameters"].items()))
     return data
+
+
+def python_instances(config: "ModelConfig") -> int:
+    """Python-backend stub processes a model config starts: the sum over ``instance_group`` of ``count``
+    (0 means 1) times the number of listed GPUs (at least 1); 1 when there is no group.
+
+    Triton starts one stub process per model instance (python_backend README, "Multiple instances").
+    Meaningful for ``backend: "python"`` configs only; the caller decides that.
+    """
+    groups = list(config.instance_group)
+    if not groups:
+        return 1
+    total = 0
+    for group in groups:
+        count = group.count if group.count > 0 else 1
+        gpus = len(group.gpus) if group.kind == 1 else 0  # KIND_GPU = 1
+        total += count * max(gpus, 1)
+    return total

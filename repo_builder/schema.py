@@ -47,6 +47,12 @@ DTYPE_ALIASES = {
     "bf16": "TYPE_BF16", "bfloat16": "TYPE_BF16",
 }
 
+#: Largest integer a parameter without an explicit ``max`` takes: the backends parse integer parameters
+#: with ``std::stoi`` and Triton's structural fields (max_batch_size, count, max_queue_size) are 32-bit.
+INT32_MAX = 2**31 - 1
+#: Largest finite float32 (the C++ backend parses float parameters with ``std::stof``).
+FLOAT32_MAX = 3.4028234663852886e38
+
 _TYPE_TEXT = {
     "int": "an integer",
     "float": "a number",
@@ -180,7 +186,7 @@ class Parameter(BaseModel):
         elif t in ("str", "path"):
             if not isinstance(value, str):
                 raise ValueError(f"expected {self.type_text()}, got {value!r}")
-            out = value
+            out = check_text_value(value)
         elif t == "enum":
             out = self._enum(str(value) if not isinstance(value, bool) else repr(value))
         elif t == "dtype":
@@ -233,6 +239,12 @@ class Parameter(BaseModel):
         for number in flat:
             if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
                 raise ValueError(f"{_num(number)} is out of range: expected {self.type_text()}")
+            if self.type == "float" and abs(number) > FLOAT32_MAX:
+                raise ValueError(f"{_num(number)} is out of range: the backend reads it as a 32-bit float "
+                                 f"(|value| <= 3.4e38)")
+            if self.type != "float" and self.max is None and number > INT32_MAX:
+                raise ValueError(f"{_num(number)} is out of range: the backend reads it as a 32-bit integer "
+                                 f"(<= {INT32_MAX})")
 
     def format_value(self, value: Any) -> str:
         """The text written into config.pbtxt for ``value`` (already coerced).
@@ -439,6 +451,23 @@ def problems_error(problems: list[str], *, source: str, cls: type[ParameterError
 
 
 # ---------------------------------------------------------------------- conversions
+def check_text_value(text: str) -> str:
+    """``text`` when it can be written into config.pbtxt as a parameter value; raises ValueError otherwise.
+
+    Refused: text that is not valid UTF-8 (a lone surrogate, as Python decodes undecodable bytes of argv or
+    file names), and text holding ``${``: NVIDIA's ``fill_template.py``, the backends and ``repo-builder
+    validate`` read ``${...}`` as an unfilled template placeholder, so the value would count as unset.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{text!r} is not valid UTF-8 (config.pbtxt is UTF-8 text)") from None
+    if "${" in text:
+        raise ValueError(f"{text!r} holds '${{', which Triton's tooling reads as an unfilled placeholder "
+                         "(the backends would treat the value as unset); remove it, or rename the path")
+    return text
+
+
 def _num(value: float) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 

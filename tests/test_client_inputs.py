@@ -106,3 +106,16 @@ def test_result_counts_tokens_from_ids_or_one_tokenization():
     res.events[0].token_ids = [5, 6]
     res.events[1].token_ids = [7]
     assert res.count_output_tokens(count) == 3 and res.token_ids == [5, 6, 7]
+
+
+@pytest.mark.parametrize("field,value,shown", [("max_tokens", 2**32 + 5, "4294967301"), ("max_tokens", 10**12,
+                                                                                         "1000000000000"),
+                                               ("temperature", float("nan"), "NaN"), ("temperature", 1e39, "1e+39"),
+                                               ("repetition_penalty", float("inf"), "inf"), ("top_p", 1.5, "1.5"),
+                                               ("num_return_sequences", 0, "got 0")])
+def test_values_outside_the_servers_limits_are_refused_with_the_value_given(new_info, field, value, shown):
+    """Issue 13 items 8/9: Triton's HTTP front end would wrap 2**32 + 5 to 5 and turn 1e39 into inf before any
+    model sees them, so the client refuses such values itself, quoting what was given."""
+    with pytest.raises(ClientError) as exc:
+        check_request(new_info, {"text_input": "x", "max_tokens": 4, field: value})
+    assert exc.value.key == field and shown in str(exc.value)

@@ -223,7 +223,7 @@ def test_bad_request_error_names_the_input(extra, field):
 
 
 def test_length_limits():
-    with pytest.raises(RequestError, match="'request_output_len'.*> 0"):
+    with pytest.raises(RequestError, match=r"'request_output_len'.*within \[1, 2147483647\], got 0"):
         parse_request(req_inputs([1, 2], 0), IO12, LIMITS)
     with pytest.raises(RequestError, match="'input_ids'.*max_input_len 16"):
         parse_request(req_inputs(list(range(1, 18)), 4), IO12, LIMITS)

@@ -18,6 +18,7 @@ import pytest
 from repo_builder.errors import LaunchError
 from repo_builder.server import LaunchConfig, find_tritonserver, launch_argv, rank_argv, resolve_plan, scan_repository
 from repo_builder.server import binary as binary_mod
+from repo_builder.server import procs
 from repo_builder.server.preflight import check_ports, check_shm, shm_requirement
 
 from conftest import PROJECT, free_ports
@@ -227,7 +228,29 @@ def test_port_in_use_is_refused() -> None:
         with pytest.raises(LaunchError) as err:
             check_ports("127.0.0.1", {"--http_port": http, "--grpc_port": grpc, "--metrics_port": metrics})
     assert err.value.key == "--grpc_port" and str(grpc) in str(err.value)
+    assert f"by pid {os.getpid()}" in str(err.value)  # names who listens
     check_ports("127.0.0.1", {"--http_port": http, "--grpc_port": grpc, "--metrics_port": metrics})
+
+
+def test_closing_connection_on_the_port_is_not_a_server() -> None:
+    """Issue 13 item 16: a socket that only closes (here CLOSE_WAIT, bound without SO_REUSEADDR, so a bind
+    with SO_REUSEADDR still fails with EADDRINUSE) is not another server: no refusal, a note instead."""
+    (port,) = free_ports(1)
+    with socket.socket() as peer:
+        peer.bind(("127.0.0.1", 0))
+        peer.listen()
+        with socket.socket() as closing:
+            closing.bind(("127.0.0.1", port))
+            closing.connect(peer.getsockname())
+            accepted, _ = peer.accept()
+            accepted.close()  # the other end closes first: `closing` sits in CLOSE_WAIT on `port`
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                with pytest.raises(OSError):
+                    probe.bind(("127.0.0.1", port))  # the condition the old check called "in use"
+            assert port not in procs.listening_tcp_ports()
+            notes = check_ports("127.0.0.1", {"--http_port": port})
+    assert len(notes) == 1 and f"--http_port {port}: no process listens on it" in notes[0]
 
 
 def test_same_port_twice_is_refused() -> None:
@@ -328,7 +351,10 @@ def test_script_accepts_upstream_flags(tiny: Path) -> None:
     command = out.stdout.strip().splitlines()[-1].split()
     per_rank = split_ranks(command)
     assert len(per_rank) == 3
-    assert per_rank[2][-5:-3] == ["--load-model=tensorrt_llm", "--load-model=postprocessing"]
+    assert [a for a in per_rank[2] if a.startswith("--load-model=")] == ["--load-model=tensorrt_llm",
+                                                                          "--load-model=postprocessing"]
+    # every rank bounds how long in-flight requests may delay a stop (tritonserver's own default is 30 s)
+    assert all("--exit-timeout-secs=5" in rank for rank in per_rank)
 
 
 # ---------------------------------------------------------------- world size from the engine (case B12)

@@ -171,7 +171,7 @@ def test_sigterm_to_launcher_stops_every_rank(repo_copy, mpirun, tmp_path: Path)
         if proc.poll() is None:
             proc.kill()
     text = out.read_text()
-    assert code == 0, text
+    assert code == 128 + signal.SIGTERM, text  # the shell's convention for "stopped by SIGTERM"
     # the server log was copied to stdout (foreground) and shows a graceful shutdown of both ranks
     assert "[1,0]<stderr>" in text and "[1,1]<stderr>" in text
     assert_all_gone(repo, prefixes)
@@ -309,7 +309,7 @@ def test_sigint_in_foreground_without_mpi(repo_copy, tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert code == 0, out.read_text()
+    assert code == 128 + signal.SIGINT, out.read_text()
     assert "successfully unloaded" in (tmp_path / "ts.log").read_text()  # graceful, not killed
     assert_all_gone(repo, prefixes)
 
@@ -344,5 +344,21 @@ def test_second_signal_kills_at_once(repo_copy, tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert code == 128 + signal.SIGKILL, out.read_text()
+    assert code == 128 + signal.SIGTERM, out.read_text()
+    assert "killed with SIGKILL" in out.read_text()  # not the graceful stop, which would take 600 s
+    assert_all_gone(repo, prefixes)
+
+
+def test_restart_right_after_stop_on_the_same_ports(repo_copy, tmp_path: Path) -> None:
+    """Issue 13 item 16: the sockets of the server just stopped (TIME_WAIT on its ports) are no other server."""
+    repo = repo_copy()
+    ports = ports3()
+    config = dict(model_repo=repo, no_mpi=True, log_file=tmp_path / "ts.log", timeout=120, **ports)
+    with TritonServer(LaunchConfig(**config)) as first:
+        for _ in range(5):
+            assert infer(first.http_url) == [4, 6, 8]  # urllib closes each connection: TIME_WAIT on the port
+        prefixes = [first.rank_shm_prefix(0)]
+    with TritonServer(LaunchConfig(**config)) as second:
+        assert infer(second.http_url) == [4, 6, 8]
+        prefixes.append(second.rank_shm_prefix(0))
     assert_all_gone(repo, prefixes)

@@ -120,7 +120,7 @@ def test_stop_token_ids_parameter_and_embedding_bias(llama_pre):
 @pytest.mark.parametrize("inputs,field,needle", [
     ({"QUERY": q(""), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "empty"),
     ({"QUERY": q(b"\xff\xfe bad"), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "UTF-8"),
-    ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[0]], np.int32)}, "max_tokens", "> 0"),
+    ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[0]], np.int32)}, "max_tokens", "within [1, 2147483647], got 0"),
     ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[-3]], np.int32)}, "max_tokens", "-3"),
     ({"QUERY": q("hello " * 3000), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "2048"),
     # 2001 pieces + BOS: within max_input_len 2048, but 2002 + 1000 > max_seq_len 2560

@@ -110,7 +110,8 @@ def test_force_replaces_a_rendered_repository(work, engine):
     out = work / "repo"
     render_repository(engine, asset(TOK), out)
     (out / "stray.txt").write_text("old")
-    result = render_repository(engine, asset(TOK), out, force=True, user_values={"max_queue_size": "9"})
+    result = render_repository(engine, asset(TOK), out, force=True, user_values={"max_queue_size": "9"},
+                               delete_unlisted=True)
     assert result.written and result.existed
     assert not (out / "stray.txt").exists()
     assert '"max_queue_size"' in (out / LOCK_NAME).read_text()

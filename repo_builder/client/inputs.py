@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ClientError
-from ..runtime.triton_io import IOSpec
+from ..runtime.limits import LIMITS, check
+from ..runtime.triton_io import IOSpec, RequestError
 from .models import _EMPTY_WHEN_REQUIRED, ModelInfo
 
 
@@ -79,7 +80,8 @@ def check_request(info: ModelInfo, fields: dict[str, Any]) -> None:
 
     Raises:
         ClientError: ``beam_width`` > 1 with ``stream`` (B30); ``stream`` on a non-decoupled model (B29a);
-            ``max_tokens`` not a positive integer.
+            ``max_tokens`` not a positive integer; any numeric field outside its :data:`..runtime.limits.LIMITS`
+            range, NaN or inf (``max_tokens`` 2**32 + 5, ``temperature`` 1e39), quoting the value given.
     """
     stream = bool(fields.get("stream"))
     beam = fields.get("beam_width")
@@ -95,3 +97,14 @@ def check_request(info: ModelInfo, fields: dict[str, Any]) -> None:
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
                                    or int(max_tokens) <= 0):
         raise ClientError(f"max_tokens must be a positive integer, got {max_tokens!r}", key="max_tokens")
+    # the server's own limits (runtime/limits.py), checked here because Triton's HTTP front end wraps
+    # integers that do not fit an INT32 input and turns reals beyond FP32 into inf before any model sees them
+    for field_name, value in fields.items():
+        spec = LIMITS.get(field_name)
+        if spec is None or spec.field != field_name or value is None:
+            continue
+        for v in (list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]):
+            try:
+                check(field_name, v)
+            except RequestError as exc:
+                raise ClientError(exc.message, key=field_name, hint=exc.hint) from None

@@ -41,16 +41,20 @@ def launch(
     pid_file: Optional[Path] = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
     timeout: float = typer.Option(600.0, "--timeout", help=_help("timeout")),
     stop_timeout: float = typer.Option(30.0, "--stop-timeout", help=_help("stop_timeout")),
+    exit_timeout: int = typer.Option(5, "--exit_timeout", "--exit-timeout", help=_help("exit_timeout")),
     server_arg: Optional[list[str]] = typer.Option(None, "--server-arg", help=_help("server_args") +
                                                    " Repeat for several, e.g. --server-arg=--log-info=false."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help=_help("hostfile")),
+    openai_port: Optional[int] = typer.Option(None, "--openai_port", "--openai-port", help=_help("openai_port")),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight checks and print the command; start "
                                                           "nothing."),
 ) -> None:
     """Start tritonserver on a model repository (mpirun ranks for world size > 1) and wait until every model is READY.
 
-    Stays in the foreground (SIGINT/SIGTERM stop the server cleanly; the exit code is the server's) unless
-    --detach is given.
+    Stays in the foreground unless --detach is given: SIGINT/SIGTERM stop the server (in-flight requests get
+    --exit-timeout seconds) and the exit code is 128 + the signal (130, 143); a model process that dies stops
+    the server with exit code 1; otherwise the exit code is the server's.
     """
     from pydantic import ValidationError as PydanticValidationError
 
@@ -70,7 +74,8 @@ def launch(
                               http_address=http_address, log=log, log_file=log_file, force=force,
                               multi_model=multi_model, no_mpi=no_mpi, oversubscribe=oversubscribe,
                               tensorrt_llm_model_name=tensorrt_llm_model_name, detach=detach, pid_file=pid_file,
-                              timeout=timeout, stop_timeout=stop_timeout, server_args=list(server_arg or []))
+                              timeout=timeout, stop_timeout=stop_timeout, exit_timeout=exit_timeout,
+                              server_args=list(server_arg or []), hostfile=hostfile, openai_port=openai_port)
     except PydanticValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err.get("loc") else "option"

@@ -12,6 +12,7 @@ import numpy as np
 
 from .bls_wiring import ENGINE_STEP_MODEL
 from .errors import RequestError
+from .limits import LIMITS, check
 
 # Client-facing request fields and outputs the BLS itself reads (validation, stop strings,
 # streaming). They are the BLS's own contract names (= the ensemble's), used in error messages;
@@ -30,6 +31,23 @@ BATCH_INDEX = "batch_index"
 
 #: A bad request to the BLS: the message names the request field (``"max_tokens: must be > 0 ..."``).
 BLSRequestError = RequestError
+
+
+def check_numbers(inputs: Mapping[str, np.ndarray]) -> None:
+    """Check every numeric field of :data:`.limits.LIMITS` the request carries, element by element.
+
+    Raises:
+        BLSRequestError: naming the first field whose value is out of range, NaN or inf.
+    """
+    for name, arr in inputs.items():
+        spec = LIMITS.get(name)
+        if spec is None or spec.field != name or arr is None or np.asarray(arr).size == 0:
+            continue
+        a = np.asarray(arr)
+        if a.dtype.kind not in "iufb":
+            continue  # the model config's dtype decides; Triton refuses other dtypes before the BLS runs
+        for value in a.reshape(-1).tolist():
+            check(name, value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -152,7 +170,9 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
         inputs: request tensors by BLS input name, batch dimension first.
         settings: the BLS parameters.
     Raises:
-        BLSRequestError: naming the field: empty ``text_input``; ``max_tokens`` missing or <= 0;
+        BLSRequestError: naming the field: empty ``text_input``; ``max_tokens`` missing; any numeric field
+            out of its :data:`.limits.LIMITS` range, NaN or inf (``max_tokens`` <= 0, ``num_return_sequences`` 0,
+            ``temperature`` NaN, ...);
             ``stop_words`` not strings; ``beam_width`` < 1 or above ``max_beam_width``; ``stream`` on a
             non-decoupled BLS or with ``beam_width`` > 1 (case B30); ``accumulate_tokens`` with
             ``beam_width`` > 1; ``num_draft_tokens`` > 0 (no draft model); ``stream`` with several rows.
@@ -167,14 +187,13 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
     mt = inputs.get(MAX_TOKENS)
     if mt is None or mt.size == 0:
         raise BLSRequestError(MAX_TOKENS, "is required: the number of tokens to generate (> 0)")
-    if mt.dtype.kind not in "iu" or int(np.min(mt)) <= 0:
-        raise BLSRequestError(MAX_TOKENS, f"must be an integer > 0, got {mt.reshape(-1).tolist()}")
+    if mt.dtype.kind not in "iu":
+        raise BLSRequestError(MAX_TOKENS, f"must be an integer, got dtype {mt.dtype}")
+    check_numbers(inputs)
     stream_v = _scalar(inputs, STREAM)
     stream = bool(stream_v) if stream_v is not None else False
     beam_v = _scalar(inputs, BEAM_WIDTH)
     beam = int(beam_v) if beam_v is not None else 1
-    if beam < 1:
-        raise BLSRequestError(BEAM_WIDTH, f"must be >= 1, got {beam}")
     if beam > settings.max_beam_width:
         raise BLSRequestError(BEAM_WIDTH, f"{beam} is above max_beam_width={settings.max_beam_width} of this "
                                           "repository (the engine's build limit); lower beam_width or rebuild "
@@ -195,9 +214,7 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
         raise BLSRequestError(NUM_DRAFT_TOKENS, "speculative decoding with a draft model is not supported by "
                                                 "this BLS; omit num_draft_tokens or send 0")
     nrs = _scalar(inputs, NUM_RETURN_SEQUENCES)
-    num_seq = int(nrs) if nrs is not None else 1
-    if num_seq < 1:
-        raise BLSRequestError(NUM_RETURN_SEQUENCES, f"must be >= 1, got {num_seq}")
+    num_seq = int(nrs) if nrs is not None else 1  # >= 1: check_numbers (one rule with the engine)
     stops = tuple(parse_word_list(inputs.get(STOP_WORDS), STOP_WORDS))
     ex = _scalar(inputs, EXCLUDE_INPUT)
     return RequestPlan(stream=stream, beam_width=beam, num_sequences=num_seq, stop_words=stops,

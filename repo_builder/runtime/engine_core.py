@@ -53,6 +53,7 @@ from .engine_request import (UNSUPPORTED_FLAGS, UNSUPPORTED_INPUTS, EngineLimits
                              ModelIO, ParsedRequest, RequestError, SamplingParams, parse_request, parse_word_list)
 from .engine_scheduler import Scheduler
 from .params import ModelParams
+from .triton_io import error_response, triton_error
 
 __all__ = ["UNSUPPORTED_FLAGS", "UNSUPPORTED_INPUTS", "BackendFactory", "CollectingSink", "EngineLimits",
            "EngineLoadError", "GenerationBackend", "GenerationRequest", "ModelIO", "ParsedRequest", "RequestError",
@@ -86,11 +87,13 @@ class _DecoupledSink:
         self.model = model
         self.sender = sender
 
-    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None) -> None:
+    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None,
+             client: bool = False) -> None:
         pb = self.model.pb_utils
         flags = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         if error is not None:
-            self.sender.send(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(error)), flags=flags)
+            self.sender.send(pb.InferenceResponse(output_tensors=[], error=triton_error(pb, error, client=client)),
+                             flags=flags)
         elif outputs is None:
             self.sender.send(flags=flags)
         else:
@@ -107,12 +110,13 @@ class _UnarySink(_DecoupledSink):
     ``{}`` (the answer to a ``stop`` request) an empty one.
     """
 
-    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None) -> None:
+    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None,
+             client: bool = False) -> None:
         if not final:  # a non-decoupled request never streams; only the final response is sent
             return
         if outputs is None and error is None:
             error = "tensorrt_llm: request was cancelled"
-        super().send(outputs, final=True, error=error)
+        super().send(outputs, final=True, error=error, client=client)
 
 
 BackendFactory = Callable[[ModelParams, ModelIO], GenerationBackend]
@@ -201,7 +205,7 @@ class TritonEngineModel:
             try:
                 parsed = self._parse(request)
             except RequestError as exc:
-                sink.send(None, final=True, error=str(exc))
+                sink.send(None, final=True, error=str(exc), client=True)
                 continue
             if parsed.stop:
                 self.scheduler.stop_request(parsed.request_id)

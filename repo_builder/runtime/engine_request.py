@@ -13,6 +13,7 @@ import numpy as np
 
 from . import errors
 from .errors import ModelLoadError
+from .limits import LIMITS, check
 from .triton_io import IOSpec
 
 # --------------------------------------------------------------------------------------------------
@@ -36,6 +37,16 @@ class RequestError(errors.RequestError):
 
     def __str__(self) -> str:
         return f"tensorrt_llm: input '{self.field}': {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
+
+
+def _checked(name: str, value: Any, **kwargs: Any) -> Any:
+    """:func:`.limits.check` under the engine input's name, mentioning the client's name when it differs."""
+    spec = LIMITS[name]
+    try:
+        return check(name, value, field=name, **kwargs)
+    except errors.RequestError as exc:
+        alias = f" ({spec.field} in the ensemble and BLS)" if spec.field != name else ""
+        raise RequestError(name, f"{exc.message}{alias}", exc.hint) from None
 
 
 @dataclass(frozen=True)
@@ -285,13 +296,11 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
         if len(prompt) >= limits.max_seq_len:
             raise RequestError("input_ids", f"prompt length {len(prompt)} leaves no room in max_seq_len "
                                             f"{limits.max_seq_len} (tokens); shorten the prompt")
-        out_len = int(_scalar(tensors, "request_output_len", b, batch))
-        if out_len <= 0:
-            raise RequestError("request_output_len", f"must be > 0, got {out_len}")
+        out_len = _checked("request_output_len", _scalar(tensors, "request_output_len", b, batch))
         out_len = min(out_len, limits.max_seq_len - len(prompt))
 
         beam = _scalar(tensors, "beam_width", b, batch)
-        beam = 1 if beam is None else int(beam)
+        beam = 1 if beam is None else _checked("beam_width", beam)
         streaming = bool(_scalar(tensors, "streaming", b, batch) or False)
         if beam > limits.max_beam_width:
             raise RequestError("beam_width", f"{beam} exceeds max_beam_width {limits.max_beam_width}")
@@ -301,7 +310,7 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
             raise RequestError("beam_width", f"{beam}: beam search is not implemented by the CPU "
                                              "reference/synthetic engine; send beam_width 1")
         nret = _scalar(tensors, "num_return_sequences", b, batch)
-        if nret is not None and int(nret) > 1:
+        if nret is not None and _checked("num_return_sequences", nret) > 1:
             raise RequestError("num_return_sequences", f"{int(nret)}: only 1 is supported by the CPU engine")
         if streaming and not limits.decoupled:
             raise RequestError("streaming", "streaming is only supported if the model is deployed in "
@@ -310,6 +319,8 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
 
         end_id = _scalar(tensors, "end_id", b, batch)
         pad_id = _scalar(tensors, "pad_id", b, batch)
+        end_id = None if end_id is None else _checked("end_id", end_id)
+        pad_id = None if pad_id is None else _checked("pad_id", pad_id)
         stop_words = parse_word_list(_rows3(tensors, "stop_words_list", b, batch), "stop_words_list")
         bad_words = parse_word_list(_rows3(tensors, "bad_words_list", b, batch), "bad_words_list")
         bias = None
@@ -324,21 +335,17 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
 
         def num(name: str, kind: Callable[[Any], Any]) -> Any:
             v = _scalar(tensors, name, b, batch)
-            return None if v is None else kind(v)
+            if v is None:
+                return None
+            return kind(_checked(name, v)) if name in LIMITS else kind(v)
 
         sampling = SamplingParams(
             temperature=num("temperature", float), top_k=num("runtime_top_k", int),
             top_p=num("runtime_top_p", float), repetition_penalty=num("repetition_penalty", float),
             presence_penalty=num("presence_penalty", float), frequency_penalty=num("frequency_penalty", float),
             min_tokens=num(min_name, int) or 0, seed=num(seed_name, int))
-        if sampling.top_k is not None and sampling.top_k < 0:
-            raise RequestError("runtime_top_k", f"must be >= 0, got {sampling.top_k}")
-        if sampling.top_p is not None and not 0.0 <= sampling.top_p <= 1.0:
-            raise RequestError("runtime_top_p", f"must be within [0, 1], got {sampling.top_p}")
-        if sampling.temperature is not None and sampling.temperature < 0.0:
-            raise RequestError("temperature", f"must be >= 0, got {sampling.temperature}")
-        if sampling.repetition_penalty is not None and sampling.repetition_penalty <= 0.0:
-            raise RequestError("repetition_penalty", f"must be > 0, got {sampling.repetition_penalty}")
+        for other in ("len_penalty", "beam_search_diversity_rate", "runtime_top_p_min", "runtime_top_p_decay"):
+            num(other, float)  # not used by the CPU engines, but refused out of range like everywhere
         exclude = _scalar(tensors, "exclude_input_in_output", b, batch)
         rows.append(GenerationRequest(
             prompt=prompt, max_new_tokens=out_len,

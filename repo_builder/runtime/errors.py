@@ -44,8 +44,14 @@ class ModelLoadError(ServingError, RuntimeError):
 
 
 class StepError(ServingError, RuntimeError):
-    """A step model failed; ``model`` is its name and the message starts with it."""
+    """A step model failed; ``model`` is its name and the message starts with it.
 
-    def __init__(self, model: str, message: str) -> None:
+    ``client`` is True when the step refused the request as the client's mistake (its error carried
+    ``INVALID_ARG``, or a step run in-process raised :class:`RequestError`): the BLS then answers
+    ``INVALID_ARG`` too (HTTP 400), else ``INTERNAL``.
+    """
+
+    def __init__(self, model: str, message: str, client: bool = False) -> None:
         self.model = model
+        self.client = client
         super().__init__(f"{model}: {message}")

@@ -46,6 +46,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .detokenizer import DetokenizerCache, DetokenizerFactory
+from .limits import check_token_ids
 from .params import ModelParams
 from .text import tokenizer_from_params
 from .triton_io import RequestError
@@ -75,6 +76,7 @@ class Postprocessor:
         tokenizer = self.tokenizer
         self.skip_special_tokens = bool(params.bool("skip_special_tokens", True))
         self.max_streams = int(params.int("detokenizer_max_streams", 1024) or 1024)
+        self.vocab_size = len(tokenizer)
         self.engine_streams = bool(params.bool("decoupled_mode", True))
         self.factory = DetokenizerFactory(tokenizer, self.skip_special_tokens)
         self.streams = DetokenizerCache(self.factory, self.max_streams)
@@ -90,7 +92,8 @@ class Postprocessor:
         client's id to every step), part of the ensemble streaming key.
 
         Raises:
-            RequestError: ``TOKENS_BATCH`` missing or of the wrong rank, ``SEQUENCE_LENGTH`` shape mismatch.
+            RequestError: ``TOKENS_BATCH`` missing, of the wrong rank, or holding a token id outside
+                ``[0, len(tokenizer))`` within the sequence length; ``SEQUENCE_LENGTH`` shape mismatch.
         """
         tokens = inputs.get("TOKENS_BATCH")
         if tokens is None:
@@ -109,6 +112,9 @@ class Postprocessor:
             if seq_len.size != batch * beam:
                 raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
             seq_len = seq_len.reshape(batch, beam)
+        for b in range(batch):
+            for k in range(beam):
+                check_token_ids("TOKENS_BATCH", t[b, k, :max(0, min(int(seq_len[b, k]), length))], self.vocab_size)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .limits import check
 from .params import ModelParams
 from .special_ids import resolve_special_ids
 from .text import (TokenizerLoadError, WordEncoder, check_lengths, encode_prompt, has_chat_template,
@@ -136,7 +137,7 @@ class Preprocessor:
 
     def _special(self, rows: list[np.ndarray] | None, default: int | None, field: str, batch: int) -> list[int]:
         if rows is not None:
-            return [_ints(r, field)[0] if r.size else self._require(default, field) for r in rows]
+            return [check(field, _ints(r, field)[0]) if r.size else self._require(default, field) for r in rows]
         return [self._require(default, field)] * batch
 
     def _require(self, value: int | None, field: str) -> int:
@@ -160,7 +161,8 @@ class Preprocessor:
         ``OUT_RETURN_PERF_METRICS`` bool ``[batch, 1]`` (always true).
 
         Raises:
-            RequestError: naming the client field: empty/non-UTF-8 ``text_input``, ``max_tokens`` <= 0,
+            RequestError: naming the client field: empty/non-UTF-8 ``text_input``, ``max_tokens``, ``end_id``,
+                ``pad_id`` or ``embedding_bias_weights`` outside their :data:`.limits.LIMITS` range,
                 prompt too long (B34), malformed ``stop_words``/``bad_words``, mismatched embedding bias.
         """
         query = inputs.get("QUERY")
@@ -183,9 +185,7 @@ class Preprocessor:
             values = _ints(row, "max_tokens")
             if len(values) != 1:
                 raise RequestError("max_tokens", f"must be one value per batch row, got {len(values)}")
-            if values[0] <= 0:
-                raise RequestError("max_tokens", f"must be > 0, got {values[0]}")
-            max_tokens.append(values[0])
+            max_tokens.append(check("max_tokens", values[0]))
 
         end_ids = self._special(_rows(inputs.get("END_ID"), batch), self.end_id, "end_id", batch)
         pad_ids = self._special(_rows(inputs.get("PAD_ID"), batch), self.pad_id, "pad_id", batch)
@@ -237,7 +237,8 @@ class Preprocessor:
         word_arrays = _rows(inputs.get("EMBEDDING_BIAS_WORDS"), batch)
         bias_words = None if word_arrays is None else [_strings(r, "embedding_bias_words") for r in word_arrays]
         weight_rows = _rows(inputs.get("EMBEDDING_BIAS_WEIGHTS"), batch)
-        weights = None if weight_rows is None else [[float(x) for x in r.tolist()] for r in weight_rows]
+        weights = None if weight_rows is None else [[check("embedding_bias_weights", x) for x in r.tolist()]
+                                                    for r in weight_rows]
         if weights is None and bias_words is not None and all(w == "" for r in bias_words for w in r):
             bias_words = None  # only "" placeholders: no bias asked for
         bias = self.words.embedding_bias(bias_words, weights, batch)

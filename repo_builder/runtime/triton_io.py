@@ -117,9 +117,35 @@ def strings(array: np.ndarray | None, field: str) -> list[str] | None:
     return out
 
 
+def triton_error(pb: Any, message: str, *, client: bool) -> Any:
+    """A ``pb.TritonError`` whose code says who is at fault.
+
+    ``client`` True: ``INVALID_ARG`` (tritonserver 2.51 answers HTTP 400, gRPC ``INVALID_ARGUMENT``; the
+    ensemble passes the step's code on); False: ``INTERNAL`` (HTTP 500). Python backends whose
+    ``TritonError`` has no codes get the message alone.
+    """
+    cls = pb.TritonError
+    code = getattr(cls, "INVALID_ARG" if client else "INTERNAL", None)
+    if code is None:
+        return cls(message)
+    try:
+        return cls(message, code)
+    except TypeError:  # a TritonError that takes no code
+        return cls(message)
+
+
+def is_client_error(pb: Any, error: Any) -> bool:
+    """True when a ``pb.TritonError`` a step model returned carries ``INVALID_ARG``."""
+    code = getattr(pb.TritonError, "INVALID_ARG", None)
+    getter = getattr(error, "code", None)
+    return code is not None and callable(getter) and getter() == code
+
+
 def error_response(pb: Any, exc: BaseException) -> Any:
-    """An ``InferenceResponse`` that carries ``exc`` as a ``TritonError`` (request fails, others go on)."""
-    return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(str(exc)))
+    """An ``InferenceResponse`` that carries ``exc`` as a ``TritonError`` (request fails, others go on):
+    ``INVALID_ARG`` for a :class:`RequestError` (the client's mistake), ``INTERNAL`` for anything else."""
+    return pb.InferenceResponse(output_tensors=[], error=triton_error(pb, str(exc),
+                                                                      client=isinstance(exc, RequestError)))
 
 
 def respond_each(pb: Any, requests: Any, input_names: tuple[str, ...], process: Any, model: str) -> list[Any]:

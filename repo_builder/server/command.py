@@ -22,7 +22,8 @@ def shm_prefix(launch_id: str, rank: int) -> str:
 
 def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path | str, rank: int, launch_id: str,
               http_address: str, http_port: int, grpc_port: int, metrics_port: int,
-              trtllm_models: list[str], verbose: bool = False, extra_args: list[str] | None = None) -> list[str]:
+              trtllm_models: list[str], verbose: bool = False, extra_args: list[str] | None = None,
+              exit_timeout: int | None = None) -> list[str]:
     """argv of one tritonserver rank.
 
     Args:
@@ -31,6 +32,8 @@ def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path |
         rank: 0 serves every model and the endpoints; > 0 loads only ``trtllm_models`` with endpoints off.
         launch_id: unique per launch; the rank's shm prefix is derived from it (:func:`shm_prefix`).
         verbose: ``--log-verbose=3`` (rank 0 only, as upstream's ``--log``).
+        exit_timeout: ``--exit-timeout-secs`` (seconds in-flight requests get after SIGTERM; tritonserver 2.51
+            defaults to 30), unless ``extra_args`` already sets it.
     """
     argv = [str(binary), f"--model-repository={model_repo}", *backend_args, "--disable-auto-complete-config",
             f"--backend-config=python,shm-region-prefix-name={shm_prefix(launch_id, rank)}"]
@@ -43,12 +46,16 @@ def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path |
     else:
         argv += ["--model-control-mode=explicit", *[f"--load-model={name}" for name in trtllm_models],
                  "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
-    argv += list(extra_args or [])
+    extra = list(extra_args or [])
+    if exit_timeout is not None and not any(a.startswith("--exit-timeout-secs") for a in extra):
+        argv.append(f"--exit-timeout-secs={int(exit_timeout)}")
+    argv += extra
     return argv
 
 
 def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bool = False,
-                export_env: list[str] | None = None, mpirun: str = MPIRUN) -> list[str]:
+                export_env: list[str] | None = None, mpirun: str = MPIRUN, hostfile: str | Path | None = None,
+                mca: dict[str, str] | None = None, map_by: str | None = None) -> list[str]:
     """The full command: the single rank's argv, or ``mpirun ... -n 1 <rank0> : -n 1 <rank1> ...``.
 
     ``export_env`` names environment variables passed on to the ranks with ``-x``. ``mpirun`` stays a bare name
@@ -58,6 +65,9 @@ def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bo
     Python-backend stub a rank starts inherits that mask, so tritonserver plus all of its pre/postprocessing
     and BLS stubs would share one core (measured by scripts/bench_launch.py on 2 cores: start-to-ready of a
     synthetic-engine repository 5.6 s bound vs 2.8 s unbound; docs/performance.md).
+    ``hostfile`` spreads the ranks over hosts (``--hostfile``; Open MPI fills each host's slots in order, so rank
+    r runs on the host holding slot r with ``map_by="slot"``, i.e. ``--map-by slot``); ``mca`` adds
+    ``--mca KEY VALUE`` pairs (e.g. ``plm_rsh_agent``).
 
     Raises:
         ValueError: ``use_mpi`` is False with more than one rank, or no rank is given.
@@ -71,6 +81,12 @@ def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bo
     argv = [mpirun, "--allow-run-as-root", "--bind-to", "none"]
     if oversubscribe:
         argv.append("--oversubscribe")
+    if hostfile is not None:
+        argv += ["--hostfile", str(hostfile)]
+    if map_by is not None:
+        argv += ["--map-by", map_by]
+    for key, value in (mca or {}).items():
+        argv += ["--mca", key, value]
     argv.append("--tag-output")
     for name in export_env or []:
         argv += ["-x", name]

@@ -27,5 +27,14 @@ HELP: dict[str, str] = {
                 "repository path, so `repo-builder stop REPO` finds it).",
     "timeout": "Seconds to wait for the server and every model to be ready.",
     "stop_timeout": "Seconds to wait for a graceful stop before SIGKILL.",
+    "exit_timeout": "Seconds tritonserver lets in-flight requests finish after a stop was asked for "
+                    "(--exit-timeout-secs; tritonserver's own default is 30). Streams still running then get an "
+                    "error and the server exits.",
     "server_args": "Extra arguments appended to every rank's tritonserver command.",
+    "hostfile": "Open MPI hostfile ('HOST slots=N' per line) spreading the ranks over hosts with --map-by slot: "
+                "ranks fill the first host's slots, then the next host's. Rank 0 (the endpoints) runs on the first "
+                "host, which must be this machine. --dry-run prints the rank -> host mapping. Reach remote hosts "
+                "with Open MPI's own means (ssh by default; OMPI_MCA_plm_rsh_agent for another agent).",
+    "openai_port": "Also serve an OpenAI-compatible API on this port (`repo-builder openai`, started once the "
+                   "server is ready, stopped with it; needs the openai extra). Default: off.",
 }

@@ -6,6 +6,7 @@ import errno
 import os
 import socket
 from pathlib import Path
+from typing import Iterable
 
 from ..errors import LaunchError
 from . import procs
@@ -19,15 +20,19 @@ STUB_HEADROOM_BYTES = 1 << 20
 SHM_BASE_HEADROOM_BYTES = 16 << 20
 
 
-def check_ports(address: str, ports: dict[str, int]) -> None:
-    """Refuse ports that are taken or repeated.
+def check_ports(address: str, ports: dict[str, int]) -> list[str]:
+    """Refuse ports that another process listens on, or that are repeated; returns notes for the user.
 
-    ``ports`` maps the flag (``--http_port``) to the port. A port counts as taken when binding
-    ``(address, port)`` fails with EADDRINUSE; ``SO_REUSEADDR`` is set so sockets in TIME_WAIT from an earlier
-    server do not count.
+    ``ports`` maps the flag (``--http_port``) to the port. A port is tried by binding ``(address, port)``
+    with ``SO_REUSEADDR``, as tritonserver's endpoints bind, so sockets in TIME_WAIT from an earlier server do
+    not count. Only a *listener* makes a port taken: when the bind fails with EADDRINUSE but no socket
+    listens on the port (/proc/net/tcp), what holds it is a connection that is still closing (FIN_WAIT,
+    CLOSE_WAIT, LAST_ACK); that is not another server, so the launch goes on with a note (tritonserver
+    reports its own bind error if the socket is still there when it binds).
 
     Raises:
-        LaunchError: two flags name the same port, or a port is in use (names the flag and the port).
+        LaunchError: two flags name the same port, or a process listens on a port (names the flag, the port
+            and the listening pid).
     """
     seen: dict[int, str] = {}
     for flag, port in ports.items():
@@ -35,6 +40,7 @@ def check_ports(address: str, ports: dict[str, int]) -> None:
             raise LaunchError(f"{flag} and {seen[port]} are both {port}", key=flag, hint="give each endpoint its own port")
         seen[port] = flag
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    notes: list[str] = []
     for flag, port in ports.items():
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -42,26 +48,35 @@ def check_ports(address: str, ports: dict[str, int]) -> None:
             sock.bind((address, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise LaunchError(f"port {port} on {address} is already in use", key=flag,
-                                  hint=f"stop whatever listens on {port} or pass another {flag}") from None
+                holders = sorted(procs.port_listeners(port))
+                if holders or port in procs.listening_tcp_ports():
+                    who = f" by pid {', '.join(f'{p} ({procs.comm(p)})' for p in holders)}" if holders else ""
+                    raise LaunchError(f"port {port} on {address} is already in use{who}", key=flag,
+                                      hint=f"stop whatever listens on {port} or pass another {flag}") from None
+                notes.append(f"{flag} {port}: no process listens on it, only a connection that "
+                             "is still closing there (FIN_WAIT/CLOSE_WAIT); starting anyway")
+                continue
             if exc.errno == errno.EADDRNOTAVAIL:
                 raise LaunchError(f"cannot bind {address}: no such local address", key="--http-address",
                                   hint="use 127.0.0.1 or 0.0.0.0") from None
             raise LaunchError(f"cannot bind {address}:{port}: {exc}", key=flag) from None
         finally:
             sock.close()
+    return notes
 
 
-def shm_requirement(repo: RepositoryInfo, trtllm_models: list[str], world_size: int) -> tuple[int, int]:
-    """``(stub count, bytes needed in /dev/shm)`` for a launch.
+def shm_requirement(repo: RepositoryInfo, trtllm_models: list[str], world_size: int,
+                    ranks: "Iterable[int] | None" = None) -> tuple[int, int]:
+    """``(stub count, bytes needed in /dev/shm)`` for the ranks of a launch that share one ``/dev/shm``.
 
     Rank 0 starts one stub per Python-backend model instance; every rank > 0 those of ``trtllm_models``.
     Each stub needs :data:`STUB_REGION_BYTES` plus :data:`STUB_HEADROOM_BYTES`, plus
-    :data:`SHM_BASE_HEADROOM_BYTES` once.
+    :data:`SHM_BASE_HEADROOM_BYTES` once. ``ranks`` (default: all ``world_size`` ranks) names the ranks that run
+    on one host or pod (a Kubernetes pod or Slurm node of a multi-node launch holds only some of them).
     """
     rank0 = sum(m.python_instances for m in repo.models)
-    others = sum(m.python_instances for m in repo.models if m.name in trtllm_models) * (world_size - 1)
-    stubs = rank0 + others
+    other = sum(m.python_instances for m in repo.models if m.name in trtllm_models)
+    stubs = sum(rank0 if r == 0 else other for r in (range(world_size) if ranks is None else ranks))
     return stubs, stubs * (STUB_REGION_BYTES + STUB_HEADROOM_BYTES) + SHM_BASE_HEADROOM_BYTES
 
 

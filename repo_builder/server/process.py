@@ -35,9 +35,17 @@ from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
 
 class LaunchInterrupted(LaunchError):
-    """A signal arrived while waiting for the server; everything started was stopped."""
+    """A signal arrived while waiting for the server; everything started was stopped.
 
-    exit_code = 130
+    ``exit_code`` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM), the shell's convention.
+    """
+
+    exit_code = 128 + signal.SIGINT
+
+    def __init__(self, message: str, *, signum: int = signal.SIGINT, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
 
 
 _LOAD_ERROR_RE = re.compile(r"failed to load '([^']+)' version \d+: ([^\n]*)")
@@ -46,6 +54,13 @@ _LOAD_ERROR_RE = re.compile(r"failed to load '([^']+)' version \d+: ([^\n]*)")
 POLL_S = 0.05
 #: Lines of server log quoted in launch errors.
 TAIL_LINES = 40
+#: Seconds processes of ours may outlive the last tritonserver rank during a stop (mpirun exits about 3 s
+#: after its ranks, feasibility.md §8; a Python-backend stub whose server died has nothing left to do).
+ORPHAN_GRACE_S = 5.0
+#: How often (seconds) :meth:`TritonServer.wait` checks that every model process is still alive.
+MODEL_POLL_S = 0.5
+#: ``comm`` of a Python-backend stub process (``triton_python_backend_stub`` cut to 15 characters by the kernel).
+STUB_COMM = "triton_python_backend_stub"[:15]
 
 
 def state_dir(kind: str) -> Path:
@@ -123,6 +138,8 @@ class TritonServer:
         self.pid_files: list[str] = []
         #: signal number set by :meth:`interrupt` (foreground launch: SIGINT/SIGTERM received), else 0.
         self.interrupted = 0
+        #: ``(model, pid)`` of the first model process :meth:`wait` saw die while the server ran, else None.
+        self.model_died: tuple[str, int] | None = None
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -194,22 +211,30 @@ class TritonServer:
         if others:
             self.notes.append(f"--force: starting although tritonserver pid {', '.join(map(str, others))} "
                               "already serves this repository")
-        check_ports(cfg.http_address, {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port,
-                                       "--metrics_port": cfg.metrics_port})
-        stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size)
+        ports = {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port, "--metrics_port": cfg.metrics_port}
+        if cfg.openai_port is not None:
+            from ..openai.launch import check_installed
+
+            check_installed()
+            ports["--openai_port"] = cfg.openai_port
+        self.notes += check_ports(cfg.http_address, ports)
+        local = None if plan.rank_hosts is None else [r for r, h in enumerate(plan.rank_hosts) if h == plan.rank_hosts[0]]
+        stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size, ranks=local)
         check_shm(stubs, needed)
         repo_path = Path(os.path.abspath(cfg.model_repo))
         ranks = [rank_argv(binary=binary.path, backend_args=binary.server_args(), model_repo=repo_path, rank=r,
                            launch_id=self.launch_id, http_address=cfg.http_address, http_port=cfg.http_port,
                            grpc_port=cfg.grpc_port, metrics_port=cfg.metrics_port,
-                           trtllm_models=plan.trtllm_models, verbose=cfg.log, extra_args=cfg.server_args)
+                           trtllm_models=plan.trtllm_models, verbose=cfg.log, extra_args=cfg.server_args,
+                           exit_timeout=cfg.exit_timeout)
                  for r in range(plan.world_size)]
         env = dict(binary.env)
         if cfg.multi_model:
             env["TRTLLM_ORCHESTRATOR"] = "1"
         self.env = env
         self.argv = launch_argv(ranks, use_mpi=plan.use_mpi, oversubscribe=plan.oversubscribe,
-                                export_env=sorted(env))
+                                export_env=sorted(env), hostfile=cfg.hostfile,
+                                map_by=None if cfg.hostfile is None else "slot")
         return self.argv
 
     # ------------------------------------------------------------------ lifecycle
@@ -349,8 +374,10 @@ class TritonServer:
             if self.interrupted:
                 self.stop()
                 raise LaunchInterrupted(f"interrupted by signal {self.interrupted} before the server was ready; "
-                                        "stopped", key="signal")
+                                        "stopped", key="signal", signum=self.interrupted)
             if not self._launcher_alive():
+                if self.interrupted:  # the signal arrived while we looked: the stop was ours
+                    continue
                 code = self.returncode
                 raise self._fail(f"tritonserver exited{f' with code {code}' if code is not None else ''} before it "
                                  "was ready")
@@ -369,11 +396,18 @@ class TritonServer:
                         raise self._fail(f"model {name} failed to load: {reason}", key=name)
                     if all(last_states.get(m, ("", ""))[0] == "READY" for m in expected):
                         rank0_pid = live[0][0]
-                        if self.config.http_port not in procs.listening_tcp_ports(rank0_pid):
-                            raise self._fail(f"port {self.config.http_port} answers, but not from our tritonserver "
-                                             f"(pid {rank0_pid})", key="--http_port",
+                        if self.config.http_port in procs.listening_tcp_ports(rank0_pid):
+                            return time.monotonic() - self._started_at
+                        # Only a listener positively held by a process that is not ours counts as another
+                        # server; sockets of an earlier server that are closing (TIME_WAIT, FIN_WAIT) never
+                        # listen, and a listener we could not attribute is looked at again on the next poll.
+                        ours = {info.pid for info in self._our_processes()}
+                        foreign = sorted(procs.port_listeners(self.config.http_port) - ours)
+                        if foreign:
+                            who = ", ".join(f"{pid} ({procs.comm(pid)})" for pid in foreign)
+                            raise self._fail(f"port {self.config.http_port} answers, but it is held by pid {who}, "
+                                             f"not by our tritonserver (pid {rank0_pid})", key="--http_port",
                                              hint="another server uses the port; pick another --http_port")
-                        return time.monotonic() - self._started_at
             if time.monotonic() >= deadline:
                 pending = sorted(m for m in expected if (last_states or {}).get(m, ("",))[0] != "READY")
                 detail = (", ".join(f"{m} ({(last_states or {}).get(m, ('not listed',))[0] or 'not listed'})"
@@ -383,14 +417,60 @@ class TritonServer:
                                  hint="raise --timeout if models load slowly")
             time.sleep(POLL_S)
 
-    def wait(self, timeout_s: float | None = None) -> int | None:
-        """Wait for the launched process to exit (``None`` = forever); returns its exit code or ``None``."""
+    def model_processes(self) -> dict[int, tuple[int, str]]:
+        """``{pid: (start time, model name)}`` of the live Python-backend stub processes of our ranks.
+
+        A stub is a child of a rank whose ``comm`` is :data:`STUB_COMM`; its first argument is the model's
+        ``<repo>/<model>/<version>/model.py`` (python backend r24.10 ``stub_launcher.cc``), which names the model.
+        """
+        ranks = {pid for pid, _ in self.rank_pids().values()}
+        out: dict[int, tuple[int, str]] = {}
+        for rank in ranks:
+            for info in procs.children(rank):
+                if info.comm != STUB_COMM:
+                    continue
+                argv = procs.cmdline(info.pid)
+                parts = Path(argv[1]).parts if len(argv) > 1 else ()
+                out[info.pid] = (info.start_time, parts[-3] if len(parts) >= 3 else "?")
+        return out
+
+    def _serving(self) -> bool:
+        got = self._request("GET", "/v2/health/ready")
+        return got is not None and got[0] == 200
+
+    def wait(self, timeout_s: float | None = None, *, watch_models: bool = True,
+             until: Callable[[], bool] | None = None) -> int | None:
+        """Wait for the launched process to exit (``None`` = forever); returns its exit code or ``None``.
+
+        ``until``: polled every :data:`POLL_S` seconds; True makes the wait return ``None`` (the OpenAI front
+        end of ``launch --openai_port`` exited).
+
+        Also returns ``None`` when :meth:`interrupt` was called, or (``watch_models``) when a model's Python
+        stub process died while the server still reports itself ready: tritonserver 2.51 neither notices
+        that (``/v2/health/ready`` stays 200) nor fails the requests the dead process held, so the launcher
+        must. :attr:`model_died` then names the model and the pid. Stubs are checked every
+        :data:`MODEL_POLL_S` seconds; stubs that appear later (a model loaded later) join the watch.
+        """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        watched = self.model_processes() if watch_models else {}
+        next_check = time.monotonic() + MODEL_POLL_S
         while self._launcher_alive():
-            if self._kill_now or self.interrupted:
+            if self._kill_now or self.interrupted or (until is not None and until()):
                 return None
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return None
+            if watch_models and now >= next_check:
+                next_check = now + MODEL_POLL_S
+                dead = [(name, pid) for pid, (start, name) in watched.items() if not procs.is_alive(pid, start)]
+                if dead and self._launcher_alive() and self._serving():
+                    # a stub that dies while the server shuts down by itself is part of that shutdown
+                    self.model_died = dead[0]
+                    return None
+                for pid, entry in self.model_processes().items():
+                    watched.setdefault(pid, entry)
+                for name, pid in dead:
+                    watched.pop(pid, None)
             time.sleep(POLL_S)
         return self.returncode
 
@@ -433,8 +513,8 @@ class TritonServer:
         """Stop every process of this launch and remove its ``/dev/shm`` regions; returns the exit code.
 
         SIGTERM goes to the tritonserver ranks (never first to mpirun); after ``timeout_s`` (default
-        ``config.stop_timeout``) whatever is left of ours (ranks, stubs, mpirun) gets SIGKILL. Safe to call
-        twice and on a server that already exited.
+        ``config.stop_timeout``) whatever is left of ours (ranks, stubs, mpirun) gets SIGKILL, and so does what
+        outlives the last rank by :data:`ORPHAN_GRACE_S`. Safe to call twice and on a server that already exited.
         """
         timeout = self.config.stop_timeout if timeout_s is None else timeout_s
         if self._launcher_pid is None:
@@ -447,10 +527,16 @@ class TritonServer:
             # mpirun has not started a rank yet: nothing can leak, stop mpirun itself
             procs.send_signal(self._launcher_pid, signal.SIGTERM, self._launcher_start)
         deadline = time.monotonic() + timeout
+        ranks_gone_at: float | None = None
         while time.monotonic() < deadline and not self._kill_now:
             self._launcher_alive()  # reaps our child
             if not self._our_processes():
                 break
+            if not self.rank_pids():
+                # every rank has exited: what is left (stubs, mpirun) gets a short grace, not the stop timeout
+                ranks_gone_at = ranks_gone_at or time.monotonic()
+                if time.monotonic() - ranks_gone_at >= ORPHAN_GRACE_S:
+                    break
             time.sleep(POLL_S)
         leftovers = self._our_processes()
         if leftovers:

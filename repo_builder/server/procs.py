@@ -123,14 +123,14 @@ def _socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def listening_tcp_ports(pid: int | None = None) -> set[int]:
-    """TCP ports in LISTEN state (IPv4 and IPv6), all of them or only those whose socket ``pid`` holds.
+def _listeners() -> list[tuple[int, int]]:
+    """``(port, socket inode)`` of every TCP socket in LISTEN state (IPv4 and IPv6).
 
-    Source: ``/proc/net/tcp`` and ``/proc/net/tcp6`` (state ``0A`` = LISTEN, local port in hex) joined
-    with the ``socket:[inode]`` links in ``/proc/<pid>/fd``.
+    Source: ``/proc/net/tcp`` and ``/proc/net/tcp6``: state ``0A`` = LISTEN, local port in hex, inode in
+    column 10. Sockets that are closing (TIME_WAIT ``06``, FIN_WAIT ``04``/``05``, CLOSE_WAIT ``08``, ...)
+    are not listeners and never count.
     """
-    inodes = _socket_inodes(pid) if pid is not None else None
-    ports: set[int] = set()
+    out: list[tuple[int, int]] = []
     for table in ("tcp", "tcp6"):
         try:
             lines = (PROC / "net" / table).read_text().splitlines()[1:]
@@ -140,10 +140,34 @@ def listening_tcp_ports(pid: int | None = None) -> set[int]:
             parts = line.split()
             if len(parts) < 10 or parts[3] != "0A":
                 continue
-            if inodes is not None and int(parts[9]) not in inodes:
-                continue
-            ports.add(int(parts[1].rsplit(":", 1)[1], 16))
-    return ports
+            out.append((int(parts[1].rsplit(":", 1)[1], 16), int(parts[9])))
+    return out
+
+
+def listening_tcp_ports(pid: int | None = None) -> set[int]:
+    """TCP ports in LISTEN state (IPv4 and IPv6), all of them or only those whose socket ``pid`` holds.
+
+    Source: :func:`_listeners` joined with the ``socket:[inode]`` links in ``/proc/<pid>/fd``.
+    """
+    inodes = _socket_inodes(pid) if pid is not None else None
+    return {port for port, inode in _listeners() if inodes is None or inode in inodes}
+
+
+def port_listeners(port: int) -> set[int]:
+    """Pids of the processes holding a TCP socket that listens on ``port`` (empty when nobody listens).
+
+    A listening socket inherited by a child counts for both processes.
+    """
+    inodes = {inode for p, inode in _listeners() if p == port}
+    if not inodes:
+        return set()
+    return {pid for pid in all_pids() if _socket_inodes(pid) & inodes}
+
+
+def comm(pid: int) -> str:
+    """The kernel's name of ``pid`` (``?`` when it is gone)."""
+    info = proc_info(pid)
+    return info.comm if info is not None else "?"
 
 
 def shm_files(prefix: str) -> list[Path]:

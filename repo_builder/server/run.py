@@ -1,9 +1,11 @@
 """What ``repo-builder launch`` and ``repo-builder stop`` do (the CLI only parses arguments and calls these).
 
 Foreground launch (default) stays attached like a container entry point should (case B13: upstream's
-script returned at once): it copies the server log to stdout, forwards SIGINT/SIGTERM as a clean stop of
-the tritonserver ranks (never to mpirun first) and returns the server's exit code. ``--detach`` returns
-once the server is ready and leaves a pid file for ``repo-builder stop``.
+script returned at once): it copies the server log to stdout, turns SIGINT/SIGTERM into a bounded stop of
+the tritonserver ranks (never to mpirun first) and exits 128 + the signal, watches every model's Python
+process (a dead one stops the server, exit :data:`MODEL_DIED_EXIT`) and otherwise returns the server's
+exit code. ``--detach`` returns once the server is ready and leaves a pid file for ``repo-builder stop``;
+nothing watches a detached server.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Callable
 
 from ..errors import LaunchError
 from .config import LaunchConfig
-from .process import TritonServer, default_pid_file, log_follower
+from .process import LaunchInterrupted, TritonServer, default_pid_file, log_follower
 from .preflight import servers_on_repository
 
 
@@ -36,49 +38,31 @@ def _describe_ready(server: TritonServer, elapsed: float) -> str:
             f"gRPC {server.grpc_url}, metrics {server.metrics_url}")
 
 
+#: Exit code of a foreground launch stopped because a model process died (tritonserver's own codes are 0/1).
+MODEL_DIED_EXIT = 3
+
+
 def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_log: bool = True,
            dry_run: bool = False) -> int:
     """Run ``repo-builder launch``: preflight, start, wait for ready, then stay attached or detach.
 
+    SIGINT/SIGTERM are caught from the start: before the server is ready they stop everything started and
+    raise :class:`~.process.LaunchInterrupted` (exit code 128 + the signal); in the foreground they stop
+    the server (ranks get SIGTERM and ``config.exit_timeout`` seconds for in-flight requests, what is left
+    after ``config.stop_timeout`` gets SIGKILL, the launch's ``/dev/shm`` regions are removed) and the
+    launch returns 128 + the signal (130 for SIGINT, 143 for SIGTERM) whatever the server's own code.
+
     Returns:
-        the process exit code: 0 after ``--detach`` or ``dry_run``; in the foreground the server's exit code
-        (128+N when it died from signal N).
+        the process exit code: 0 after ``--detach`` or ``dry_run``; 128+N after signal N;
+        :data:`MODEL_DIED_EXIT` when a model's Python process died while serving (the server is stopped);
+        otherwise the server's exit code (128+N when it died from signal N).
 
     Raises:
         LaunchError: a preflight check failed (nothing started) or the server never became ready (everything
             stopped; the message ends with the log tail).
+        LaunchInterrupted: a signal arrived before the server was ready.
     """
     server = TritonServer(config)
-    server.prepare()
-    for note in server.notes:
-        echo(f"note: {note}")
-    if dry_run:
-        import shlex
-
-        echo(" ".join(shlex.quote(a) for a in server.argv))
-        return 0
-    plan = server.plan
-    assert plan is not None
-    echo(f"world size {plan.world_size} ({plan.world_size_origin}); log: {server.log_path}")
-
-    if config.detach:
-        server.start()
-        try:
-            elapsed = server.wait_ready()
-        except KeyboardInterrupt:
-            server.stop()
-            raise
-        default = default_pid_file(config.model_repo)
-        pid_file = Path(config.pid_file) if config.pid_file else default
-        # the default location always gets a copy, so `repo-builder stop REPO` finds any detached launch
-        files = sorted({str(pid_file.absolute()), str(default)})
-        for path in files:
-            server.write_pid_file(Path(path), extra={"pid_files": files})
-        echo(_describe_ready(server, elapsed))
-        echo(f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
-             f"repo-builder stop --pid-file {pid_file}")
-        return 0
-
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -88,34 +72,90 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         signal.signal(sig, on_signal)
     done = threading.Event()
     follower = None
-    if follow_log:
-        def emit(text: str) -> None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-
-        follower = threading.Thread(target=log_follower, args=(server.log_path, emit, done.is_set), daemon=True)
+    detached = False
     try:
+        server.prepare()
+        for note in server.notes:
+            echo(f"note: {note}")
+        if dry_run:
+            import shlex
+
+            plan = server.plan
+            if plan is not None and plan.rank_hosts is not None:
+                for rank, host in enumerate(plan.rank_hosts):
+                    role = "all models + HTTP/gRPC/metrics" if rank == 0 else ",".join(plan.trtllm_models)
+                    echo(f"rank {rank} -> {host} ({role})")
+            echo(" ".join(shlex.quote(a) for a in server.argv))
+            return 0
+        plan = server.plan
+        assert plan is not None
+        echo(f"world size {plan.world_size} ({plan.world_size_origin}); log: {server.log_path}")
+        if server.interrupted:
+            raise LaunchInterrupted(f"interrupted by signal {server.interrupted} before the server was started",
+                                    key="signal", signum=server.interrupted)
+
+        if config.detach:
+            server.start()
+            elapsed = server.wait_ready()
+            default = default_pid_file(config.model_repo)
+            pid_file = Path(config.pid_file) if config.pid_file else default
+            # the default location always gets a copy, so `repo-builder stop REPO` finds any detached launch
+            files = sorted({str(pid_file.absolute()), str(default)})
+            echo(_describe_ready(server, elapsed))
+            if config.openai_port is not None:
+                from ..openai.launch import start_beside
+
+                start_beside(server, config.openai_port, echo=echo, detach=True)  # exits when tritonserver does
+            for path in files:
+                server.write_pid_file(Path(path), extra={"pid_files": files})
+            echo(f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
+                 f"repo-builder stop --pid-file {pid_file}")
+            detached = True  # the server outlives this process
+            return 0
+
+        if follow_log:
+            def emit(text: str) -> None:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+
+            follower = threading.Thread(target=log_follower, args=(server.log_path, emit, done.is_set), daemon=True)
         server.start()
         if follower is not None:
             follower.start()
-        try:
-            elapsed = server.wait_ready()
-        except LaunchError:
-            done.set()
-            if follower is not None:
-                follower.join(timeout=2)
-            raise
+        elapsed = server.wait_ready()
         echo(_describe_ready(server, elapsed))
-        code = server.wait()
+        if config.openai_port is not None:
+            from ..openai.launch import start_beside, wait_either
+
+            front = start_beside(server, config.openai_port, echo=echo)
+            code, front_code = wait_either(server, front)
+            front.stop()  # before the server, so no request is left half-served by a stopping Triton
+            if front_code is not None:
+                echo(f"error: the OpenAI front end exited with code {front_code}; stopping tritonserver")
+                server.stop()
+                return front_code or 1
+        else:
+            code = server.wait()
         if server.interrupted:
-            echo(f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM; a second signal kills)")
+            echo(f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM, in-flight requests "
+                 f"{config.exit_timeout} s; a second signal kills)")
+        elif server.model_died is not None:
+            name, pid = server.model_died
+            echo(f"error: model '{name}': its Python backend process (pid {pid}) died; tritonserver cannot serve "
+                 "it any more, stopping tritonserver")
         else:
             echo(f"tritonserver exited with code {code}; cleaning up")
         code = server.stop()
-        fallback = 128 + server.interrupted if server.interrupted else 1
-        return _exit_code(code, fallback)
+        if code == -signal.SIGKILL:
+            echo(f"tritonserver did not stop in time and was killed with SIGKILL; see {server.log_path}")
+        if server.interrupted:
+            return 128 + server.interrupted
+        if server.model_died is not None:
+            return MODEL_DIED_EXIT
+        return _exit_code(code, 1)
     finally:
-        server.stop()  # no-op when already stopped; covers unexpected exceptions
+        if not detached:
+            server.stop()  # no-op when nothing started or already stopped; covers errors and signals
         done.set()
         if follower is not None and follower.is_alive():
             follower.join(timeout=2)

@@ -47,6 +47,7 @@ from repo_builder_runtime.bls import (
     stack_rows,
 )
 from repo_builder_runtime.params import ModelParams
+from repo_builder_runtime.triton_io import RequestError, is_client_error, triton_error
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _STOP_INPUT = "stop"  # TensorRT-LLM's cancellation input: a request with the same id and stop=true
@@ -69,7 +70,7 @@ class _EngineStream:
         model = self._model
         for resp in self._it:
             if resp.has_error():
-                raise BLSStepError(model, resp.error().message())
+                raise BLSStepError(model, resp.error().message(), is_client_error(pb_utils, resp.error()))
             tensors = resp.output_tensors()
             if tensors:
                 yield {t.name(): t.as_numpy() for t in tensors}
@@ -165,13 +166,13 @@ class _Caller:
             try:
                 produced = core.process(inputs, request_id)
             except Exception as exc:  # noqa: BLE001 - surfaced like an error response of that model
-                raise BLSStepError(model, str(exc)) from exc
+                raise BLSStepError(model, str(exc), isinstance(exc, RequestError)) from exc
             return {name: produced[name] for name in outputs if name in produced}
         req = pb_utils.InferenceRequest(model_name=model, inputs=self.tensors(inputs),
                                         requested_output_names=list(outputs), request_id=request_id)
         resp = req.exec()
         if resp.has_error():
-            raise BLSStepError(model, resp.error().message())
+            raise BLSStepError(model, resp.error().message(), is_client_error(pb_utils, resp.error()))
         return {t.name(): t.as_numpy() for t in resp.output_tensors()}
 
     def stream(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
@@ -187,6 +188,12 @@ def _error_message(exc: BaseException) -> str:
     if isinstance(exc, (BLSRequestError, BLSStepError)):
         return str(exc)
     return f"tensorrt_llm_bls: {type(exc).__name__}: {exc}"
+
+
+def _error(exc: BaseException):
+    """The TritonError for ``exc``: INVALID_ARG (HTTP 400) for the client's mistakes, INTERNAL otherwise."""
+    client = isinstance(exc, BLSRequestError) or (isinstance(exc, BLSStepError) and exc.client)
+    return triton_error(pb_utils, _error_message(exc), client=client)
 
 
 class TritonPythonModel:
@@ -213,11 +220,14 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(str(exc)) from exc
         local = {}
         post_config = os.path.join(here, "postprocessing_config.json")
-        if bool(params.bool("bls_local_postprocessing", True)) and os.path.isfile(post_config):
+        # postprocessing_config.json is the config of the one step after the engine (postprocessing, or
+        # <name>_postprocessing in a repository serving several LLMs): that step runs in this process.
+        if bool(params.bool("bls_local_postprocessing", True)) and os.path.isfile(post_config) \
+                and len(wiring.post_steps) == 1:
             from repo_builder_runtime.postprocessing import Postprocessor
 
             with open(post_config, encoding="utf-8") as fh:
-                local["postprocessing"] = Postprocessor(json.load(fh))
+                local[wiring.post_steps[0].model] = Postprocessor(json.load(fh))
         self.core = BLSCore(wiring, self.settings, _Caller(local))
         workers = int(params.int("bls_worker_threads", 256) or 256)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bls")
@@ -248,7 +258,7 @@ class TritonPythonModel:
                 pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
             if not final_sent:
                 try:
-                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(_error_message(exc))),
+                    sender.send(pb_utils.InferenceResponse(error=_error(exc)),
                                 flags=_FINAL)
                 except Exception as send_exc:  # noqa: BLE001 - the client may be gone
                     pb_utils.Logger.log_warn(f"tensorrt_llm_bls: could not send the error: {send_exc}")
@@ -267,7 +277,7 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, (BLSRequestError, BLSStepError)):
                 pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(_error_message(exc)))
+            return pb_utils.InferenceResponse(error=_error(exc))
 
     def execute(self, requests):
         if self.decoupled:
