@@ -203,3 +203,28 @@ def test_load_errors_name_the_engine_dir(tmp_path):
     with pytest.raises(EngineLoadError, match="cannot load the Hugging Face checkpoint") as info:
         ReferenceBackend(tmp_path)
     assert str(tmp_path) in str(info.value)
+
+
+def test_batched_decode_with_joining_and_leaving_sequences_matches_generate(backend, hf_model, tok):
+    """Sequences of different prompt lengths and output lengths, one joining mid-flight: the stacked,
+    left-padded batch is re-stacked when one joins or leaves and every stream stays equal to generate()."""
+    limits = EngineLimits(vocab_size=backend.vocab_size, max_input_len=256, max_seq_len=512,
+                          exclude_input_in_output=True)
+    sched = Scheduler(backend)
+    plan = [(PROMPTS[0], 5), (PROMPTS[1], 20), (PROMPTS[2] + " and rivers in the north", 12)]
+    sinks = []
+    before = backend.batched_forwards
+    for i, (prompt, n) in enumerate(plan):
+        if i == 2:
+            for _ in range(3):
+                sched.run_step()
+        sink = CollectingSink()
+        sched.submit(RequestGroup(parse_request(req_inputs(tok(prompt)["input_ids"], n), IO, limits), sink, IO))
+        sinks.append(sink)
+    sched.run_until_idle()
+    assert backend.batched_forwards > before            # the batched path ran
+    for (prompt, n), sink in zip(plan, sinks):
+        outputs, final, error = sink.responses[-1]
+        assert final and error is None, error
+        got = outputs["output_ids"][0, 0, :int(outputs["sequence_length"][0, 0])].tolist()
+        assert got == hf_generate(hf_model, tok(prompt)["input_ids"], n), prompt

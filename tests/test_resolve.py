@@ -44,7 +44,7 @@ def test_every_parameter_resolved_with_origin(engine_copy, sp_tok):
     assert res["kv_cache_free_gpu_mem_fraction"] == 0.9 and res.origin("kv_cache_free_gpu_mem_fraction") == "default"
     assert res["max_tokens_in_paged_kv_cache"] is None
     assert res.world_size == 4
-    assert res.as_strings()["exclude_input_in_output"] == "true"
+    assert res.as_strings()["exclude_input_in_output"] == "false"
 
 
 def test_profile_defaults_05(engine_copy, sp_tok):

@@ -164,3 +164,41 @@ def test_embedding_bias_errors_name_the_fields(llama):
         llama.embedding_bias([["a"]], None, batch=1)
     assert err.value.field == "embedding_bias_weights"
     assert llama.embedding_bias(None, None, batch=2).shape == (2, 0)
+
+
+# ---- large lists: batched encoding and de-duplication (timings: docs/performance.md, not asserted) --------
+
+@pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "gpt2_tokenizer", "qwen3_tokenizer"])
+def test_many_words_encode_like_one_word_at_a_time(name):
+    """The batched path (hundreds of words in one Rust call) gives each word the same sequences as a
+    request with that word alone, in the order of first occurrence, each sequence once."""
+    words = ["Hello", " Hello", "\n", "</s>", "[13]", "a, b", "Hello", "stop", "world"] \
+        + [f"w{i} end" for i in range(300)] + ["stop", "[13]"]
+    batched = sequences(WordEncoder(load(name)).word_list([words], "stop_words"))
+    one = WordEncoder(load(name))                       # fresh cache: every word encoded on its own
+    expected: list[list[int]] = []
+    for w in words:
+        for seq in sequences(one.word_list([[w]], "stop_words")):
+            if seq not in expected:
+                expected.append(seq)
+    assert batched == expected
+    assert len({tuple(s) for s in batched}) == len(batched)
+
+
+def test_duplicates_across_words_and_extra_ids_kept_once(llama):
+    wl = llama.word_list([["[13]", "\n", "[13]", "[2]"]], "stop_words", extra_ids=[2, 13, 5])
+    assert sequences(wl) == [[13], [2], [5]]
+
+
+def test_word_list_size_limits_name_the_field(llama):
+    from repo_builder.runtime.wordlists import MAX_WORD_BYTES, MAX_WORDS
+
+    with pytest.raises(RequestError) as err:
+        llama.word_list([["x"] * (MAX_WORDS + 1)], "stop_words")
+    assert err.value.field == "stop_words" and str(MAX_WORDS) in str(err.value)
+    with pytest.raises(RequestError) as err:
+        llama.word_list([["é" * (MAX_WORD_BYTES // 2 + 1)]], "bad_words")   # 2 bytes per character
+    assert err.value.field == "bad_words" and str(MAX_WORD_BYTES) in str(err.value)
+    with pytest.raises(RequestError) as err:
+        llama.embedding_bias([["x"] * (MAX_WORDS + 1)], [[1.0] * (MAX_WORDS + 1)], batch=1)
+    assert err.value.field == "embedding_bias_words"

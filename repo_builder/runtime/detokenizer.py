@@ -66,11 +66,48 @@ def decode_fn(tokenizer: Any, skip_special_tokens: bool) -> Callable[[Sequence[i
 
     Returns ``ids -> tokenizer.decode(ids, skip_special_tokens=...)`` (a Python ``str``).
     """
+    backend = _rust_decoder(tokenizer, skip_special_tokens)
+    if backend is not None:
+        rust_decode = backend.decode
+
+        def _fast(ids: Sequence[int]) -> str:
+            return rust_decode(ids if type(ids) is list else list(ids), skip_special_tokens=skip_special_tokens)
+
+        return _fast
 
     def _decode(ids: Sequence[int]) -> str:
         return tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     return _decode
+
+
+_PROBE_TEXT = "x . Hello, world! It's   a \"test\" n't 'm \n\t 迭代 é 😀 </s> <s> <unk>"
+
+
+def _rust_decoder(tokenizer: Any, skip_special_tokens: bool) -> Any:
+    """The ``tokenizers.Tokenizer`` behind a transformers fast tokenizer when calling its ``decode``
+    directly gives exactly ``tokenizer.decode`` (no clean-up of tokenization spaces, ``_decode`` not
+    overridden); else None. transformers' ``decode`` wraps the Rust call in argument conversion and
+    option handling that cost more than the decoding itself on the per-token path (docs/performance.md).
+    Checked on probe ids (text with clean-up patterns, specials, multi-byte characters, the first 512 ids).
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not getattr(tokenizer, "is_fast", False) or not hasattr(backend, "decode"):
+        return None
+    base = next((c for c in type(tokenizer).__mro__ if c.__module__.startswith("transformers.tokenization_utils")
+                 and "_decode" in c.__dict__), None)
+    if base is None or type(tokenizer)._decode is not base._decode:
+        return None
+    try:
+        probes = [tokenizer.encode(_PROBE_TEXT, add_special_tokens=True), list(range(min(512, len(tokenizer)))),
+                  tokenizer.encode("a .", add_special_tokens=False)]
+        for ids in probes:
+            if backend.decode(ids, skip_special_tokens=skip_special_tokens) != tokenizer.decode(
+                    ids, skip_special_tokens=skip_special_tokens):
+                return None
+    except Exception:  # noqa: BLE001 - any doubt: the ordinary decode
+        return None
+    return backend
 
 
 def cleanup_active(decode: Callable[[Sequence[int]], str], encode: Callable[[str], list[int]]) -> bool:

@@ -1,9 +1,10 @@
 """The CPU reference engine: a Hugging Face causal LM run with transformers + torch behind the
 ``tensorrt_llm`` tensor contract (engine kind ``hf`` in docs/design.md).
 
-Each sequence keeps its own KV cache (``past_key_values``); one scheduler iteration runs one forward per
-active sequence (the prompt at its first iteration, then one token), so sequences of any length
-interleave token by token and a long request never holds up a short one. Logits processing follows
+One scheduler iteration runs a prefill forward for each new sequence and one batched forward for all
+decoding sequences (their KV caches stacked, left-padded, see :meth:`ReferenceBackend.step`), so
+sequences of any length interleave token by token, a long request never holds up a short one, and 8
+streams cost far less than 8 forwards per token (docs/performance.md). Logits processing follows
 TensorRT-LLM's order: embedding bias, bad words, min_tokens, penalties, temperature, then greedy or
 top-k/top-p sampling (see :mod:`.engine_core` for when sampling is used).
 
@@ -44,6 +45,10 @@ class _SeqState:
         self.logits: Any = None
         self.generator: Any = None
         self.counts: dict[int, int] = {}
+
+
+class _NotBatchable(Exception):
+    """The model's cache cannot be stacked (not a plain dynamic cache): step sequences one by one."""
 
 
 class ReferenceBackend:
@@ -91,6 +96,10 @@ class ReferenceBackend:
         self.vocab_size = int(cfg.vocab_size)
         self.max_seq_len = int(getattr(cfg, "max_position_embeddings", 0) or 0) or None
         self.max_input_len = self.max_seq_len
+        self._batch_ok = True
+        self.batched_forwards = 0     # decode forwards that stepped more than one sequence (for tests/benchmarks)
+        self._group: tuple[list[Sequence], list[int], Any] | None = None   # stacked seqs, left pads, cache
+        self._mask: Any = None                                            # their attention mask [B, len]
 
     @classmethod
     def from_params(cls, params: ModelParams, io: ModelIO) -> "ReferenceBackend":
@@ -103,34 +112,135 @@ class ReferenceBackend:
 
     # ------------------------------------------------------------------------------------------
     def step(self, seqs: Seq[Sequence]) -> list[tuple[int, float]]:
-        """One token for every sequence: prefill on its first call, then one cached forward each."""
+        """One token for every sequence: a prefill forward per new sequence, then ONE forward for all the
+        sequences that are decoding (in-flight batching).
+
+        The decoding sequences' KV caches are stacked into one batched cache, left-padded to the longest
+        (``attention_mask`` 0 over the padding, ``position_ids`` each sequence's own length), and kept
+        stacked while the set of decoding sequences stays the same; it is re-stacked only when one joins
+        or leaves (once per request, not per token). Models whose cache is not a plain dynamic cache
+        (e.g. sliding-window layers) are stepped one forward per sequence.
+        """
         torch = self.torch
-        out: list[tuple[int, float]] = []
+        out: dict[int, tuple[int, float]] = {}
         with torch.inference_mode():
+            decoding = [seq for seq in seqs if seq.state is not None]
             for seq in seqs:
-                st: _SeqState | None = seq.state
-                if st is None:
-                    st = _SeqState()
-                    seq.state = st
-                    ids = torch.tensor([seq.req.prompt], dtype=torch.long)
-                    kwargs = {self._keep_kw: 1} if self._keep_kw else {}
-                    res = self.model(input_ids=ids, use_cache=True, **kwargs)
-                    seed = seq.req.sampling.seed
-                    if not seq.req.sampling.greedy:
-                        st.generator = torch.Generator().manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
-                else:
-                    ids = torch.tensor([[seq.tokens[-1]]], dtype=torch.long)
-                    res = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: st.cache})
-                st.cache = res[self._cache_kw]
-                logits = res.logits[0, -1].float()
-                token, logprob = self.choose(logits, seq, st)
-                if token != seq.req.end_id:
-                    st.counts[token] = st.counts.get(token, 0) + 1
-                out.append((token, logprob))
-        return out
+                if seq.state is None:
+                    out[id(seq)] = self._prefill(seq)
+            if len(decoding) > 1 and self._batch_ok:
+                try:
+                    out.update(self._decode_batch(decoding))
+                    decoding = []
+                except _NotBatchable:
+                    self._batch_ok = False
+                    self._unstack()
+            for seq in decoding:
+                out[id(seq)] = self._decode_one(seq)
+        return [out[id(seq)] for seq in seqs]
+
+    def _finish(self, seq: Sequence, st: "_SeqState", logits: Any) -> tuple[int, float]:
+        token, logprob = self.choose(logits.float(), seq, st)
+        if token != seq.req.end_id:
+            st.counts[token] = st.counts.get(token, 0) + 1
+        return token, logprob
+
+    def _prefill(self, seq: Sequence) -> tuple[int, float]:
+        torch = self.torch
+        st = _SeqState()
+        seq.state = st
+        ids = torch.tensor([seq.req.prompt], dtype=torch.long)
+        kwargs = {self._keep_kw: 1} if self._keep_kw else {}
+        res = self.model(input_ids=ids, use_cache=True, **kwargs)
+        if not seq.req.sampling.greedy:
+            seed = seq.req.sampling.seed
+            st.generator = torch.Generator().manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
+        st.cache = res[self._cache_kw]
+        return self._finish(seq, st, res.logits[0, -1])
+
+    def _decode_one(self, seq: Sequence) -> tuple[int, float]:
+        torch = self.torch
+        st: _SeqState = seq.state
+        if st.cache is None:            # its cache is a row of the stacked batch: take it out first
+            self._unstack()
+        ids = torch.tensor([[seq.tokens[-1]]], dtype=torch.long)
+        res = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: st.cache})
+        st.cache = res[self._cache_kw]
+        return self._finish(seq, st, res.logits[0, -1])
+
+    # -- the stacked batch --------------------------------------------------------------------------
+    def _layers(self, cache: Any) -> list[tuple[Any, Any]]:
+        """Per layer (keys, values) ``[batch, kv_heads, len, head_dim]`` of a plain dynamic cache."""
+        layers = getattr(cache, "layers", None)
+        if layers is not None:
+            if any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+                raise _NotBatchable()
+            return [(layer.keys, layer.values) for layer in layers]
+        if hasattr(cache, "key_cache"):                       # transformers 4.x
+            return list(zip(cache.key_cache, cache.value_cache))
+        raise _NotBatchable()
+
+    def _make_cache(self, layers: list[tuple[Any, Any]]) -> Any:
+        from transformers import DynamicCache
+
+        try:
+            return DynamicCache(ddp_cache_data=layers)
+        except TypeError:                                     # transformers 4.x
+            return DynamicCache.from_legacy_cache(tuple(layers))
+
+    def _unstack(self) -> None:
+        """Give every sequence of the stacked batch its own cache again (padding dropped)."""
+        if self._group is None:
+            return
+        seqs, pads, cache = self._group
+        self._group = None
+        layers = self._layers(cache)
+        for row, (seq, pad) in enumerate(zip(seqs, pads)):
+            st = seq.state
+            if st is None:
+                continue                                      # released meanwhile
+            st.cache = self._make_cache([(k[row:row + 1, :, pad:].clone(), v[row:row + 1, :, pad:].clone())
+                                         for k, v in layers])
+
+    def _decode_batch(self, seqs: list[Sequence]) -> dict[int, tuple[int, float]]:
+        torch = self.torch
+        if self._group is None or [id(s) for s in self._group[0]] != [id(s) for s in seqs]:
+            self._unstack()
+            per_seq = [self._layers(seq.state.cache) for seq in seqs]
+            lengths = [layers[0][0].shape[2] for layers in per_seq]
+            longest = max(lengths)
+            stacked = []
+            for li in range(len(per_seq[0])):
+                ks, vs = [], []
+                for layers, n in zip(per_seq, lengths):
+                    k, v = layers[li]
+                    if n < longest:
+                        pad = (0, 0, longest - n, 0)           # left-pad the sequence axis
+                        k, v = torch.nn.functional.pad(k, pad), torch.nn.functional.pad(v, pad)
+                    ks.append(k)
+                    vs.append(v)
+                stacked.append((torch.cat(ks), torch.cat(vs)))
+            for seq in seqs:
+                seq.state.cache = None                          # now a row of the stacked cache
+            mask = torch.zeros((len(seqs), longest), dtype=torch.long)
+            for row, n in enumerate(lengths):
+                mask[row, longest - n:] = 1
+            self._group = (list(seqs), [longest - n for n in lengths], self._make_cache(stacked))
+            self._mask = mask
+        seqs_, pads, cache = self._group
+        lengths = [self._mask.shape[1] - pad for pad in pads]
+        self._mask = torch.cat([self._mask, torch.ones((len(seqs), 1), dtype=torch.long)], dim=1)
+        ids = torch.tensor([[seq.tokens[-1]] for seq in seqs], dtype=torch.long)
+        positions = torch.tensor([[n] for n in lengths], dtype=torch.long)
+        res = self.model(input_ids=ids, attention_mask=self._mask, position_ids=positions, use_cache=True,
+                         **{self._cache_kw: cache})
+        self._group = (seqs_, pads, res[self._cache_kw])
+        self.batched_forwards += 1
+        logits = res.logits[:, -1]
+        return {id(seq): self._finish(seq, seq.state, logits[row]) for row, seq in enumerate(seqs)}
 
     def release(self, seq: Sequence) -> None:
-        """Drop the sequence's KV cache."""
+        """Drop the sequence's KV cache (a stacked batch holding it is re-stacked at the next step)."""
         seq.state = None
 
     # ------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ text. Upstream's BLS does this from v0.19.0 (``check_stop_words``, upstream-refe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from bisect import bisect_left
 from typing import Sequence
 
 
@@ -71,30 +72,50 @@ class StopStringMatcher:
         include_stop: also emit the stop string itself when found.
 
     The held-back text is the longest suffix that is a proper prefix of some stop string, so at most
-    ``max(len(stop)) - 1`` characters; each feed costs O((len(delta) + held) * number of stops).
+    ``max(len(stop)) - 1`` characters; each feed costs O((len(delta) + held) * distinct stop lengths *
+    log(number of stops)), so 10,000 stop strings cost about what 10 do (docs/performance.md).
     """
 
     def __init__(self, stops: Sequence[str], *, include_stop: bool = False) -> None:
         self.stops = tuple(dict.fromkeys(s for s in stops if s))
         self.include_stop = include_stop
         self._max_hold = max((len(s) for s in self.stops), default=1) - 1
+        # Index built once (linear in the stops): membership set, distinct lengths (longest first) and
+        # the sorted stops, where the stops beginning with a text form one run starting at bisect_left.
+        self._set = frozenset(self.stops)
+        self._lengths = sorted({len(s) for s in self.stops}, reverse=True)
+        self._sorted = sorted(self.stops)
         self._held = ""
         self._consumed = 0   # characters of the whole text before self._held
         self.stopped = False
         self.stop: str | None = None
 
+    def _is_prefix(self, tail: str, proper: bool) -> bool:
+        """Some stop string starts with ``tail`` (and is longer, when ``proper``): O(log stops)."""
+        i = bisect_left(self._sorted, tail)
+        if i < len(self._sorted) and self._sorted[i] == tail and proper:
+            i += 1
+        return i < len(self._sorted) and self._sorted[i].startswith(tail)
+
+    def _find(self, text: str) -> tuple[int, str | None]:
+        """:func:`find_stop` over ``text`` with the index: O(len(text) x distinct stop lengths)."""
+        n = len(text)
+        for i in range(n):
+            for length in self._lengths:
+                if length <= n - i and text[i:i + length] in self._set:
+                    return i, text[i:i + length]
+        return -1, None
+
     def _held_len(self, text: str) -> int:
         for n in range(min(self._max_hold, len(text)), 0, -1):
-            tail = text[-n:]
-            if any(s.startswith(tail) for s in self.stops):
+            if self._is_prefix(text[-n:], proper=False):
                 return n
         return 0
 
     def _pending_start(self, text: str, limit: int) -> int | None:
         """Earliest index before ``limit`` where ``text``'s tail is a proper prefix of a stop string."""
         for q in range(max(0, len(text) - self._max_hold), limit):
-            tail = text[q:]
-            if any(len(s) > len(tail) and s.startswith(tail) for s in self.stops):
+            if self._is_prefix(text[q:], proper=True):
                 return q
         return None
 
@@ -107,10 +128,12 @@ class StopStringMatcher:
             self._consumed += len(text)
             self._held = ""
             return StopResult(text)
-        i, which = find_stop(text, self.stops)
+        i, which = self._find(text)
         if which is not None:
-            pending = self._pending_start(text, i)
-            if pending is not None:  # a longer stop string may still complete earlier than this one
+            # a longer stop string may still complete earlier than this one (or, when the stop string is
+            # kept, at the same place: the longest one found there wins, as in find_stop)
+            pending = self._pending_start(text, i + 1 if self.include_stop else i)
+            if pending is not None:
                 emit, self._held = text[:pending], text[pending:]
                 self._consumed += len(emit)
                 return StopResult(emit)
@@ -130,7 +153,7 @@ class StopStringMatcher:
         if self.stopped:
             return ""
         text, self._held = self._held, ""
-        i, which = find_stop(text, self.stops)
+        i, which = self._find(text)
         if which is not None:  # held back for a longer candidate that never completed
             self.stopped, self.stop = True, which
             text = text[: i + (len(which) if self.include_stop else 0)]

@@ -130,6 +130,10 @@ def encode_prompt(tokenizer: Any, text: str, *, add_special_tokens: bool = True,
     those of Hugging Face's ``apply_chat_template(..., tokenize=True)``; otherwise ``add_special_tokens``
     applies.
 
+    Either way a prompt that already starts with the BOS token (a client that sends ``"<s>[INST] ..."`` or
+    a prompt it rendered with the chat template itself) keeps exactly one BOS: when the encoding starts
+    with two BOS ids, the one the tokenizer added is dropped.
+
     Raises:
         RequestError: ``text_input`` is empty.
     """
@@ -139,7 +143,15 @@ def encode_prompt(tokenizer: Any, text: str, *, add_special_tokens: bool = True,
         text = render_chat(tokenizer, text)
     bos = getattr(tokenizer, "bos_token", None)
     special = add_special_tokens and not (bos and text.startswith(bos))
-    return list(tokenizer.encode(text, add_special_tokens=special))
+    return _one_bos(tokenizer, list(tokenizer.encode(text, add_special_tokens=special)))
+
+
+def _one_bos(tokenizer: Any, ids: list[int]) -> list[int]:
+    """``ids`` without a duplicated leading BOS id (the prompt's own plus the tokenizer's)."""
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    if bos_id is not None and len(ids) >= 2 and ids[0] == bos_id and ids[1] == bos_id:
+        return ids[1:]
+    return ids
 
 
 def check_lengths(prompt_tokens: int, max_tokens: int | None, *, max_input_len: int | None,

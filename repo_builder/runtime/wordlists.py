@@ -38,6 +38,11 @@ import numpy as np
 from .triton_io import RequestError
 
 _ANCHOR = "\n"
+
+#: Most elements one batch row of ``stop_words``/``bad_words``/``embedding_bias_words`` may hold.
+MAX_WORDS = 65_536
+#: Most UTF-8 bytes of text one batch row of those fields may hold (all elements together), 4 MiB.
+MAX_WORD_BYTES = 4 * 1024 * 1024
 _IDS_RE = re.compile(r"^\s*\[.*\]\s*$", re.S)
 
 
@@ -63,6 +68,25 @@ def parse_token_ids(word: str, vocab_size: int, field: str) -> list[int] | None:
         raise RequestError(field, f"token ids {bad} in {word!r} are outside the vocabulary "
                                   f"[0, {vocab_size})")
     return [int(v) for v in value]
+
+
+def check_word_row(words: Sequence[str], field: str) -> None:
+    """Refuse a word-list row over the documented size limits (:data:`MAX_WORDS` elements,
+    :data:`MAX_WORD_BYTES` UTF-8 bytes in all), naming the field; the limits keep one request's
+    encoding work bounded (docs/performance.md, "Word lists").
+
+    Raises:
+        RequestError: the row holds too many elements or too many bytes.
+    """
+    if len(words) > MAX_WORDS:
+        raise RequestError(field, f"holds {len(words)} elements in one batch row; the limit is {MAX_WORDS}",
+                           "send fewer words (each element is one word or phrase)")
+    size = sum(len(w) for w in words)            # characters <= bytes: cheap first test
+    if size * 4 > MAX_WORD_BYTES:
+        size = sum(len(w.encode("utf-8")) for w in words)
+    if size > MAX_WORD_BYTES:
+        raise RequestError(field, f"holds {size} bytes of text in one batch row; the limit is "
+                                  f"{MAX_WORD_BYTES} bytes", "send fewer or shorter words")
 
 
 class WordEncoder:
@@ -106,44 +130,103 @@ class WordEncoder:
 
     def text_variants(self, word: str) -> list[list[int]]:
         """Token-id sequences for the text ``word`` (see module docstring); ``[]`` for an empty word."""
-        if word == "":
+        return self.text_variants_many([word])[0]
+
+    def _enc_many(self, texts: list[str]) -> list[list[int]]:
+        """``encode(t, add_special_tokens=False)`` for every text, in one batched call on a fast tokenizer
+        (the Rust ``encode_batch``: one Python round trip for thousands of words)."""
+        if not texts:
             return []
+        backend = getattr(self.tokenizer, "backend_tokenizer", None) if getattr(self.tokenizer, "is_fast", False) else None
+        if backend is None or len(texts) < 8:
+            return [self._enc(t) for t in texts]
+        # One ordinary encode first: it puts the Rust tokenizer in the state encode() uses (no truncation or
+        # padding, the tokenizer's split_special_tokens); then the batch skips transformers' per-encoding
+        # conversion (offsets, masks), which costs more than the encoding itself.
+        first = self._enc(texts[0])
+        batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+        return [first] + [enc.ids for enc in batch(texts[1:], add_special_tokens=False)]
+
+    def text_variants_many(self, words: Sequence[str]) -> list[list[list[int]]]:
+        """:meth:`text_variants` of every word, cost linear in the number of words: cache misses are
+        encoded in one batched tokenizer call; the result list is parallel to ``words``."""
+        results: list[list[list[int]] | None] = [None] * len(words)
+        missing: dict[str, list[int]] = {}          # word -> positions in ``words``
         with self._lock:
-            hit = self._cache.get(word)
-            if hit is not None:
-                self._cache.move_to_end(word)
-                return hit
-        if word in self._added:
-            variants = [[int(self._added[word])]]
-        else:
-            variants = []
-            glued = self._in_context(word)
-            if glued is None:
-                plain = self._plain(word)
-                if plain:
-                    variants.append(plain)
+            for i, word in enumerate(words):
+                if word == "":
+                    results[i] = []
+                    continue
+                hit = self._cache.get(word)
+                if hit is not None:
+                    self._cache.move_to_end(word)
+                    results[i] = hit
+                else:
+                    missing.setdefault(word, []).append(i)
+        todo = [w for w in missing if w not in self._added]
+        spaced_words = [w for w in todo if not w[0].isspace()]
+        encoded = self._enc_many([_ANCHOR + w for w in todo] + [_ANCHOR + " " + w for w in spaced_words])
+        glued_ids = dict(zip(todo, encoded[:len(todo)]))
+        spaced_ids = dict(zip(spaced_words, encoded[len(todo):]))
+        n = len(self._anchor_ids)
+
+        def strip_anchor(ids: list[int]) -> list[int] | None:
+            if n and ids[:n] == self._anchor_ids and len(ids) > n:
+                return ids[n:]
+            return None
+
+        fresh: dict[str, list[list[int]]] = {}
+        for word in missing:
+            if word in self._added:
+                variants = [[int(self._added[word])]]
             else:
-                variants.append(glued)
-                if not word[0].isspace():
-                    spaced = self._in_context(" " + word)
-                    if spaced is not None and spaced not in variants:
-                        variants.append(spaced)
-        with self._lock:
-            self._cache[word] = variants
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return variants
+                variants = []
+                glued = strip_anchor(glued_ids[word])
+                if glued is None:
+                    plain = self._plain(word)
+                    if plain:
+                        variants.append(plain)
+                else:
+                    variants.append(glued)
+                    if word in spaced_ids:
+                        spaced = strip_anchor(spaced_ids[word])
+                        if spaced is not None and spaced != glued:
+                            variants.append(spaced)
+            fresh[word] = variants
+            for i in missing[word]:
+                results[i] = variants
+        if fresh:
+            with self._lock:
+                for word, variants in fresh.items():
+                    self._cache[word] = variants
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return results  # type: ignore[return-value]
 
     def sequences(self, word: str, field: str) -> list[list[int]]:
         """Raw ids (JSON list syntax) or the text variants of one request element."""
-        ids = parse_token_ids(word, self.vocab_size, field)
-        if ids is not None:
-            return [ids]
-        return self.text_variants(word)
+        return self.sequences_many([word], field)[0]
+
+    def sequences_many(self, words: Sequence[str], field: str) -> list[list[list[int]]]:
+        """:meth:`sequences` of every element, text variants encoded in one batch (linear cost)."""
+        out: list[list[list[int]] | None] = [None] * len(words)
+        text_pos: list[int] = []
+        for i, word in enumerate(words):
+            ids = parse_token_ids(word, self.vocab_size, field)
+            if ids is not None:
+                out[i] = [ids]
+            else:
+                text_pos.append(i)
+        for i, variants in zip(text_pos, self.text_variants_many([words[i] for i in text_pos])):
+            out[i] = variants
+        return out  # type: ignore[return-value]
 
     def word_list(self, rows: Sequence[Sequence[str] | None], field: str,
                   extra_ids: Sequence[int] = ()) -> np.ndarray:
         """Build the ``[batch, 2, N]`` int32 ids/offsets tensor for a batch.
+
+        Cost is linear in the number of words (batched encoding, set-based de-duplication that keeps
+        the first occurrence's order); see docs/performance.md for measured times.
 
         Args:
             rows: per batch row the words (each element one word or phrase), or None for no words.
@@ -152,23 +235,29 @@ class WordEncoder:
         Returns:
             int32 array ``[batch, 2, N]`` (``N = 0`` when every row is empty).
         Raises:
-            RequestError: an element that is a malformed token-id list or holds ids outside the vocabulary.
+            RequestError: an element that is a malformed token-id list or holds ids outside the vocabulary,
+                or a row over :data:`MAX_WORDS` elements / :data:`MAX_WORD_BYTES` bytes of text.
         """
         flat_rows: list[tuple[list[int], list[int]]] = []
         for words in rows:
-            seqs: list[list[int]] = []
-            for word in words or []:
-                for seq in self.sequences(word, field):
-                    if seq and seq not in seqs:
-                        seqs.append(seq)
-            for extra in extra_ids:
-                if [int(extra)] not in seqs:
-                    seqs.append([int(extra)])
+            words = list(words or [])
+            check_word_row(words, field)
+            seen: set[tuple[int, ...]] = set()
             ids: list[int] = []
             offsets: list[int] = []
-            for seq in seqs:
-                ids.extend(seq)
-                offsets.append(len(ids))
+
+            def add(seq: Sequence[int]) -> None:
+                key = tuple(seq)
+                if key and key not in seen:
+                    seen.add(key)
+                    ids.extend(key)
+                    offsets.append(len(ids))
+
+            for variants in self.sequences_many(words, field):
+                for seq in variants:
+                    add(seq)
+            for extra in extra_ids:
+                add([int(extra)])
             flat_rows.append((ids, offsets))
         longest = max((len(ids) for ids, _ in flat_rows), default=0)
         if longest == 0:
@@ -211,8 +300,9 @@ class WordEncoder:
                 raise RequestError("embedding_bias_words",
                                    f"has {len(words)} element(s) but embedding_bias_weights has "
                                    f"{len(weights)} in batch row {b}", "send one weight per word")
-            for word, weight in zip(words, weights):
-                ids = sorted({t for seq in self.sequences(word, "embedding_bias_words") for t in seq})
+            check_word_row(words, "embedding_bias_words")
+            for weight, variants in zip(weights, self.sequences_many(words, "embedding_bias_words")):
+                ids = sorted({t for seq in variants for t in seq})
                 for t in ids:
                     if t < size:
                         bias[b, t] += float(weight)

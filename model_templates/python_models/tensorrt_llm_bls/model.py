@@ -209,6 +209,7 @@ class TritonPythonModel:
             max_beam_width=int(params.int("max_beam_width", 1) or 1),
             decoupled=self.decoupled,
             coalesce=bool(params.bool("coalesce_streaming_responses", False)),
+            exclude_input_default=bool(params.bool("exclude_input_in_output", False)),
         )
         here = os.path.dirname(os.path.abspath(__file__))
         try:

@@ -1,0 +1,112 @@
+"""Side by side with NVIDIA's templates in one run (issue 15; docs/performance.md, section 6).
+
+    python scripts/bench_vs_upstream.py --mirror /path/to/tensorrtllm_backend.git \\
+        --harness ../shared/bench/upstream-baseline --tokenizer-dir ../shared/assets/llama2_tokenizer \\
+        --work /tmp/perf-bl [--reps 5] [--concurrency 1,4,16] [--wait-quiet 30]
+
+Steps, all in one invocation so both sides see the same machine and, as far as possible, the same load:
+
+1. ``run_baseline.py prepare-upstream``: NVIDIA's v0.19.0 templates filled by their ``fill_template.py``
+   into ``WORK/upstream`` (under /tmp; nothing of theirs enters this project);
+2. our default streaming render for a synthetic engine (``WORK/ours``) and the same with two preprocessing
+   and two BLS instances (``WORK/ours_x2``; postprocessing stays at one instance, streaming requires it);
+3. ``run_baseline.py run`` on each: the harness puts its own zero-cost synthetic engine into both
+   ``tensorrt_llm`` slots and measures ensemble and BLS over gRPC streaming with the same client; the
+   two-instance repository only at the highest concurrency;
+4. ``run_baseline.py summarize --compare``: the B/A tables (B = ours), written next to the results with
+   the load averages seen before and after each side (``WORK/loadavg.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SYNTHETIC_SPEC = {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
+MODES = "ensemble_grpc_stream,bls_grpc_stream"
+
+
+def render(dest: Path, tokenizer_dir: str, extra: dict) -> Path:
+    """Our streaming render for a synthetic engine spec; returns the repository folder."""
+    from repo_builder.render import render_repository
+
+    engine = dest / "synthetic-engine"
+    engine.mkdir(parents=True, exist_ok=True)
+    (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC) + "\n")
+    values = {"synthetic_token_delay_ms": 0, **extra}
+    return render_repository(engine, tokenizer_dir, dest / "repo", user_values=values, streaming=True).output
+
+
+def machine() -> dict:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mirror", required=True, help="bare git dir of triton-inference-server/tensorrtllm_backend")
+    ap.add_argument("--harness", required=True, help="folder with run_baseline.py")
+    ap.add_argument("--tokenizer-dir", required=True)
+    ap.add_argument("--work", default="/tmp/perf-bl", help="folder under /tmp for both repositories and results")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--wait-quiet", type=float, default=0,
+                    help="passed to the harness; > 0 also makes it discard repetitions that saw other load (up to "
+                         "2 x reps per cell, each followed by a wait): on a shared machine 0 keeps the run bounded")
+    ap.add_argument("--startup-reps", type=int, default=1)
+    ap.add_argument("--correctness", action="store_true", help="also run the harness's text-correctness part")
+    ap.add_argument("--skip-upstream", action="store_true", help="reuse WORK/upstream_results.json")
+    args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    harness = str(Path(args.harness) / "run_baseline.py")
+    py = sys.executable
+    loads: dict[str, list[float]] = {}
+
+    def harness_run(name: str, repo: Path, concurrency: str, extra: list[str]) -> None:
+        loads[name + " before"] = list(os.getloadavg())
+        t0 = time.time()
+        subprocess.run([py, harness, "run", "--repo", str(repo), "--tokenizer-dir", args.tokenizer_dir,
+                        "--modes", MODES, "--concurrency", concurrency, "--reps", str(args.reps),
+                        "--wait-quiet", str(args.wait_quiet), "--no-bls-acc", "--label", name,
+                        "--startup-reps", str(args.startup_reps), *([] if args.correctness else ["--skip-correctness"]),
+                        "--out", str(work / f"{name}_results.json"), *extra], check=True)
+        loads[name + " after"] = list(os.getloadavg())
+        loads[name + " seconds"] = [round(time.time() - t0, 1)]
+
+    if not args.skip_upstream:
+        subprocess.run([py, harness, "prepare-upstream", "--mirror", args.mirror, "--dest", str(work / "upstream"),
+                        "--tokenizer-dir", args.tokenizer_dir], check=True)
+    ours = render(work / "ours", args.tokenizer_dir, {})
+    ours2 = render(work / "ours_x2", args.tokenizer_dir, {"preprocessing_instance_count": 2, "bls_instance_count": 2})
+    if not args.skip_upstream:
+        harness_run("upstream", work / "upstream" / "repo", args.concurrency,
+                    ["--provenance", str(work / "upstream" / "provenance.json")])
+    harness_run("ours", ours, args.concurrency, [])
+    top = args.concurrency.split(",")[-1]
+    harness_run("ours_x2", ours2, top, [] if not args.correctness else ["--skip-correctness"])
+    (work / "loadavg.json").write_text(json.dumps({"machine": machine(), "loadavg": loads}, indent=1) + "\n")
+    for b in ("ours", "ours_x2"):
+        out = subprocess.run([py, harness, "summarize", "--results", str(work / "upstream_results.json"),
+                              "--compare", str(work / f"{b}_results.json")], check=True, capture_output=True,
+                             text=True).stdout
+        (work / f"summary_{b}.md").write_text(out)
+        print(out)
+    print(json.dumps({"machine": machine(), "loadavg": loads}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
