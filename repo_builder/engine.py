@@ -87,6 +87,24 @@ class EngineInfo(BaseModel):
     rank_files: tuple[str, ...] = ()
     weight_files: tuple[str, ...] = ()
     is_decoder: bool = True
+    num_layers: int | None = None
+    num_kv_heads: int | None = None
+    head_size: int | None = None
+    hidden_size: int | None = None
+    kv_cache_bytes_per_value: int | None = None
+    lora_plugin: str | None = None
+    max_lora_rank: int | None = None
+    lora_target_modules: tuple[str, ...] = ()
+
+    def kv_bytes_per_token(self) -> int | None:
+        """KV-cache bytes one token takes on one GPU: 2 (K and V) x layers / pp x KV heads / tp x head size x
+        bytes per value (1 with an FP8/INT8 KV cache, else the model dtype's). None when a fact is missing."""
+        facts = (self.num_layers, self.num_kv_heads, self.head_size, self.kv_cache_bytes_per_value)
+        if any(f is None for f in facts):
+            return None
+        layers = -(-self.num_layers // max(self.pp_size, 1))
+        heads = max(1, -(-self.num_kv_heads // max(self.tp_size, 1)))
+        return 2 * layers * heads * self.head_size * self.kv_cache_bytes_per_value
 
     @property
     def config_file(self) -> Path:
@@ -360,6 +378,23 @@ def _rank_index(name: str) -> int:
     return int(match.group(1)) if match else 1 << 30
 
 
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp32": 4, "fp16": 2, "bf16": 2, "float8": 1, "fp8": 1,
+                "int8": 1}
+
+
+def _kv_bytes(dtype: Any, kv_quant: Any) -> int | None:
+    """Bytes per KV-cache value: 1 for an FP8/INT8 KV cache (QuantAlgo FP8 / INT8), else the dtype's size."""
+    if isinstance(kv_quant, str) and kv_quant.upper() in ("FP8", "INT8"):
+        return 1
+    return _DTYPE_BYTES.get(str(dtype).lower()) if dtype else None
+
+
+def _head_size(hidden: int | None, heads: int | None, given: int | None) -> int | None:
+    if given:
+        return given
+    return hidden // heads if hidden and heads and hidden % heads == 0 else None
+
+
 def _list_files(directory: Path, patterns: tuple[str, ...]) -> tuple[str, ...]:
     names = {p.name for pattern in patterns for p in directory.glob(pattern) if p.is_file()}
     return tuple(sorted(names))
@@ -436,6 +471,12 @@ def _parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         tokens_per_block=_int(p.get("tokens_per_block")),
         max_draft_len=_int(b.get("max_draft_len"), 0) or 0, speculative_decoding_mode=None,
         quantization=_quant_summary_old(_int(b.get("quant_mode"))), is_decoder=is_decoder,
+        num_layers=_int(b.get("num_layers")), num_kv_heads=_int(b.get("num_kv_heads")) or _int(b.get("num_heads")),
+        head_size=_head_size(_int(b.get("hidden_size")), _int(b.get("num_heads")), None),
+        hidden_size=_int(b.get("hidden_size")),
+        kv_cache_bytes_per_value=1 if (_int(b.get("quant_mode")) or 0) & 128 else _kv_bytes(b.get("precision"), None),
+        lora_plugin=_plugin_str(p.get("lora_plugin")), max_lora_rank=_int(b.get("max_lora_rank")),
+        lora_target_modules=tuple(b.get("lora_target_modules") or ()),
     )
 
 
@@ -445,6 +486,7 @@ def _parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(pre, dict) or not isinstance(build, dict):
         raise EngineError("pretrained_config and build_config must be objects", path=directory / "config.json")
     plugin = build.get("plugin_config") or {}
+    lora = build.get("lora_config") or {}
     missing = [k for k in ("max_batch_size", "max_input_len") if build.get(k) is None]
     if missing:
         raise EngineError(f"build_config lacks {', '.join(missing)}", path=directory / "config.json")
@@ -488,6 +530,14 @@ def _parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         max_draft_len=_int(build.get("max_draft_len"), _int(pre.get("max_draft_len"), 0)) or 0,
         speculative_decoding_mode=spec_name, quantization=_quant_summary_new(pre.get("quantization")),
         is_decoder=not _looks_like_encoder(architecture),
+        num_layers=_int(pre.get("num_hidden_layers")),
+        num_kv_heads=_int(pre.get("num_key_value_heads")) or _int(pre.get("num_attention_heads")),
+        head_size=_head_size(_int(pre.get("hidden_size")), _int(pre.get("num_attention_heads")),
+                             _int(pre.get("head_size"))),
+        hidden_size=_int(pre.get("hidden_size")),
+        kv_cache_bytes_per_value=_kv_bytes(pre.get("dtype"), (pre.get("quantization") or {}).get("kv_cache_quant_algo")),
+        lora_plugin=_plugin_str(plugin.get("lora_plugin")), max_lora_rank=_int(lora.get("max_lora_rank")),
+        lora_target_modules=tuple(lora.get("lora_target_modules") or ()),
     )
 
 

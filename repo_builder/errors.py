@@ -98,3 +98,7 @@ class Interrupted(BaseException):
 
 class ClientError(RepoBuilderError):
     """A request was refused by the client-side checks or failed on the server."""
+
+
+class ModelConversionError(RepoBuilderError):
+    """A packaged model (``repo-builder model``) is not installed, or converting it into a checkpoint failed."""

@@ -6,7 +6,8 @@ Format (``docs/design.md``)::
      "engine": {"dir": "/abs/engine", "kind": "trtllm", "placement": "copy", "fingerprint": "sha256:..."},
      "tokenizer": {"dir": "/abs/tokenizer"},
      "values": {"kv_cache_free_gpu_mem_fraction": {"value": 0.9, "origin": "default"}, ...},
-     "launch": {"world_size": 1, "tensorrt_llm_model_names": ["tensorrt_llm"]},
+     "launch": {"world_size": 1, "tensorrt_llm_model_names": ["tensorrt_llm"],
+                "tp_size": 1, "pp_size": 1, "python_instances": {"preprocessing": 1, ...}},
      "serve_path": null,
      "files": {"preprocessing/config.pbtxt": "sha256:...", ...}}
 
@@ -17,6 +18,12 @@ placed into the repository (relative paths; absent in lock files written before 
 are every file repo-builder wrote, which is what ``render --force`` may replace. The file has no timestamp,
 so rendering the same inputs twice gives the same bytes.
 
+``launch`` is what a launcher or a deployment needs without reading the engine: the MPI world size (tp x pp),
+the model(s) ranks > 0 load, and the number of Python-backend stub processes per model (each needs a
+``/dev/shm`` region). Lock files written before ``tp_size``/``pp_size``/``python_instances`` existed lack
+them; :func:`read_launch` says so with ``None``. A repository serving several LLMs (``render --model``) has an
+``llms`` list too (:func:`build_multi_lock`, :func:`lock_llms`).
+
 :func:`read_lock` checks the file against :class:`LockFile` (a pydantic model; unknown keys are kept, so a
 newer repo-builder's lock file still reads) and names the key path of the first problems.
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Mapping
 
@@ -71,6 +79,9 @@ class LockLaunch(_Open):
 
     world_size: int = Field(ge=1)
     tensorrt_llm_model_names: list[str] = Field(min_length=1)
+    tp_size: int | None = Field(None, ge=1)
+    pp_size: int | None = Field(None, ge=1)
+    python_instances: dict[str, int] | None = None
 
 
 class LockFile(_Open):
@@ -146,7 +157,8 @@ def _jsonable(value: Any) -> Any:
 def build_lock(*, version: str, profile: str, engine: Mapping[str, Any], tokenizer_dir: str | Path,
                values: Mapping[str, tuple[Any, str]], world_size: int, tensorrt_llm_model_names: list[str],
                files: Mapping[str, bytes], serve_path: str | Path | None = None,
-               engine_files: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+               engine_files: list[str] | tuple[str, ...] = (), tp_size: int | None = None,
+               pp_size: int | None = None, python_instances: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The lock file content as a dict.
 
     Args:
@@ -154,7 +166,16 @@ def build_lock(*, version: str, profile: str, engine: Mapping[str, Any], tokeniz
         values: {parameter: (value, origin)} with origin one of default/engine/tokenizer/user.
         files: {repository-relative POSIX path: bytes} of every rendered file except engine files.
         engine_files: repository-relative paths of the engine files placed (none for ``reference``).
+        tp_size, pp_size: the engine's tensor and pipeline parallel sizes (world_size = tp x pp).
+        python_instances: {model: Python-backend stub processes} for every ``backend: "python"`` model.
     """
+    launch: dict[str, Any] = {"world_size": int(world_size), "tensorrt_llm_model_names": list(tensorrt_llm_model_names)}
+    if tp_size is not None:
+        launch["tp_size"] = int(tp_size)
+    if pp_size is not None:
+        launch["pp_size"] = int(pp_size)
+    if python_instances is not None:
+        launch["python_instances"] = {str(k): int(v) for k, v in sorted(python_instances.items())}
     return {
         "tool": "repo-builder",
         "version": version,
@@ -162,11 +183,60 @@ def build_lock(*, version: str, profile: str, engine: Mapping[str, Any], tokeniz
         "engine": _jsonable(dict(engine)),
         "tokenizer": {"dir": str(tokenizer_dir)},
         "values": {name: {"value": _jsonable(v), "origin": origin} for name, (v, origin) in sorted(values.items())},
-        "launch": {"world_size": int(world_size), "tensorrt_llm_model_names": list(tensorrt_llm_model_names)},
+        "launch": launch,
         "serve_path": str(serve_path) if serve_path is not None else None,
         "files": {rel: sha256_bytes(data) for rel, data in sorted(files.items())},
         "engine_files": sorted(engine_files),
     }
+
+
+def build_multi_lock(*, version: str, profile: str, llms: list[tuple[str, Mapping[str, Any]]],
+                     files: Mapping[str, bytes], serve_path: str | Path | None = None) -> dict[str, Any]:
+    """The lock file of a repository serving several LLMs (``render --model NAME=...`` repeated).
+
+    ``llms`` is ``[(name, that LLM's own lock dict from build_lock)]``. The result has the single-LLM keys
+    (``launch`` merged: the common world size, every LLM's TensorRT-LLM model, all Python stub counts;
+    ``values`` empty, as values are per LLM) plus ``llms``: ``[{"name", "engine", "tokenizer", "values",
+    "models": {role: model name}}]``. ``engine``/``tokenizer`` at the top are the first LLM's (readers that know
+    one LLM only still find an engine); :func:`lock_llms` lists them all.
+    """
+    launches = [lock["launch"] for _, lock in llms]
+    launch: dict[str, Any] = {
+        "world_size": launches[0]["world_size"],
+        "tensorrt_llm_model_names": [n for lau in launches for n in lau["tensorrt_llm_model_names"]],
+    }
+    for key in ("tp_size", "pp_size"):
+        if all(key in lau for lau in launches) and len({lau[key] for lau in launches}) == 1:
+            launch[key] = launches[0][key]
+    if all("python_instances" in lau for lau in launches):
+        launch["python_instances"] = {k: v for lau in launches for k, v in sorted(lau["python_instances"].items())}
+    entries = []
+    for name, lock in llms:
+        models = sorted({rel.split("/", 1)[0] for rel in lock["files"] if rel.count("/") == 1
+                         and rel.endswith("/config.pbtxt")})
+        prefix = f"{name}_"
+        entries.append({"name": name, "engine": lock["engine"], "tokenizer": lock["tokenizer"],
+                        "values": lock["values"],
+                        "models": {m[len(prefix):]: m for m in models if m.startswith(prefix)}})
+    first = llms[0][1]
+    return {
+        "tool": "repo-builder", "version": version, "profile": profile, "engine": first["engine"],
+        "tokenizer": first["tokenizer"], "values": {}, "llms": entries, "launch": launch,
+        "serve_path": str(serve_path) if serve_path is not None else None,
+        "files": {rel: sha256_bytes(data) for rel, data in sorted(files.items())},
+        "engine_files": sorted({rel for _, lock in llms for rel in lock.get("engine_files", [])}),
+    }
+
+
+def lock_llms(lock: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every LLM a lock file describes: its ``llms`` list, or for a single-LLM lock one entry
+    ``{"name": None, "engine", "tokenizer", "values", "models": {role: role}}``."""
+    if isinstance(lock.get("llms"), list):
+        return [dict(e) for e in lock["llms"] if isinstance(e, dict)]
+    models = sorted({rel.split("/", 1)[0] for rel in lock.get("files", {}) if rel.count("/") == 1
+                     and rel.endswith("/config.pbtxt")})
+    return [{"name": None, "engine": lock.get("engine"), "tokenizer": lock.get("tokenizer"),
+             "values": lock.get("values", {}), "models": {m: m for m in models}}]
 
 
 def dumps(lock: Mapping[str, Any]) -> bytes:
@@ -234,6 +304,83 @@ def unlisted_files(repo: str | Path, lock: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def require_lock(repo: str | Path) -> dict[str, Any]:
+    """:func:`read_lock` for commands that need the lock file (deploy): its absence is an error.
+
+    Raises:
+        RenderError: ``repo`` is not a directory, has no lock file, or the lock file is malformed.
+    """
+    root = Path(repo)
+    if not root.is_dir():
+        raise RenderError("repository does not exist or is not a directory", path=root,
+                          hint="render one with `repo-builder render --output DIR`")
+    lock = read_lock(root)
+    if lock is None:
+        raise RenderError(f"no {LOCK_NAME} in the repository; deployments are generated from it", path=root,
+                          hint="render the repository with `repo-builder render` (hand-filled repositories have no lock file)")
+    return lock
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """The lock file's ``launch`` block, checked.
+
+    Attributes:
+        world_size: MPI ranks (tp x pp).
+        tensorrt_llm_model_names: models ranks > 0 load.
+        tp_size, pp_size: tensor / pipeline parallel sizes, or None in lock files that predate them.
+        python_instances: {model: Python-backend stub processes}, or None in lock files that predate it.
+    """
+
+    world_size: int
+    tensorrt_llm_model_names: tuple[str, ...]
+    tp_size: int | None = None
+    pp_size: int | None = None
+    python_instances: Mapping[str, int] | None = None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def read_launch(lock: Mapping[str, Any], *, path: str | Path | None = None) -> LaunchFacts:
+    """The ``launch`` block of a lock dict as :class:`LaunchFacts`.
+
+    Raises:
+        RenderError: the block is missing or a field has the wrong type (names ``launch.<field>``), or
+            ``tp_size x pp_size != world_size``.
+    """
+    launch = lock.get("launch")
+    if not isinstance(launch, dict):
+        raise RenderError("lock file has no 'launch' object", path=path, key="launch",
+                          hint="re-render the repository with `repo-builder render --force`")
+    ws = launch.get("world_size")
+    if not _positive_int(ws):
+        raise RenderError(f"world_size must be a positive integer, got {ws!r}", path=path, key="launch.world_size")
+    names = launch.get("tensorrt_llm_model_names")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise RenderError(f"tensorrt_llm_model_names must be a non-empty list of names, got {names!r}", path=path,
+                          key="launch.tensorrt_llm_model_names")
+    sizes = {}
+    for key in ("tp_size", "pp_size"):
+        value = launch.get(key)
+        if value is not None and not _positive_int(value):
+            raise RenderError(f"{key} must be a positive integer, got {value!r}", path=path, key=f"launch.{key}")
+        sizes[key] = value
+    if sizes["tp_size"] is not None and sizes["pp_size"] is not None and sizes["tp_size"] * sizes["pp_size"] != ws:
+        raise RenderError(f"tp_size {sizes['tp_size']} x pp_size {sizes['pp_size']} != world_size {ws}", path=path,
+                          key="launch.world_size", hint="re-render the repository")
+    instances = launch.get("python_instances")
+    if instances is not None:
+        if not isinstance(instances, dict) or not all(isinstance(k, str) and isinstance(v, int) and
+                                                      not isinstance(v, bool) and v >= 0
+                                                      for k, v in instances.items()):
+            raise RenderError(f"python_instances must map model names to counts, got {instances!r}", path=path,
+                              key="launch.python_instances")
+    return LaunchFacts(world_size=ws, tensorrt_llm_model_names=tuple(names), tp_size=sizes["tp_size"],
+                       pp_size=sizes["pp_size"], python_instances=dict(instances) if instances is not None else None)
+
+
 def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Files of ``repo`` whose sha256 differs from the lock file: [(relative path, "changed"|"missing")]."""
     root = Path(repo)
@@ -245,3 +392,52 @@ def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, 
         elif sha256_file(path) != digest:
             out.append((rel, "changed"))
     return out
+
+
+@dataclass(frozen=True)
+class ServingInfo:
+    """What a client-side front end (``repo-builder openai``) needs from a repository's lock file.
+
+    Attributes:
+        model_name: the name to serve the model under: the last component of the engine directory the
+            repository was rendered from (``engine.dir``), e.g. ``llama-3-8b`` for ``/engines/llama-3-8b``.
+        tokenizer_dir: the tokenizer directory as render read it (``tokenizer.dir``); the parameter
+            ``tokenizer_dir`` (the path the server sees, ``--serve-path``) when the former is missing.
+        profile: the template profile (``trtllm-1.2``, ``trtllm-0.5``).
+        values: every resolved parameter value by name (``values.<name>.value``).
+        path: the lock file.
+    """
+
+    model_name: str
+    tokenizer_dir: Path | None
+    profile: str
+    values: dict[str, Any]
+    path: Path
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """The resolved value of parameter ``name`` (``default`` when unset or absent)."""
+        got = self.values.get(name)
+        return default if got is None else got
+
+
+def read_serving_info(repo: str | Path) -> ServingInfo:
+    """Read :class:`ServingInfo` from ``repo``'s lock file.
+
+    Raises:
+        RenderError: the repository has no lock file (names the path, hints at ``--served-model-name`` /
+            ``--tokenizer-dir``), or it is unreadable or malformed (see :func:`read_lock`).
+    """
+    lock = read_lock(repo)
+    path = Path(repo) / LOCK_NAME
+    if lock is None:
+        raise RenderError("no lock file: the repository was not rendered by repo-builder", path=path,
+                          hint="render it with `repo-builder render`, or point --repo at a rendered repository")
+    values = {name: (entry.get("value") if isinstance(entry, dict) else None)
+              for name, entry in lock["values"].items()}
+    engine = lock.get("engine") if isinstance(lock.get("engine"), dict) else {}
+    engine_dir = str(engine.get("dir") or "").rstrip("/\\")
+    name = Path(engine_dir).name if engine_dir else ""
+    tokenizer = lock.get("tokenizer") if isinstance(lock.get("tokenizer"), dict) else {}
+    tok_dir = tokenizer.get("dir") or values.get("tokenizer_dir")
+    return ServingInfo(model_name=name or Path(repo).resolve().name, tokenizer_dir=Path(tok_dir) if tok_dir else None,
+                       profile=str(lock.get("profile") or ""), values=values, path=path)

@@ -156,3 +156,21 @@ def backend_json(config: "ModelConfig") -> dict:
     if isinstance(data.get("parameters"), dict):
         data["parameters"] = dict(sorted(data["parameters"].items()))
     return data
+
+
+def python_instances(config: "ModelConfig") -> int:
+    """Python-backend stub processes a model config starts: the sum over ``instance_group`` of ``count``
+    (0 means 1) times the number of listed GPUs (at least 1); 1 when there is no group.
+
+    Triton starts one stub process per model instance (python_backend README, "Multiple instances").
+    Meaningful for ``backend: "python"`` configs only; the caller decides that.
+    """
+    groups = list(config.instance_group)
+    if not groups:
+        return 1
+    total = 0
+    for group in groups:
+        count = group.count if group.count > 0 else 1
+        gpus = len(group.gpus) if group.kind == 1 else 0  # KIND_GPU = 1
+        total += count * max(gpus, 1)
+    return total

@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -193,14 +194,16 @@ def _param_formatters(profile: str) -> dict[str, Any]:
 
 
 def render_configs(profile: str, values: Mapping[str, Any], *, engine_kind: str,
-                   contract: ProfileContract | None = None) -> dict[str, str]:
+                   contract: ProfileContract | None = None, names: Mapping[str, str] | None = None) -> dict[str, str]:
     """Render, tidy and parse the ``config.pbtxt`` of every model of ``profile``.
 
     Args:
         values: {parameter name: resolved value or None} (``Resolution.as_template_vars()``).
         engine_kind: ``trtllm``, ``hf`` or ``synthetic`` (reserved template variable ``engine_kind``).
+        names: {model role: model name in the repository} when they differ (several LLMs in one repository);
+            the template variable ``model_name`` and the ensemble's step models follow it.
     Returns:
-        {model name: config.pbtxt text}.
+        {model role (preprocessing, tensorrt_llm, ...): config.pbtxt text}.
     Raises:
         TemplateError: a missing template, an undefined variable (names it and the template), a value
             that cannot be written, a leftover ``${`` (with its line), or a result that protobuf's text
@@ -217,7 +220,8 @@ def render_configs(profile: str, values: Mapping[str, Any], *, engine_kind: str,
             raise TemplateError("template missing", path=path,
                                 hint=f"every profile needs a config.pbtxt.j2 for each of {', '.join(MODEL_NAMES)}")
         variables = model_template_vars(profile, model, values, engine_kind)
-        variables.update(contract=contract.models[model], model_name=model, engine_kind=engine_kind)
+        variables.update(contract=contract.models[model], model_name=(names or {}).get(model, model),
+                         engine_kind=engine_kind)
         try:
             text = env.get_template(f"{profile}/{model}/config.pbtxt.j2").render(**variables)
         except jinja2.UndefinedError as exc:
@@ -228,7 +232,7 @@ def render_configs(profile: str, values: Mapping[str, Any], *, engine_kind: str,
         except TemplateError as exc:
             raise TemplateError(exc.message, key=exc.key, path=path, hint=exc.hint) from exc
         text = _tidy(text)
-        rel = f"{model}/config.pbtxt"
+        rel = f"{(names or {}).get(model, model)}/config.pbtxt"
         for ph in find_placeholders(text):
             raise TemplateError(f"line {ph.line}: unfilled placeholder ${{{ph.name}}} in {rel}", path=path)
         parse_model_config(text, path=f"{rel} (rendered from {path})")
@@ -391,8 +395,13 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
                 profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
                 values_file: str | Path | None = None, engine_mode: str = "copy", streaming: bool | None = None,
                 serve_path: str | Path | None = None, force: bool = False, dry_run: bool = False,
-                delete_unlisted: bool = False) -> RenderPlan:
-    """Inspect, resolve and render everything in memory (writes nothing). See :func:`render_repository`."""
+                delete_unlisted: bool = False, model_prefix: str = "") -> RenderPlan:
+    """Inspect, resolve and render everything in memory (writes nothing). See :func:`render_repository`.
+
+    ``model_prefix`` (one LLM of several in a repository, :func:`render_multi_repository`) prefixes every model
+    folder and name (``<prefix>preprocessing``, ...), the ensemble's steps, the engine's folder and the BLS's
+    ``tensorrt_llm_model_name``.
+    """
     from . import __version__
     from .engine import check_rank_files, engine_fingerprint, inspect_engine
     from .resolve import resolve
@@ -424,33 +433,44 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     tokenizer = inspect_tokenizer(tokenizer_path, trust_remote_code=bool(checked.get("trust_remote_code")))
     kind = engine.kind
 
+    names = {m: f"{model_prefix}{m}" for m in MODEL_NAMES}
     placement = plan_placement(kind, engine_path, engine_mode)
+    if model_prefix:
+        placement = _prefixed_placement(placement, model_prefix)
     engine_dir_value = placement.engine_dir_in(serve_root)
     resolution = resolve(profile, engine, tokenizer, checked, streaming=streaming,
                          engine_dir_in_repo=str(engine_dir_value))
     values = resolution.as_template_vars()
+    render_contract = contract
+    if model_prefix:
+        values["tensorrt_llm_model_name"] = names["tensorrt_llm"]
+        render_contract = _prefixed_contract(contract, names)
 
-    configs = render_configs(profile, values, engine_kind=kind, contract=contract)
+    configs = render_configs(profile, values, engine_kind=kind, contract=render_contract, names=names)
 
-    files: dict[str, bytes] = {f"{m}/config.pbtxt": text.encode("utf-8") for m, text in configs.items()}
+    files: dict[str, bytes] = {f"{names[m]}/config.pbtxt": text.encode("utf-8") for m, text in configs.items()}
     python_models = dict(PYTHON_MODEL_KINDS)
     if kind in ENGINE_MODEL_KINDS:
         python_models["tensorrt_llm"] = ENGINE_MODEL_KINDS[kind]
     runtime = runtime_files()
     for model, src_kind in python_models.items():
-        files[f"{model}/1/model.py"] = _python_model_source(src_kind)
+        files[f"{names[model]}/1/model.py"] = _python_model_source(src_kind)
         for rel, data in runtime.items():
-            files[f"{model}/1/{RUNTIME_FOLDER}/{rel}"] = data
-    files["tensorrt_llm_bls/1/wiring.json"] = (json.dumps(wiring_data(contract, values), indent=2) + "\n").encode()
+            files[f"{names[model]}/1/{RUNTIME_FOLDER}/{rel}"] = data
+    wiring = wiring_data(render_contract, values)
+    for step in wiring["steps"]:  # the BLS finds the engine step by its role and calls tensorrt_llm_model_name
+        if step["model"] == names["tensorrt_llm"]:
+            step["model"] = "tensorrt_llm"
+    files[f"{names['tensorrt_llm_bls']}/1/wiring.json"] = (json.dumps(wiring, indent=2) + "\n").encode()
     # The BLS runs postprocessing's code in-process (bls_local_postprocessing) with postprocessing's own config.
     post_config = backend_json(parse_model_config(configs["postprocessing"], path="postprocessing/config.pbtxt"))
-    files["tensorrt_llm_bls/1/postprocessing_config.json"] = (json.dumps(post_config, indent=2, sort_keys=True)
-                                                              + "\n").encode()
+    files[f"{names['tensorrt_llm_bls']}/1/postprocessing_config.json"] = \
+        (json.dumps(post_config, indent=2, sort_keys=True) + "\n").encode()
     for rel in files:
         if placement.files and any(rel == f.target for f in placement.files):
             raise RenderError(f"engine file would overwrite a rendered file: {rel}", path=engine_path)
-    empty_dirs = [f"{m}/1" for m in MODEL_NAMES if not any(r.startswith(f"{m}/1/") for r in files)
-                  and not any(f.target.startswith(f"{m}/1/") for f in placement.files)]
+    empty_dirs = [f"{names[m]}/1" for m in MODEL_NAMES if not any(r.startswith(f"{names[m]}/1/") for r in files)
+                  and not any(f.target.startswith(f"{names[m]}/1/") for f in placement.files)]
 
     lock = build_lock(
         version=__version__, profile=profile,
@@ -459,13 +479,44 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
         tokenizer_dir=str(tokenizer_path),
         values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
         world_size=int(getattr(resolution, "world_size", 1) or 1),
-        tensorrt_llm_model_names=["tensorrt_llm"],
+        tensorrt_llm_model_names=[names["tensorrt_llm"]],
         files=files, serve_path=serve_path, engine_files=[f.target for f in placement.files],
+        tp_size=engine.tp_size if kind == "trtllm" else 1, pp_size=engine.pp_size if kind == "trtllm" else 1,
+        python_instances={names[m]: n for m, n in _python_instances(configs).items()},
     )
     files[LOCK_NAME] = dumps(lock)
     return RenderPlan(output=output, serve_root=serve_root, profile=profile, engine=engine, tokenizer=tokenizer,
                       resolution=resolution, placement=placement, files=files, empty_dirs=empty_dirs, lock=lock,
                       warnings=list(getattr(resolution, "warnings", []) or []))
+
+
+def _prefixed_placement(placement: PlacementPlan, prefix: str) -> PlacementPlan:
+    """``placement`` with the engine folder (``tensorrt_llm/1...``) moved to ``<prefix>tensorrt_llm/1...``."""
+    if placement.engine_subdir is None:
+        return placement
+    return PlacementPlan(placement.mode, placement.source_dir, prefix + placement.engine_subdir,
+                         [type(f)(f.source, prefix + f.target, f.size) for f in placement.files])
+
+
+def _prefixed_contract(contract: ProfileContract, names: Mapping[str, str]) -> ProfileContract:
+    """``contract`` with the ensemble's step models renamed by ``names`` (role -> model name)."""
+    ensemble = contract.models["ensemble"]
+    steps = [step.model_copy(update={"model": names.get(step.model, step.model)}) for step in ensemble.steps]
+    models = dict(contract.models)
+    models["ensemble"] = ensemble.model_copy(update={"steps": steps})
+    return contract.model_copy(update={"models": models})
+
+
+def _python_instances(configs: Mapping[str, str]) -> dict[str, int]:
+    """{model: Python-backend stub processes} of the rendered ``backend: "python"`` configs (for the lock file)."""
+    from .pbtxt import parse_model_config, python_instances
+
+    out = {}
+    for model, text in configs.items():
+        cfg = parse_model_config(text, path=f"{model}/config.pbtxt")
+        if cfg.backend == "python":
+            out[model] = python_instances(cfg)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -608,6 +659,16 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
     plan = plan_render(engine_dir, tokenizer_dir, output, profile=profile, user_values=user_values,
                        values_file=values_file, engine_mode=engine_mode, streaming=streaming,
                        serve_path=serve_path, force=force, dry_run=dry_run, delete_unlisted=delete_unlisted)
+    return write_plan(plan, dry_run=dry_run, progress=progress)
+
+
+def write_plan(plan: RenderPlan, *, dry_run: bool = False, progress: bool = False) -> RenderResult:
+    """Write a :class:`RenderPlan` atomically (temp dir beside the output, validate, rename), or only diff it
+    when ``dry_run``. See :func:`render_repository`.
+
+    Raises:
+        RenderError: writing failed or the written repository failed validation (nothing is left behind).
+    """
     out = plan.output
     existed = out.exists()
     diff = diff_against(plan, out) if existed else ""
@@ -668,5 +729,76 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
     return RenderResult(out, plan, written=True, diff=diff, existed=existed)
 
 
+#: Name of one LLM in a repository holding several (``render --model NAME=ENGINE_DIR,TOKENIZER_DIR``).
+_LLM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def render_multi_repository(llms: list[tuple[str, str | Path, str | Path]], output: str | Path, *,
+                            profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
+                            values_file: str | Path | None = None, engine_mode: str = "copy",
+                            streaming: bool | None = None, force: bool = False, dry_run: bool = False,
+                            serve_path: str | Path | None = None, progress: bool = False,
+                            delete_unlisted: bool = False) -> RenderResult:
+    """Render one repository serving several LLMs: ``[(name, engine_dir, tokenizer_dir), ...]``.
+
+    Each LLM gets its own five models named ``<name>_preprocessing``, ``<name>_tensorrt_llm``,
+    ``<name>_postprocessing``, ``<name>_ensemble`` and ``<name>_tensorrt_llm_bls`` (rendered exactly as
+    :func:`render_repository` renders one, with its own engine and tokenizer; ``--set``/``--values`` apply to
+    all), and the repository one lock file listing them (:func:`repo_builder.lockfile.build_multi_lock`).
+    The engines must need the same world size: one launch serves them all, ranks > 0 load every
+    ``<name>_tensorrt_llm``.
+
+    Raises:
+        RenderError: fewer than two LLMs, a name that is not ``[A-Za-z0-9][A-Za-z0-9_.-]*`` or is repeated,
+            engines with different world sizes; and whatever :func:`render_repository` raises, prefixed by
+            the LLM's name.
+    """
+    from . import __version__
+    from .lockfile import build_multi_lock
+
+    if len(llms) < 2:
+        raise RenderError("several LLMs need at least two --model NAME=ENGINE_DIR,TOKENIZER_DIR", key="--model",
+                          hint="render one LLM with --engine-dir and --tokenizer-dir")
+    seen: set[str] = set()
+    for name, _, _ in llms:
+        if not _LLM_NAME.match(name):
+            raise RenderError(f"'{name}' is not a model name: letters, digits, '_', '.', '-', starting with a "
+                              "letter or digit, at most 64 characters", key="--model")
+        if name in seen:
+            raise RenderError(f"the name '{name}' is given twice", key="--model")
+        seen.add(name)
+    plans: list[tuple[str, RenderPlan]] = []
+    for name, engine_dir, tokenizer_dir in llms:
+        try:
+            plan = plan_render(engine_dir, tokenizer_dir, output, profile=profile, user_values=user_values,
+                               values_file=values_file, engine_mode=engine_mode, streaming=streaming,
+                               serve_path=serve_path, force=force, dry_run=dry_run,
+                               delete_unlisted=delete_unlisted, model_prefix=f"{name}_")
+        except RepoBuilderError as exc:
+            exc.message = f"--model {name}: {exc.message}"
+            raise
+        plans.append((name, plan))
+    sizes = {name: plan.lock["launch"]["world_size"] for name, plan in plans}
+    if len(set(sizes.values())) > 1:
+        raise RenderError("the engines need different world sizes (one launch serves them all): "
+                          + ", ".join(f"{n} {ws}" for n, ws in sizes.items()), key="--model",
+                          hint="serve engines built with the same tp x pp together")
+    files: dict[str, bytes] = {}
+    for _, plan in plans:
+        files.update({rel: data for rel, data in plan.files.items() if rel != LOCK_NAME})
+    first = plans[0][1]
+    lock = build_multi_lock(version=__version__, profile=profile, llms=[(n, p.lock) for n, p in plans],
+                            files=files, serve_path=serve_path)
+    files[LOCK_NAME] = dumps(lock)
+    placement = PlacementPlan(first.placement.mode, first.placement.source_dir, first.placement.engine_subdir,
+                              [f for _, p in plans for f in p.placement.files])
+    combined = RenderPlan(output=first.output, serve_root=first.serve_root, profile=profile, engine=first.engine,
+                          tokenizer=first.tokenizer, resolution=first.resolution, placement=placement, files=files,
+                          empty_dirs=[d for _, p in plans for d in p.empty_dirs], lock=lock,
+                          warnings=[f"{n}: {w}" for n, p in plans for w in p.warnings])
+    return write_plan(combined, dry_run=dry_run, progress=progress)
+
+
 __all__ = ["RenderPlan", "RenderResult", "RepoBuilderError", "diff_against", "make_environment", "param_text",
-           "plan_render", "render_configs", "render_repository", "template_parameter_names", "wiring_data"]
+           "plan_render", "render_configs", "render_multi_repository", "render_repository",
+           "template_parameter_names", "wiring_data", "write_plan"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from .engine import EngineInfo, check_rank_files
+from .engine import EngineInfo
 from .errors import EngineError, ParameterError, RepoBuilderError, TokenizerError
 from .schema import Parameter, check_text_value, load_schema, validate_user_values
 from .tokenizer import TokenizerInfo
@@ -31,7 +31,6 @@ Origin = Literal["default", "engine", "tokenizer", "user"]
 TORCH_TO_TRITON = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16",
                    "fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}
 
-INFLIGHT = ("inflight_fused_batching", "inflight_batching")
 
 
 @dataclass(frozen=True)
@@ -206,7 +205,7 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
     beam = val("max_beam_width") or 1
     build = "trtllm-build"
 
-    # enable_kv_cache_reuse: adapt the default, refuse an explicit true the engine cannot honour (B06).
+    # enable_kv_cache_reuse: adapt the default to the engine (an explicit true is refused by rules.py, B06).
     if is_trt and "enable_kv_cache_reuse" in values:
         why = []
         if not engine.use_paged_context_fmha:
@@ -214,78 +213,25 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
                        "--use_paged_context_fmha enable`)")
         if beam > 1:
             why.append(f"block reuse is not supported with beam width > 1 (max_beam_width is {beam})")
-        if why and val("enable_kv_cache_reuse"):
-            if values["enable_kv_cache_reuse"].origin == "user":
-                problems.add(EngineError, "enable_kv_cache_reuse: cannot be true: " + "; ".join(why) + " (B06)")
-            else:
-                set_("enable_kv_cache_reuse", False, "engine")
-                warnings.append("enable_kv_cache_reuse set to false (the TRT-LLM >= 0.19 default is true): "
+        if why and val("enable_kv_cache_reuse") and values["enable_kv_cache_reuse"].origin != "user":
+            set_("enable_kv_cache_reuse", False, "engine")  # an explicit true: refused by rules.kv_cache_reuse
+            warnings.append("enable_kv_cache_reuse set to false (the TRT-LLM >= 0.19 default is true): "
                                 + "; ".join(why))
 
-    # ---------------------------------------------------------------- cross-checks
-    try:
-        check_rank_files(engine)
-    except EngineError as exc:
-        problems.add(EngineError, f"engine files: {exc.message}")
+    # ---------------------------------------------------------------- cross-checks (repo_builder.rules)
+    from .rules import check as check_rules
 
-    tmbs = val("triton_max_batch_size")
-    if tmbs is not None and tmbs > engine.max_batch_size:
-        warnings.append(f"triton_max_batch_size {tmbs} is above the engine's max_batch_size "
-                        f"{engine.max_batch_size}: the engine runs at most {engine.max_batch_size} requests at "
-                        f"once; a larger batch needs `{build} --max_batch_size` (B08)")
-
-    if beam > engine.max_beam_width:
-        problems.add(EngineError, f"max_beam_width: {beam} is above the engine's max_beam_width "
-                                  f"{engine.max_beam_width} (rebuild with `{build} --max_beam_width {beam}`) (B07)")
-
-    if is_trt and val("batching_strategy") in INFLIGHT:
-        missing = []
-        if not engine.paged_kv_cache:
-            missing.append(f"a paged KV cache (`{build} --kv_cache_type paged`)")
-        if not engine.remove_input_padding:
-            missing.append(f"packed inputs (`{build} --remove_input_padding enable`)")
-        if engine.gpt_attention_plugin is None:
-            missing.append(f"the GPT attention plugin (`{build} --gpt_attention_plugin auto`)")
-        if missing:
-            problems.add(EngineError, f"batching_strategy: in-flight batching ({val('batching_strategy')}) needs "
-                                      f"{', '.join(missing)}; rebuild the engine or set batching_strategy=V1")
-
-    cap = val("max_tokens_in_paged_kv_cache")
-    if cap is not None and cap < engine.max_seq_len * beam:
-        problems.add(ParameterError, f"max_tokens_in_paged_kv_cache: {cap} tokens cannot hold one full sequence "
-                                     f"(max_seq_len {engine.max_seq_len} x max_beam_width {beam} = "
-                                     f"{engine.max_seq_len * beam} tokens)")
-
-    count = val("tensorrt_llm_instance_count")
-    if count is not None and count != 1:
-        problems.add(ParameterError, f"tensorrt_llm_instance_count: {count} instances of tensorrt_llm are not "
-                                     "supported (one instance drives all GPUs of the engine); for replicas set "
-                                     "gpu_device_ids (e.g. \"0,1;2,3\") and participant_ids, or render one "
-                                     "repository per replica (B10)")
+    blame = {"parameter": ParameterError, "engine": EngineError, "tokenizer": TokenizerError}
+    for finding in check_rules(engine, {name: rv.value for name, rv in values.items()}):
+        if finding.severity == "warning":
+            warnings.append(f"{finding.key}: {finding.message}")
+        else:
+            problems.add(blame[finding.blame], f"{finding.key}: {finding.message}")
 
     if tokenizer is not None and engine.vocab_size is not None and tokenizer.vocab_size > engine.vocab_size:
         problems.add(TokenizerError, f"tokenizer_dir: the tokenizer has {tokenizer.vocab_size} tokens but the engine's "
                                      f"vocabulary is {engine.vocab_size}: ids above {engine.vocab_size - 1} would "
                                      f"be out of range (wrong tokenizer for {engine.dir}?)")
-
-    if "logits_datatype" in user and user["logits_datatype"] is not None:
-        engine_logits = triton_dtype(engine.logits_dtype)
-        if engine_logits is not None and user["logits_datatype"] != engine_logits:
-            problems.add(EngineError, f"logits_datatype: {user['logits_datatype']} contradicts the engine's "
-                                      f"logits dtype {engine.logits_dtype} ({engine_logits}); logits would be "
-                                      f"misread (B09) - drop the key to take it from the engine")
-
-    if decoupled and beam > 1:
-        warnings.append(f"streaming with max_beam_width {beam}: streaming requests must use beam_width 1 "
-                        "(beam search is only returned whole) (B30)")
-    if val("accumulate_tokens") and beam > 1:
-        warnings.append(f"accumulate_tokens with max_beam_width {beam}: accumulation works with beam_width 1 only "
-                        "(B30)")
-
-    post = val("postprocessing_instance_count")
-    if decoupled and post is not None and post > 1:
-        problems.add(ParameterError, f"postprocessing_instance_count: {post} with streaming: the per-request "
-                                     "incremental detokenizer state lives in one process; use 1")
 
     backend = val("triton_backend")
     if backend is not None:
@@ -296,17 +242,6 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
         if not is_trt and backend != "python":
             problems.add(ParameterError, f"triton_backend: {backend} cannot serve a {engine.kind} engine; the "
                                          "CPU reference / synthetic engines run on the python backend")
-
-    if is_trt and val("enable_chunked_context") and not engine.use_paged_context_fmha:
-        problems.add(EngineError, "enable_chunked_context: needs an engine built with "
-                                  f"`{build} --use_paged_context_fmha enable`")
-
-    if val("decoding_mode") == "lookahead":
-        missing_la = [k for k in ("lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")
-                      if val(k) is None]
-        if missing_la:
-            problems.add(ParameterError, f"decoding_mode: lookahead needs {', '.join(missing_la)} (the backend "
-                                         "fails to load without them)")
 
     for name, param in params.items():
         if param.kind == "structural" and val(name) is None:

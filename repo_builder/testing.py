@@ -61,6 +61,18 @@ _LLAMA3_CHAT_TEMPLATE = (
 _SP_CONFIG = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
               "add_bos_token": True, "add_eos_token": False}
 
+#: A chat template in the instruction format of Mistral-7B-Instruct v0.1 (the model that uses the mistral-v1
+#: tokenizer): ``<s>[INST] {user} [/INST] {assistant}</s>[INST] ...``, a system message prepended to the next
+#: user message. Written for repo-builder; it starts with the BOS token's text, as LLaMA-2/Mistral templates do.
+MISTRAL_V1_CHAT_TEMPLATE = (
+    "{{- bos_token }}{%- set system = namespace(text='') %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' %}{%- set system.text = message['content'] + '\\n\\n' %}"
+    "{%- elif message['role'] == 'user' %}{{- '[INST] ' + system.text + message['content'] + ' [/INST]' }}"
+    "{%- set system.text = '' %}"
+    "{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + eos_token }}"
+    "{%- endif %}{%- endfor %}")
+
 #: name -> where the files come from. ``files``: path inside the installed package -> file name written;
 #: ``write``: JSON files written beside them (facts about the model, not taken from anywhere).
 PACKAGED_TOKENIZERS: dict[str, dict[str, Any]] = {
@@ -69,6 +81,19 @@ PACKAGED_TOKENIZERS: dict[str, dict[str, Any]] = {
         "package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0",
         "files": {"data/tokenizer.model.v1": "tokenizer.model"},
         "write": {"tokenizer_config.json": _SP_CONFIG},
+    },
+    # Mistral's v3 SentencePiece model (32768 pieces: [INST], [TOOL_CALLS], ... as control tokens; bos 1,
+    # eos 2): a second vocabulary with other ids, for repositories serving two LLMs.
+    "mistral-v3": {
+        "package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0",
+        "files": {"data/mistral_instruct_tokenizer_240323.model.v3": "tokenizer.model"},
+        "write": {"tokenizer_config.json": _SP_CONFIG},
+    },
+    # The same, with the instruction chat template above (the quickstart's tiny model; the OpenAI chat tests).
+    "mistral-v1-instruct": {
+        "package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0",
+        "files": {"data/tokenizer.model.v1": "tokenizer.model"},
+        "write": {"tokenizer_config.json": {**_SP_CONFIG, "chat_template": MISTRAL_V1_CHAT_TEMPLATE}},
     },
     # GPT-2 byte-level BPE (50257 tokens; <|endoftext|> 50256 is bos = eos; no BOS added). The package is
     # MIT; the vocabulary is OpenAI's GPT-2 files (encoder.json / vocab.bpe, modified MIT).

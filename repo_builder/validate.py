@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from .lockfile import LOCK_NAME, changed_files, read_lock
-from .runtime.params import parse_bool
 from .runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
 
@@ -312,7 +311,7 @@ def validate_repository(repo: str | Path, *, engine_dir: str | Path | None = Non
             _check_ensemble(m, models, problems)
     _check_structure(models, problems)
     if engine_dir is not None:
-        problems.extend(check_against_engine(models, engine_dir))
+        problems.extend(check_against_engine(models, engine_dir, root=root, served_at=served))
     if not warnings:
         problems = [p for p in problems if p.severity == "error"]
     return problems
@@ -322,119 +321,114 @@ def validate_repository(repo: str | Path, *, engine_dir: str | Path | None = Non
 # engine cross-checks
 
 
-def _engine_value(engine: Any, *names: str) -> Any:
-    for name in names:
-        value = getattr(engine, name, None)
-        if value is not None:
-            return value
-    return None
+#: How a structural parameter shows in config.pbtxt (for messages of validate).
+_STRUCTURAL_KEYS = {"triton_max_batch_size": "max_batch_size", "decoupled_mode": "decoupled",
+                    "tensorrt_llm_instance_count": "instance_group count"}
 
 
-def _truthy(text: str | None) -> bool | None:
+def _schema_by_key() -> dict[str, Any]:
+    """{config.pbtxt parameter key: schema Parameter} over every profile (the keys agree across profiles)."""
+    from .schema import load_schema
+
+    out: dict[str, Any] = {}
+    for p in load_schema().parameters.values():
+        if p.kind in ("runtime", "derived"):
+            out.setdefault(p.key, p)
+    return out
+
+
+def _typed(param: Any, text: str | None) -> Any:
     if not _is_set(text):
         return None
     try:
-        return parse_bool(text)
+        return param.coerce(text)
     except ValueError:
         return None
 
 
-def _as_int(text: str | None) -> int | None:
-    if not _is_set(text):
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
+def repository_values(models: dict[str, _Model], target: _Model) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
+    """The parameter values a repository gives the engine model ``target``, typed as resolve() types them, and
+    where each was read ({name: (model, line)}): ``target``'s own parameters and structural fields, then the
+    parameters of the other models (BLS, postprocessing) that are not the engine's."""
+    by_key = _schema_by_key()
+    values: dict[str, Any] = {}
+    where: dict[str, tuple[_Model, int | None]] = {}
+    c = target.config
+    for key, text in target.params.items():
+        param = by_key.get(key)
+        if param is not None and (value := _typed(param, text)) is not None:
+            values[param.name] = value
+            where[param.name] = (target, target.param_line(key))
+    if c.max_batch_size > 0:
+        values["triton_max_batch_size"] = int(c.max_batch_size)
+        where["triton_max_batch_size"] = (target, target.line_of(r"^\s*max_batch_size\s*:"))
+    values["decoupled_mode"] = bool(c.model_transaction_policy.decoupled)
+    where["decoupled_mode"] = (target, target.line_of(r"^\s*decoupled\s*:"))
+    values["tensorrt_llm_instance_count"] = sum(g.count or 1 for g in c.instance_group) if c.instance_group else 1
+    where["tensorrt_llm_instance_count"] = (target, target.line_of(r"^\s*count\s*:"))
+    for out in c.output:
+        if out.name in ("generation_logits", "context_logits"):
+            values["logits_datatype"] = dtype_name(out.data_type)
+            where["logits_datatype"] = (target, target.tensor_line(out.name))
+            break
+    for m in models.values():
+        if m is target or m.config is None:
+            continue
+        for key, text in m.params.items():
+            param = by_key.get(key)
+            if param is None or param.name in values or "tensorrt_llm" in param.models:
+                continue
+            if (value := _typed(param, text)) is not None:
+                values[param.name] = value
+                where[param.name] = (m, m.param_line(key))
+    post = models.get("postprocessing")
+    if post is not None and post.config is not None and post.config.instance_group:
+        values["postprocessing_instance_count"] = sum(g.count or 1 for g in post.config.instance_group)
+        where["postprocessing_instance_count"] = (post, post.line_of(r"^\s*count\s*:"))
+    return values, where
 
 
-def check_against_engine(models: dict[str, _Model] | str | Path, engine_dir: str | Path) -> list[Problem]:
+def check_against_engine(models: dict[str, _Model] | str | Path, engine_dir: str | Path, *,
+                         root: str | Path | None = None, served_at: str | Path | None = None) -> list[Problem]:
     """Contradictions between the repository's TRT-LLM model config(s) and the engine at ``engine_dir``.
 
-    ``models`` is a repository path or the parsed models of :func:`validate_repository`. One problem per
-    contradiction; see the module docstring for the list. Facts: TRT-LLM backend (``model_instance_state.cc``)
-    load errors quoted in cases B06-B11.
+    ``models`` is a repository path or the parsed models of :func:`validate_repository`. The values are read
+    back from the configs (:func:`repository_values`) and checked by the rule table that render uses
+    (:mod:`repo_builder.rules`), so both report the same contradictions; each finding becomes a Problem at
+    the line of the key, named as it is written in config.pbtxt (``gpt_model_type``, ``max_batch_size``).
+    ``root``/``served_at`` map path values (lora_prefetch_dir, xgrammar_tokenizer_info_path) under the serve
+    path into the repository.
     """
-    from .engine import check_rank_files, inspect_engine
-    from .errors import RepoBuilderError
+    from .engine import inspect_engine
+    from .rules import check
 
     if not isinstance(models, dict):
+        root = Path(models) if root is None else root
         models = _load_models(Path(models), [])
     engine = inspect_engine(engine_dir)
-    out: list[Problem] = []
     targets = _trtllm_models(models)
     if not targets:
         return [Problem(".", "no TensorRT-LLM model (backend tensorrtllm or a gpt_model_path parameter) to "
                              f"check against the engine {engine_dir}")]
-    try:
-        check_rank_files(engine)
-    except RepoBuilderError as exc:
-        out.append(Problem(str(engine_dir), exc.message))
-    except TypeError:  # older signature: a directory
-        try:
-            check_rank_files(engine_dir)  # type: ignore[arg-type]
-        except RepoBuilderError as exc:
-            out.append(Problem(str(engine_dir), exc.message))
-
-    e_batch = _engine_value(engine, "max_batch_size")
-    e_beam = _engine_value(engine, "max_beam_width") or 1
-    e_logits = _engine_value(engine, "logits_datatype", "logits_dtype")
-    paged_kv = _engine_value(engine, "paged_kv_cache")
-    packed = _engine_value(engine, "remove_input_padding")
-    # gpt_attention_plugin is a string ("float16", "auto") or None when the plugin is off
-    attention = engine.gpt_attention_plugin is not None if engine.kind == "trtllm" else None
-    paged_ctx = _engine_value(engine, "use_paged_context_fmha")
+    base = Path(root) if root is not None else Path(".")
+    served = Path(served_at) if served_at is not None else (base.absolute() if root is not None else None)
+    by_name = {p.name: p for p in _schema_by_key().values()}
+    out: list[Problem] = []
+    seen: set[tuple[str, str, int | None]] = set()
     for m in targets:
-        c = m.config
-        params = m.params
-        if e_batch is not None and c.max_batch_size > int(e_batch):
-            out.append(Problem(m.rel, f"max_batch_size {c.max_batch_size} is above the engine's max_batch_size "
-                                      f"{e_batch} (the engine decides: at most {e_batch} requests run at once, B08)",
-                               m.line_of(r"^\s*max_batch_size\s*:"), severity="warning"))
-        beam = _as_int(params.get("max_beam_width"))
-        if beam is not None and beam > int(e_beam):
-            out.append(Problem(m.rel, f"max_beam_width {beam} is above the engine's max_beam_width {e_beam} (B07)",
-                               m.param_line("max_beam_width")))
-        decoupled = bool(c.model_transaction_policy.decoupled)
-        eff_beam = beam if beam is not None else int(e_beam)
-        if decoupled and eff_beam > 1:
-            out.append(Problem(m.rel, f"decoupled (streaming) with max_beam_width {eff_beam}: TRT-LLM streams only with "
-                                      "beam width 1 (B30); streaming requests must use beam_width 1",
-                               m.line_of(r"^\s*decoupled\s*:"), severity="warning"))
-        if e_logits is not None:
-            want = _dtype_of_engine_logits(e_logits)
-            outs = {t.name: t for t in c.output}
-            for name in ("context_logits", "generation_logits"):
-                if name in outs and want is not None and dtype_name(outs[name].data_type) != want:
-                    out.append(Problem(m.rel, f"output {name} is {dtype_name(outs[name].data_type)} but the engine's "
-                                              f"logits dtype is {e_logits} ({want}); set logits_datatype={want} (B09)",
-                                       m.tensor_line(name)))
-        reuse = _truthy(params.get("enable_kv_cache_reuse"))
-        if reuse:
-            if paged_ctx is False:
-                out.append(Problem(m.rel, "enable_kv_cache_reuse needs an engine built with paged context FMHA "
-                                          "(trtllm-build --use_paged_context_fmha enable) (B06)",
-                                   m.param_line("enable_kv_cache_reuse")))
-            if eff_beam > 1:
-                out.append(Problem(m.rel, f"enable_kv_cache_reuse with max_beam_width {eff_beam}: block reuse is not "
-                                          "supported with beam width > 1 (B06)", m.param_line("enable_kv_cache_reuse")))
-        if _truthy(params.get("enable_chunked_context")) and paged_ctx is False:
-            out.append(Problem(m.rel, "enable_chunked_context needs an engine built with --use_paged_context_fmha enable",
-                               m.param_line("enable_chunked_context")))
-        model_type = params.get("gpt_model_type")
-        if _is_set(model_type) and model_type.strip().lower().startswith("inflight"):
-            missing = [what for what, ok in (("paged KV cache", paged_kv), ("packed input (remove_input_padding)", packed),
-                                             ("the GPT attention plugin", attention)) if ok is False]
-            if missing:
-                out.append(Problem(m.rel, f"gpt_model_type {model_type} (in-flight batching) needs an engine with "
-                                          f"{', '.join(missing)}; rebuild the engine or use V1",
-                                   m.param_line("gpt_model_type")))
+        values, where = repository_values(models, m)
+        for f in check(engine, values, local_path=lambda v: _map_path(v, served, base)):
+            if f.key == "engine_dir":
+                problem = Problem(str(engine_dir), f.message, severity=f.severity)
+            else:
+                model, line = where.get(f.key, (m, None))
+                param = by_name.get(f.key)
+                shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
+                if f.key == "logits_datatype":
+                    shown = "output logits data_type"
+                problem = Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity)
+            ident = (problem.file, problem.message, problem.line)
+            if ident not in seen:
+                seen.add(ident)
+                out.append(problem)
     return out
-
-
-def _dtype_of_engine_logits(value: Any) -> str | None:
-    text = str(value)
-    if text.startswith("TYPE_"):
-        return text
-    return {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "fp32": "TYPE_FP32",
-            "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}.get(text.lower())

@@ -12,11 +12,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out_dir", type=Path, help="where to write the checkpoint")
     parser.add_argument("--tokenizer-dir", type=Path, default=None,
-                        help="tokenizer directory (default: Mistral v1 SentencePiece from mistral-common)")
+                        help="tokenizer directory (default: Mistral v1 SentencePiece from mistral-common, "
+                             "with an instruction chat template)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        tok = args.tokenizer_dir or packaged_tokenizer("mistral-v1", Path(tmp) / "tok")
+        tok = args.tokenizer_dir or packaged_tokenizer("mistral-v1-instruct", Path(tmp) / "tok")
         make_tiny_llama(args.out_dir, tok, seed=args.seed)
     print(args.out_dir)
 

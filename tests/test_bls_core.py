@@ -121,6 +121,8 @@ def make_core(models=None, **settings):
     c = CONTRACT
     bls = c.models["tensorrt_llm_bls"]
     w = Wiring.from_data(c.wiring(), inputs=[t.name for t in bls.inputs], outputs=[t.name for t in bls.outputs])
+    # FakeModels' engine echoes the prompt only when asked: a repository rendered with exclude_input_in_output=true
+    settings.setdefault("exclude_input_default", True)
     return BLSCore(w, BLSSettings(**settings), models or FakeModels(settings.get("engine_model", "tensorrt_llm")))
 
 
@@ -167,7 +169,7 @@ def test_request_fields_reach_engine_under_engine_names():
     assert "temperature" in engine_inputs and "seed" not in engine_inputs
     post = [i for m, i in models.calls if m == "postprocessing"]
     post_step = next(s for s in CONTRACT.models["ensemble"].steps if s.model == "postprocessing")
-    assert post and set(post[0]) == set(post_step.input_map)  # every wired input, engine outputs included
+    assert post and set(post[0]) | {"BATCH_INDEX"} == set(post_step.input_map)  # every wired input the engine filled
 
 
 def test_engine_model_name_parameter():
@@ -232,13 +234,13 @@ def test_batch_rows_non_streaming_stack():
 
 def test_non_streaming_stop_string_truncates():
     sent = run(make_core(), request("abcd", 8, stop_words=["cd"]))
-    assert texts(sent) == ["ab"]
+    assert texts(sent) == ["abcd"]  # the stop string is kept, as the engine's token-level stop does
 
 
 def test_streaming_stop_string_cuts_and_cancels_engine():
     models = FakeModels()
     sent = run(make_core(models), request("hello world", 40, stream=True, stop_words=["o w"]))
-    assert "".join(texts(sent)) == "hell"
+    assert "".join(texts(sent)) == "hello w"
     assert sent[-1] == (None, True)
     assert models.streams[0].cancelled
     assert models.streams[0].consumed < 40
@@ -248,7 +250,7 @@ def test_streaming_stop_string_drains_when_engine_ignores_cancel():
     models = FakeModels()
     models.honour_cancel = False
     sent = run(make_core(models), request("hello world", 40, stream=True, stop_words=["o w"]))
-    assert "".join(texts(sent)) == "hell"
+    assert "".join(texts(sent)) == "hello w"
     assert models.streams[0].consumed == 40  # drained after the final response
     assert sum(1 for _, f in sent if f) == 1
 
@@ -263,9 +265,13 @@ def test_stop_inside_echoed_prompt_is_ignored_when_input_not_excluded():
     # With exclude_input_in_output=false the engine echoes the prompt ("ab|") before the generated
     # text ("ab|ab|ab|"); a stop string that matches inside the echo must not cut it.
     sent = run(make_core(), request("ab|", 9, stop_words=["|a"], exclude_input_in_output=False))
-    assert texts(sent) == ["ab|ab"]  # echo kept, generated "ab|ab|ab|" cut at its first "|a"
+    assert texts(sent) == ["ab|ab|a"]  # echo kept, generated "ab|ab|ab|" cut after its first "|a"
     sent = run(make_core(), request("ab|", 9, stop_words=["|a"]))
-    assert texts(sent) == ["ab"]
+    assert texts(sent) == ["ab|a"]
+    # the engine's default (NVIDIA's: echo) applies when the request does not say
+    sent = run(make_core(exclude_input_default=False), request("ab|", 9, stop_words=["|a"],
+                                                             exclude_input_in_output=False))
+    assert texts(sent) == ["ab|ab|a"]
 
 
 # ------------------------------------------------------------------------------------- validation
@@ -373,7 +379,7 @@ def test_coalescing_off_by_default_one_response_per_token():
 def test_coalescing_with_stop_string_and_sequences():
     models = BatchingModels([5])
     sent = run(make_core(models, coalesce=True), request("hello world", 40, stream=True, stop_words=["o w"]))
-    assert "".join(texts(sent)) == "hell"
+    assert "".join(texts(sent)) == "hello w"
     assert models.streams[0].cancelled
     models = BatchingModels([3])
     sent = run(make_core(models, coalesce=True), request("ab", 4, stream=True, num_return_sequences=2),

@@ -15,21 +15,23 @@ def stream_through(chunks, stops, prefix=""):
         out.append(text)
         if stopped:
             return "".join(out), True, out
-    out.append(f.flush())
-    return "".join(out), False, out
+    out.append(f.flush())  # a stop string held back for a longer candidate is found here
+    return "".join(out), f.stopped, out
 
 
 def test_truncate_first_stop_wins():
-    assert truncate_at_stop("hello world. bye\n\nUser:", ["User:", "\n\n"]) == ("hello world. bye", True)
+    # the stop string is kept, nothing after it (NVIDIA's rule, the same as the engine's token-level stop)
+    assert truncate_at_stop("hello world. bye\n\nUser:", ["User:", "\n\n"]) == ("hello world. bye\n\n", True)
     assert truncate_at_stop("no stop here", ["STOP"]) == ("no stop here", False)
-    assert truncate_at_stop("abc STOP def STOP", ["STOP"], start=5) == ("abc STOP def ", True)
+    assert truncate_at_stop("abc STOP def STOP", ["STOP"], start=5) == ("abc STOP def STOP", True)
+    assert truncate_at_stop("Paris or London and more", ["London"]) == ("Paris or London", True)
 
 
 def test_stream_holds_back_partial_stop_across_chunks():
     f = StopStringFilter(["</end>"])
     assert f.feed("Hello </") == ("Hello ", False)  # "</" could start "</end>": held back
     assert f.feed("e") == ("", False)
-    assert f.feed("nd> more") == ("", True)
+    assert f.feed("nd> more") == ("</end>", True)
     assert f.stopped
 
 
@@ -42,15 +44,15 @@ def test_stream_releases_held_text_that_is_not_a_stop():
 
 
 def test_stream_stop_inside_one_chunk():
-    assert stream_through(["The answer is 4.\nQ: next"], ["\nQ:"])[:2] == ("The answer is 4.", True)
+    assert stream_through(["The answer is 4.\nQ: next"], ["\nQ:"])[:2] == ("The answer is 4.\nQ:", True)
 
 
 def test_protected_prompt_prefix_is_not_searched():
     prompt = "Q: say hi\nA:"
     chunks = ["Q: say", " hi\nA:", " hi\nQ:", " more"]
-    assert stream_through(chunks, ["\nQ:", "Q:"], prefix=prompt)[:2] == ("Q: say hi\nA: hi", True)
+    assert stream_through(chunks, ["\nQ:", "Q:"], prefix=prompt)[:2] == ("Q: say hi\nA: hi\nQ:", True)
     # without the protection the echoed prompt itself would stop the stream
-    assert stream_through(chunks, ["Q:"])[:2] == ("", True)
+    assert stream_through(chunks, ["Q:"])[:2] == ("Q:", True)
 
 
 def test_no_stops_passes_through():

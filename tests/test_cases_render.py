@@ -120,7 +120,7 @@ def test_b08_triton_batch_above_engine_warns(engine_copy):
     engine = engine_copy("old-gpt-starfish-3b-genlogits")
     res = front_half(engine, LLAMA2, {"triton_max_batch_size": "8"})
     assert res["triton_max_batch_size"] == 8
-    assert any("triton_max_batch_size 8 is above the engine's max_batch_size 1" in w for w in res.warnings)
+    assert any("triton_max_batch_size: 8 is above the engine's max_batch_size 1" in w for w in res.warnings)
     assert front_half(engine, LLAMA2)["triton_max_batch_size"] == 1
 
 

@@ -105,7 +105,7 @@ def test_validate_with_engine_dir(runner, engine_copy):
     repo = REPOS / "hayleyhu-llama2-70b-tp2-v0.5"
     res = runner.invoke(app, ["validate", str(repo), "--engine-dir", str(engine_copy("old-llama2-70b-tp2-int8wo"))])
     assert res.exit_code == 1
-    assert "max_batch_size 64 is above the engine's max_batch_size 32" in res.stdout
+    assert "max_batch_size: 64 is above the engine's max_batch_size 32" in res.stdout
 
 
 def test_validate_missing_repo(runner, tmp_path):

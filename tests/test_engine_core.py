@@ -280,16 +280,37 @@ def test_decoupled_execute_fails_bad_requests_alone():
         assert flags == 1 and f"'{field}'" in resp.error.message()
 
 
-def test_non_decoupled_execute_returns_one_response_per_request_in_order():
+def test_non_decoupled_execute_sends_one_final_response_per_request():
     model, backend = make_model(decoupled=False)
     reqs = [FakeRequest(req_inputs([2], 2)), FakeRequest(req_inputs([1], 3, streaming=[True])),
             FakeRequest(req_inputs([1], 4))]
-    responses = model.execute(reqs)
+    assert model.execute(reqs) is None  # responses go through the sender: the next requests need not wait
+    assert all(r.sender.done.wait(10) for r in reqs)
     model.finalize()
-    assert responses[0].tensors["output_ids"].tolist() == [[[20, 21]]]
-    assert "'streaming'" in responses[1].error.message() and "decoupled" in responses[1].error.message()
-    assert responses[2].tensors["output_ids"].tolist() == [[[10, 11, 12, 13]]]
-    assert [2, 1] in backend.batches  # both requests of the batch were stepped together
+    assert [len(r.sender.sent) for r in reqs] == [1, 1, 1] and all(f == 1 for r in reqs for _, f in r.sender.sent)
+    assert reqs[0].sender.data()[0].tensors["output_ids"].tolist() == [[[20, 21]]]
+    err = reqs[1].sender.data()[0].error.message()
+    assert "'streaming'" in err and "decoupled" in err
+    assert reqs[2].sender.data()[0].tensors["output_ids"].tolist() == [[[10, 11, 12, 13]]]
+    assert [2, 1] in backend.batches  # both requests were stepped together
+
+
+def test_stop_works_without_decoupled_mode():
+    """inflight_batcher_llm_client.py --stop-after-ms without --streaming: the stop request arrives while
+    the request it stops is running, and both get exactly one response."""
+    model, backend = make_model(decoupled=False, scripts={1: [10]}, pause_after=2)
+    running = FakeRequest(req_inputs([1], 20), request_id="req-7")
+    model.execute([running])
+    assert backend.paused.wait(10)
+    stopper = FakeRequest({**req_inputs([1], 1), "stop": np.array([True])}, request_id="req-7")
+    model.execute([stopper])
+    backend.gate.set()
+    assert running.sender.done.wait(10) and stopper.sender.done.wait(10)
+    model.finalize()
+    (resp, flags), = running.sender.sent
+    assert flags == 1 and resp.tensors["output_ids"].tolist() == [[[10, 10, 10]]]  # stopped after 3 of 20
+    (resp, flags), = stopper.sender.sent
+    assert flags == 1 and resp.error is None and resp.tensors == {}
 
 
 def test_stop_input_finishes_the_request_with_the_same_id():

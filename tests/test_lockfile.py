@@ -43,7 +43,8 @@ def test_lock_format(rendered):
     assert lock["engine"]["kind"] == "trtllm" and lock["engine"]["placement"] == "symlink"
     assert lock["engine"]["fingerprint"] == engine_fingerprint(inspect_engine(eng))
     assert lock["tokenizer"] == {"dir": str(asset(TOK).resolve())}
-    assert lock["launch"] == {"world_size": 2, "tensorrt_llm_model_names": ["tensorrt_llm"]}
+    assert lock["launch"] == {"world_size": 2, "tensorrt_llm_model_names": ["tensorrt_llm"], "tp_size": 2, "pp_size": 1,
+                              "python_instances": {"postprocessing": 1, "preprocessing": 1, "tensorrt_llm_bls": 1}}
     assert lock["values"]["max_queue_size"] == {"value": 4, "origin": "user"}
     assert lock["values"]["triton_max_batch_size"] == {"value": 32, "origin": "engine"}
     assert lock["values"]["tokenizer_dir"]["origin"] == "tokenizer"
@@ -100,3 +101,26 @@ def test_malformed_lock_is_reported(rendered, tmp_path):
 
 def test_read_lock_absent(tmp_path):
     assert read_lock(tmp_path) is None
+
+
+@pytest.mark.parametrize("launch, key", [
+    (None, "launch"),
+    ({"world_size": 0, "tensorrt_llm_model_names": ["tensorrt_llm"]}, "launch.world_size"),
+    ({"world_size": 2, "tensorrt_llm_model_names": []}, "launch.tensorrt_llm_model_names"),
+    ({"world_size": 4, "tensorrt_llm_model_names": ["t"], "tp_size": 2, "pp_size": 1}, "launch.world_size"),
+    ({"world_size": 1, "tensorrt_llm_model_names": ["t"], "python_instances": {"p": -1}}, "launch.python_instances"),
+])
+def test_read_launch_names_the_bad_field(launch, key):
+    from repo_builder.errors import RenderError
+    from repo_builder.lockfile import read_launch
+
+    with pytest.raises(RenderError) as err:
+        read_launch({"launch": launch} if launch is not None else {}, path="x/repo-builder.lock.json")
+    assert err.value.key == key
+
+
+def test_read_launch_of_an_old_lock_file_has_no_tp_pp():
+    from repo_builder.lockfile import read_launch
+
+    facts = read_launch({"launch": {"world_size": 2, "tensorrt_llm_model_names": ["tensorrt_llm"]}})
+    assert (facts.world_size, facts.tp_size, facts.pp_size, facts.python_instances) == (2, None, None, None)

@@ -44,7 +44,7 @@ def test_every_parameter_resolved_with_origin(engine_copy, sp_tok):
     assert res["kv_cache_free_gpu_mem_fraction"] == 0.9 and res.origin("kv_cache_free_gpu_mem_fraction") == "default"
     assert res["max_tokens_in_paged_kv_cache"] is None
     assert res.world_size == 4
-    assert res.as_strings()["exclude_input_in_output"] == "true"
+    assert res.as_strings()["exclude_input_in_output"] == "false"
 
 
 def test_profile_defaults_05(engine_copy, sp_tok):
@@ -154,7 +154,7 @@ def test_streaming_with_beam_warns_b30(engine_copy):
     res = resolve("trtllm-1.2", eng, inspect_tokenizer(asset("mistral_v1_tokenizer")), {"accumulate_tokens": "true"},
                   streaming=True)
     assert any("streaming with max_beam_width 2" in w for w in res.warnings)
-    assert any("accumulate_tokens with max_beam_width 2" in w for w in res.warnings)
+    assert any("accumulate_tokens: with max_beam_width 2" in w for w in res.warnings)
 
 
 def test_python_backend_with_trtllm_engine_needs_decoupled_b29(engine_copy, sp_tok):
@@ -176,7 +176,7 @@ def test_all_problems_at_once(engine_copy, sp_tok):
     with pytest.raises(ParameterError) as exc:
         resolve("trtllm-1.2", eng, sp_tok, {"max_beam_width": "2", "tensorrt_llm_instance_count": "2"})
     keys = [line.split(":")[0] for line in problems_of(exc)]
-    assert keys == ["engine files", "max_beam_width", "tensorrt_llm_instance_count"]
+    assert keys == ["engine_dir", "max_beam_width", "tensorrt_llm_instance_count"]
     assert isinstance(exc.value, ParameterError)  # mixed classes
 
 

@@ -77,7 +77,8 @@ def test_defaults_differ_per_profile():
     assert params["kv_cache_free_gpu_mem_fraction"].default_for("trtllm-0.5") == 0.85
     assert params["enable_trt_overlap"].default_for("trtllm-0.5") is True
     assert params["enable_trt_overlap"].default_for("trtllm-1.2") is False
-    assert params["exclude_input_in_output"].default_for("trtllm-1.2") is True  # B28
+    assert params["exclude_input_in_output"].default_for("trtllm-1.2") is False  # NVIDIA's default (issue 12)
+    assert "trtllm-0.5" not in params["exclude_input_in_output"].profiles  # v0.5.0 always returns the prompt
     assert params["skip_special_tokens"].default_for("trtllm-1.2") is True
     assert params["add_special_tokens"].default_for("trtllm-1.2") is True
     assert params["detokenizer_max_streams"].default_for("trtllm-1.2") == 1024

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from engine_fakes import FakeRequest, engine_model_config, fake_pb_utils, init_args, req_inputs
+from engine_fakes import FakeRequest, engine_model_config, fake_pb_utils, init_args, req_inputs, unary
 from repo_builder.runtime import synthetic
 from repo_builder.runtime.engine_core import EngineLoadError, TritonEngineModel
 from repo_builder.runtime.synthetic import SyntheticBackend, read_spec, synthetic_token_ids
@@ -62,7 +62,7 @@ def test_stop_words_cut_the_synthetic_stream(synth_dir):
     expected = synthetic_token_ids([4, 4], 10, SPEC["vocab_size"])
     stop = np.array([[expected[3:5], [2, -1]]], np.int32)
     model = make_model(synth_dir, decoupled=False)
-    (resp,) = model.execute([FakeRequest(req_inputs([4, 4], 10, stop_words_list=stop))])
+    (resp,) = unary(model, [FakeRequest(req_inputs([4, 4], 10, stop_words_list=stop))])
     model.finalize()
     assert resp.tensors["output_ids"][0, 0].tolist() == expected[:5]
 
@@ -70,7 +70,7 @@ def test_stop_words_cut_the_synthetic_stream(synth_dir):
 def test_limits_come_from_synthetic_engine_json(synth_dir):
     model = make_model(synth_dir, decoupled=False)
     too_long, fits = FakeRequest(req_inputs([5] * 33, 4)), FakeRequest(req_inputs([5] * 32, 100))
-    r_long, r_fit = model.execute([too_long, fits])
+    r_long, r_fit = unary(model, [too_long, fits])
     model.finalize()
     assert "'input_ids'" in r_long.error.message() and "max_input_len 32" in r_long.error.message()
     assert r_fit.tensors["sequence_length"][0, 0] == SPEC["max_seq_len"] - 32  # clamped to max_seq_len
@@ -78,7 +78,7 @@ def test_limits_come_from_synthetic_engine_json(synth_dir):
 
 def test_profile_0_5_sends_only_output_ids(synth_dir):
     model = make_model(synth_dir, decoupled=False, profile="trtllm-0.5")
-    (resp,) = model.execute([FakeRequest(req_inputs([1], 3, uint=True, random_seed=np.array([9], np.uint64)))])
+    (resp,) = unary(model, [FakeRequest(req_inputs([1], 3, uint=True, random_seed=np.array([9], np.uint64)))])
     model.finalize()
     assert set(resp.tensors) == {"output_ids"}
     assert resp.tensors["output_ids"][0, 0].tolist() == synthetic_token_ids([1], 3, SPEC["vocab_size"], seed=9)

@@ -146,6 +146,8 @@ def test_parameters_use_schema_config_keys_and_values(profile, kind):
         for p in schema.model_parameters(profile, model, kind):
             if values.get(p.name) is not None:
                 expected[p.key] = p.format_value(values[p.name])
+        if model == "postprocessing":  # the structural decoupled_mode, also told to postprocessing as a string
+            expected["decoupled_mode"] = schema.parameters["decoupled_mode"].format_value(values["decoupled_mode"])
         extra = set(written) - set(expected)
         assert extra <= LITERAL_KEYS, (model, extra)
         assert {k: written.get(k) for k in expected} == expected, model

@@ -268,8 +268,9 @@ def test_hayleyhu_batch_size_above_the_engine(engine_copy):
     got = _engine_problems(repo, engine_copy(PAIRS[repo.name]))
     ln = line_of(repo, "tensorrt_llm", "max_batch_size: 64")
     # B08: a warning, as resolve() warns for the same value at render time
-    assert got == [f"tensorrt_llm/config.pbtxt:{ln}: warning: max_batch_size 64 is above the engine's max_batch_size 32 "
-                   "(the engine decides: at most 32 requests run at once, B08)"]
+    assert got == [f"tensorrt_llm/config.pbtxt:{ln}: warning: max_batch_size: 64 is above the engine's max_batch_size 32: "
+                   "the engine runs at most 32 requests at once; a larger batch needs `trtllm-build --max_batch_size` "
+                   "(B08)"]
 
 
 def test_sfc_batch_size_above_the_engine(engine_copy):
@@ -277,7 +278,7 @@ def test_sfc_batch_size_above_the_engine(engine_copy):
     got = _engine_problems(repo, engine_copy(PAIRS[repo.name]))
     assert len(got) == 1
     assert got[0].startswith("llama2-7B-hf-tp-4_llama_decoder/config.pbtxt:")
-    assert "max_batch_size 4096 is above the engine's max_batch_size 8" in got[0]
+    assert "max_batch_size: 4096 is above the engine's max_batch_size 8" in got[0]
 
 
 @pytest.mark.parametrize("name", ["codota-dolphin-mistral-v0.8", "codota-starchat-v0.7", "medusa-vicuna-v0.13"])
@@ -304,8 +305,8 @@ def test_max_beam_width_above_the_engine(mini, engine_copy):
     edit(mini, "tensorrt_llm", 'key: "max_beam_width" value: { string_value: "1" }',
          'key: "max_beam_width" value: { string_value: "4" }')
     got = _engine_lines(mini, engine_copy("v0.8-mistral-7b-dolphin"))
-    assert got == [f"tensorrt_llm/config.pbtxt:{line_of(mini, 'tensorrt_llm', 'max_beam_width')}: max_beam_width 4 "
-                   "is above the engine's max_beam_width 1 (B07)"]
+    assert got == [f"tensorrt_llm/config.pbtxt:{line_of(mini, 'tensorrt_llm', 'max_beam_width')}: max_beam_width: 4 "
+                   "is above the engine's max_beam_width 1 (rebuild with `trtllm-build --max_beam_width 4`) (B07)"]
 
 
 def test_streaming_with_beam_search(mini, engine_copy):
@@ -314,7 +315,7 @@ def test_streaming_with_beam_search(mini, engine_copy):
     edit(mini, "tensorrt_llm", 'string_value: "1"', 'string_value: "2"')
     engine = engine_copy("old-gpt-starfish-3b-beam2")
     got = _engine_lines(mini, engine)
-    assert len(got) == 1 and "warning: decoupled (streaming) with max_beam_width 2" in got[0]
+    assert len(got) == 1 and "warning: decoupled: streaming with max_beam_width 2" in got[0]
     assert validate_repository(mini, engine_dir=engine) == []  # a warning: the repository is valid
     edit(mini, "tensorrt_llm", "decoupled: true", "decoupled: false")
     assert _engine_lines(mini, engine) == []
@@ -326,7 +327,7 @@ def test_logits_dtype_must_match_the_engine(mini, engine_copy):
          '{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] },\n'
          '  { name: "generation_logits" data_type: TYPE_FP16 dims: [ -1, -1, -1 ] }')
     got = _engine_lines(mini, engine_copy("old-gpt-starchat-15b"))
-    assert len(got) == 1 and "generation_logits is TYPE_FP16 but the engine's logits dtype is float32" in got[0]
+    assert len(got) == 1 and "logits data_type: TYPE_FP16 contradicts the engine's logits dtype float32" in got[0]
 
 
 def test_kv_cache_reuse_needs_paged_context_fmha(mini, engine_copy):
@@ -348,7 +349,7 @@ def test_kv_cache_reuse_with_beam_search(mini, engine_copy):
 def test_chunked_context_needs_paged_context_fmha(mini, engine_copy):
     _add_param(mini, "tensorrt_llm", "enable_chunked_context", "true")
     got = _engine_lines(mini, engine_copy("old-llama2-7b-tp4"))
-    assert len(got) == 1 and "enable_chunked_context needs an engine built with --use_paged_context_fmha" in got[0]
+    assert len(got) == 1 and "enable_chunked_context: needs an engine built with `trtllm-build --use_paged_context_fmha" in got[0]
 
 
 def test_inflight_batching_without_paged_kv_cache(mini, engine_copy):
@@ -357,6 +358,6 @@ def test_inflight_batching_without_paged_kv_cache(mini, engine_copy):
     cfg["plugin_config"]["paged_kv_cache"] = False
     (engine / "config.json").write_text(json.dumps(cfg))
     got = _engine_lines(mini, engine)
-    assert len(got) == 1 and "gpt_model_type inflight_fused_batching" in got[0] and "paged KV cache" in got[0]
+    assert len(got) == 1 and "gpt_model_type: in-flight batching (inflight_fused_batching)" in got[0] and "paged KV cache" in got[0]
     edit(mini, "tensorrt_llm", "inflight_fused_batching", "V1")
     assert _engine_lines(mini, engine) == []

@@ -138,6 +138,17 @@ class LLMClient(HttpTransport, GrpcTransport):
             return None
         return path if path and Path(path).is_dir() else None
 
+    def served_end_id(self) -> int | None:
+        """The ``end_id`` parameter of the served ``preprocessing`` model, or None (no such model/value)."""
+        try:
+            value = self.model_info("preprocessing").parameters.get("end_id", "")
+        except ClientError:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            return None
+
     # -- text generation -------------------------------------------------------------------------------
     def _prepare(self, request: GenerateRequest, model: str) -> tuple[ModelInfo, dict[str, Any], dict[str, np.ndarray]]:
         info = self.model_info(model)
@@ -253,7 +264,10 @@ class LLMClient(HttpTransport, GrpcTransport):
         only when ``max_batch_size > 0``). HTTP uses ``POST /v2/models/{model}/infer`` (binary-free JSON
         tensors), never ``/generate``; a decoupled model is refused over HTTP (Triton's ``/infer`` rejects
         decoupled models) — use ``protocol="grpc"``, which streams. Further ``fields`` are model inputs by
-        exact name (``end_id``, ``streaming``, ...).
+        exact name (``end_id``, ``streaming``, ...). Without an ``end_id`` field, the served preprocessing
+        model's ``end_id`` parameter (the tokenizer's EOS id resolved at render time) is sent, as
+        preprocessing does for text requests and NVIDIA's inflight_batcher_llm_client.py does from its
+        tokenizer.
 
         Returns:
             a result whose ``token_ids`` are ``output_ids`` (may include the prompt unless
@@ -273,10 +287,14 @@ class LLMClient(HttpTransport, GrpcTransport):
         values: dict[str, Any] = {"input_ids": ids, "input_lengths": len(ids),
                                   "request_output_len": int(request_output_len)}
         values.update({k: v for k, v in fields.items() if v is not None})
+        if "end_id" not in values and "end_id" in info.inputs:
+            end_id = self.served_end_id()  # without it the engine ignores the tokenizer's EOS
+            if end_id is not None:
+                values["end_id"] = end_id
         arrays = prepare_inputs(info, values)
         rid = new_request_id()
         stream = bool(fields.get("streaming"))
-        result = GenerateResult(model, rid, self.protocol, stream, 0)
+        result = GenerateResult(model, rid, self.protocol, stream, 0, prompt_ids=ids)
         if self.protocol == "http":
             self._http_infer(info, arrays, rid, result)
         else:

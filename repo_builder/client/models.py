@@ -185,6 +185,7 @@ class GenerateResult:
         events: the responses in arrival order (empty final responses included, ``has_output`` False).
         error: the server's or transport's error, if the request failed.
         prompt: the prompt text, if any.
+        prompt_ids: the prompt's token ids, for a token-id request (to tell an echoed prompt from output).
     """
 
     model: str
@@ -196,6 +197,7 @@ class GenerateResult:
     events: list[StreamEvent] = field(default_factory=list)
     error: ClientError | None = None
     prompt: str | None = None
+    prompt_ids: list[int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -231,10 +233,22 @@ class GenerateResult:
         return (self.end_ns - self.start_ns) / 1e6
 
     def count_output_tokens(self, count_tokens: Callable[[str], int] | None = None) -> int | None:
-        """Generated tokens: the returned token ids if any, else ONE tokenization of the whole text with
-        ``count_tokens`` (never per chunk, which would over-count split words); None if neither exists."""
+        """Generated tokens, counted from what the server says rather than by re-tokenizing text:
+
+        1. the sum of ``num_output_tokens`` over the responses (TRT-LLM 1.2 outputs it per response);
+        2. else the returned ``output_ids``, without an echoed prompt (non-streaming responses start with
+           the prompt unless ``exclude_input_in_output``; ``sequence_length`` counts the same tokens);
+        3. else ONE tokenization of the whole text with ``count_tokens`` (never per chunk, which would
+           over-count split words). None if none of these exists.
+        """
+        counts = [e.outputs.get("num_output_tokens") for e in self.events if e.has_output]
+        if counts and all(c is not None for c in counts):
+            return int(sum(int(np.asarray(c).reshape(-1)[0]) for c in counts))
         ids = self.token_ids
         if ids is not None:
+            p = self.prompt_ids
+            if p and not self.stream and ids[:len(p)] == p:
+                return len(ids) - len(p)
             return len(ids)
         if count_tokens is not None:
             return count_tokens(self.text)

@@ -80,8 +80,13 @@ def _print_plan(result: Any, console: Any) -> None:
 @app.command()
 @report_errors
 def render(
-    engine_dir: Path = typer.Option(..., "--engine-dir", help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."),
-    tokenizer_dir: Path = typer.Option(..., "--tokenizer-dir", help="Local Hugging Face tokenizer directory."),
+    engine_dir: Optional[Path] = typer.Option(None, "--engine-dir",
+                                              help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."),
+    tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer-dir", help="Local Hugging Face tokenizer directory."),
+    model: Optional[list[str]] = typer.Option(None, "--model", help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several "
+                                              "LLMs in the repository (repeat; instead of --engine-dir/--tokenizer-dir)."
+                                              " Its models are NAME_preprocessing, NAME_tensorrt_llm, NAME_ensemble, "
+                                              "..."),
     output: Path = typer.Option(..., "--output", "-o", help="Repository directory to create."),
     profile: str = typer.Option("trtllm-1.2", "--profile", help="Template profile (see `repo-builder params`)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE parameter (repeatable; wins over --values)."),
@@ -105,12 +110,24 @@ def render(
     repository at --output, or pass --serve-path with the path the server sees (e.g. a container mount).
     tokenizer_dir is the --tokenizer-dir path; it must exist at the same path for the server.
     """
-    from ..render import render_repository
+    from ..errors import RenderError
+    from ..render import render_multi_repository, render_repository
 
-    result = render_repository(engine_dir, tokenizer_dir, output, profile=profile, user_values=_parse_sets(set_),
-                               values_file=values, engine_mode=engine_mode, streaming=streaming, force=force,
-                               dry_run=dry_run, serve_path=serve_path, progress=not dry_run,
-                               delete_unlisted=delete_unlisted)
+    common = dict(profile=profile, user_values=_parse_sets(set_), values_file=values, engine_mode=engine_mode,
+                  streaming=streaming, force=force, dry_run=dry_run, serve_path=serve_path, progress=not dry_run,
+                  delete_unlisted=delete_unlisted)
+    if model:
+        if engine_dir is not None or tokenizer_dir is not None:
+            raise RenderError("--model and --engine-dir/--tokenizer-dir exclude each other", key="--model",
+                              hint="give every LLM as --model NAME=ENGINE_DIR,TOKENIZER_DIR")
+        result = render_multi_repository([_parse_model(m) for m in model], output, **common)
+    else:
+        missing = [flag for flag, v in (("--engine-dir", engine_dir), ("--tokenizer-dir", tokenizer_dir)) if v is None]
+        if missing:
+            raise RenderError(f"missing {' and '.join(missing)}", key=missing[0],
+                              hint="give --engine-dir and --tokenizer-dir, or --model NAME=ENGINE_DIR,TOKENIZER_DIR "
+                                   "for each of several LLMs")
+        result = render_repository(engine_dir, tokenizer_dir, output, **common)
     err = _console(stderr=True)
     for warning in result.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}")
@@ -123,6 +140,22 @@ def render(
     out.print(f"{verb} {plan.output}: profile {plan.profile}, {len(plan.files)} files, engine {plan.engine.kind} "
               f"({plan.placement.mode}, {len(plan.placement.files)} file(s)), world size "
               f"{plan.lock['launch']['world_size']}")
+
+
+def _parse_model(text: str) -> tuple[str, Path, Path]:
+    """``NAME=ENGINE_DIR,TOKENIZER_DIR`` -> (name, engine dir, tokenizer dir).
+
+    Raises:
+        RenderError: another shape (names ``--model`` and the text).
+    """
+    from ..errors import RenderError
+
+    name, sep, dirs = text.partition("=")
+    engine, comma, tokenizer = dirs.partition(",")
+    if not sep or not comma or not name.strip() or not engine.strip() or not tokenizer.strip():
+        raise RenderError(f"'{text}' is not NAME=ENGINE_DIR,TOKENIZER_DIR", key="--model",
+                          hint="e.g. --model llama=/engines/llama,/hf/llama")
+    return name.strip(), Path(engine.strip()), Path(tokenizer.strip())
 
 
 @app.command()

@@ -44,6 +44,8 @@ def launch(
     exit_timeout: int = typer.Option(5, "--exit_timeout", "--exit-timeout", help=_help("exit_timeout")),
     server_arg: Optional[list[str]] = typer.Option(None, "--server-arg", help=_help("server_args") +
                                                    " Repeat for several, e.g. --server-arg=--log-info=false."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help=_help("hostfile")),
+    openai_port: Optional[int] = typer.Option(None, "--openai_port", "--openai-port", help=_help("openai_port")),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight checks and print the command; start "
                                                           "nothing."),
@@ -73,7 +75,7 @@ def launch(
                               multi_model=multi_model, no_mpi=no_mpi, oversubscribe=oversubscribe,
                               tensorrt_llm_model_name=tensorrt_llm_model_name, detach=detach, pid_file=pid_file,
                               timeout=timeout, stop_timeout=stop_timeout, exit_timeout=exit_timeout,
-                              server_args=list(server_arg or []))
+                              server_args=list(server_arg or []), hostfile=hostfile, openai_port=openai_port)
     except PydanticValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err.get("loc") else "option"

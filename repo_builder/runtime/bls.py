@@ -213,7 +213,8 @@ class BLSCore:
         engine_inputs = engine.gather(env)
         engine_outputs = self._engine_outputs(frozenset(wanted))
         model = self.settings.engine_model
-        protected = plan.prompt if plan.exclude_input is False else ""
+        exclude = self.settings.exclude_input_default if plan.exclude_input is None else plan.exclude_input
+        protected = "" if exclude else plan.prompt  # an echoed prompt is not searched for stop strings
         text_work = bool(plan.stop_words) or (plan.stream and self.settings.accumulate_tokens)
         seqs: dict[Any, _SeqState] = {}
         text_names = self._text_outputs
@@ -314,7 +315,7 @@ class BLSCore:
         for k, (tname, seq_id, text) in enumerate(items):
             outputs: dict[str, np.ndarray] = {}
             if tname in names:
-                outputs[tname] = np.array([[text.encode("utf-8")]], dtype=object)
+                outputs[tname] = np.array([text.encode("utf-8")], dtype=object)  # 1-D, like postprocessing's
             if SEQUENCE_INDEX in names:
                 outputs[SEQUENCE_INDEX] = np.array([[seq_id]], dtype=np.int32)
             send(outputs, k == len(items) - 1)

@@ -69,6 +69,8 @@ class BLSSettings:
             engine), merge them into one postprocessing call and one response (see :data:`MERGE_RULES`).
             No response is ever delayed to wait for another. Off by default: clients then get one
             response per engine response, as from the ensemble.
+        exclude_input_default: the engine's ``exclude_input_in_output`` parameter (rendered into the BLS
+            too): whether a non-streaming text starts with the echoed prompt when the request does not say.
     """
 
     engine_model: str = ENGINE_STEP_MODEL
@@ -77,6 +79,7 @@ class BLSSettings:
     decoupled: bool = True
     engine_decoupled: bool | None = None
     coalesce: bool = False
+    exclude_input_default: bool = False
 
     @property
     def call_engine_decoupled(self) -> bool:

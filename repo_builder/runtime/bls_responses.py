@@ -15,13 +15,19 @@ from .stopstrings import StopStringMatcher, trim_at_stop
 # stop strings
 
 
+# The one stop rule, on both paths: the text ends WITH the stop string and nothing after it. That is what
+# the engine's token-level stop_words_list does (the stop sequence is part of output_ids, so the ensemble
+# returns it) and what NVIDIA's BLS string check does (tensorrt_llm_bls/1/model.py check_stop_words at
+# v0.19.0 keeps text[:index + len(stop_word)]), so ensemble and BLS return the same text.
+
+
 def truncate_at_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[str, bool]:
-    """Cut ``text`` at the earliest occurrence (at or after ``start``, in characters) of any stop string.
+    """Cut ``text`` after the earliest occurrence (at or after ``start``, in characters) of any stop string.
 
     Returns:
-        (text before the stop string, True) or (``text``, False) when no stop string occurs.
+        (text up to and including the stop string, True) or (``text``, False) when no stop string occurs.
     """
-    cut, which = trim_at_stop(text, stops, start=start)
+    cut, which = trim_at_stop(text, stops, include_stop=True, start=start)
     return cut, which is not None
 
 
@@ -39,7 +45,7 @@ class StopStringFilter:
     __slots__ = ("_matcher", "_prefix")
 
     def __init__(self, stops: Sequence[str], protected_prefix: str = "") -> None:
-        self._matcher = StopStringMatcher(stops)
+        self._matcher = StopStringMatcher(stops, include_stop=True)
         self._prefix = protected_prefix
 
     @property

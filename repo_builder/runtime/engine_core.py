@@ -103,6 +103,22 @@ class _DecoupledSink:
         return bool(self.sender.is_cancelled())
 
 
+class _UnarySink(_DecoupledSink):
+    """The response sender of a model that is not decoupled: exactly one response, always final.
+
+    ``outputs`` None without an error (a request cancelled by the client) becomes an error response;
+    ``{}`` (the answer to a ``stop`` request) an empty one.
+    """
+
+    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None,
+             client: bool = False) -> None:
+        if not final:  # a non-decoupled request never streams; only the final response is sent
+            return
+        if outputs is None and error is None:
+            error = "tensorrt_llm: request was cancelled"
+        super().send(outputs, final=True, error=error, client=client)
+
+
 BackendFactory = Callable[[ModelParams, ModelIO], GenerationBackend]
 
 
@@ -176,55 +192,27 @@ class TritonEngineModel:
         rid = request.request_id() if hasattr(request, "request_id") else ""
         return parse_request(self._tensors(request), self.io, self.limits, request_id=rid or "")
 
-    def execute(self, requests: list[Any]) -> list[Any] | None:
-        """Decoupled: queue every request and return None (responses go through each response sender).
-        Otherwise: step all requests together and return one response per request, in order."""
-        pb = self.pb_utils
-        if self.decoupled:
-            for request in requests:
-                sink = _DecoupledSink(self, request.get_response_sender())
-                try:
-                    parsed = self._parse(request)
-                except RequestError as exc:
-                    sink.send(None, final=True, error=str(exc), client=True)
-                    continue
-                if parsed.stop:
-                    self.scheduler.stop_request(parsed.request_id)
-                    sink.send(None, final=True)
-                    continue
-                self.scheduler.submit(RequestGroup(parsed, sink, self.io))
-            return None
-        sinks: list[CollectingSink | RequestError | None] = []
+    def execute(self, requests: list[Any]) -> None:
+        """Queue every request and return None: responses go through each request's response sender,
+        in both modes. Decoupled: as many responses as the request streams, the last one flagged final.
+        Not decoupled: exactly one response per request (Triton 2.51's Python backend accepts the sender
+        there too, measured), so requests that arrive while others run join the in-flight batch, and a
+        ``stop`` request reaches the engine while the request it stops is still running (with a blocking
+        ``execute`` it would wait behind it and stop nothing)."""
         for request in requests:
+            sender = request.get_response_sender()
+            sink = _DecoupledSink(self, sender) if self.decoupled else _UnarySink(self, sender)
             try:
                 parsed = self._parse(request)
             except RequestError as exc:
-                sinks.append(exc)
+                sink.send(None, final=True, error=str(exc), client=True)
                 continue
             if parsed.stop:
                 self.scheduler.stop_request(parsed.request_id)
-                sinks.append(None)
+                sink.send({} if not self.decoupled else None, final=True)
                 continue
-            sink = CollectingSink()
             self.scheduler.submit(RequestGroup(parsed, sink, self.io))
-            sinks.append(sink)
-        responses = []
-        for sink in sinks:
-            if sink is None:
-                responses.append(pb.InferenceResponse(output_tensors=[]))
-            elif isinstance(sink, RequestError):
-                responses.append(error_response(pb, sink))
-            else:
-                while not sink.event.wait(1.0):
-                    if not self.scheduler.alive:
-                        sink.send(None, final=True, error="tensorrt_llm: the engine thread has stopped")
-                outputs, _final, error = sink.responses[-1]
-                if error is not None or outputs is None:
-                    responses.append(pb.InferenceResponse(output_tensors=[], error=triton_error(
-                        pb, error or "tensorrt_llm: request was cancelled", client=False)))
-                else:
-                    responses.append(self.to_response(outputs))
-        return responses
+        return None
 
     def finalize(self) -> None:
         """Stop the scheduler; unfinished requests get an error response."""

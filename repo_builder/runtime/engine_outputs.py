@@ -123,7 +123,9 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
     Otherwise: all generated tokens, after the prompt when ``exclude_input_in_output`` is false.
     Shapes: ``output_ids`` ``[B, 1, T]`` (padded with pad_id, else end_id, else 0), ``sequence_length``
     ``[B, 1]``, ``cum_log_probs`` ``[B, 1]``, ``output_log_probs`` ``[B, 1, T_gen]`` (zeros unless
-    ``return_log_probs``); ``batch_index``/``sequence_index``/``num_*_tokens``/``*_time_ns`` ``[B, 1]``;
+    ``return_log_probs``); ``batch_index``/``sequence_index``/``num_*_tokens``/``*_time_ns`` ``[B, 1]``
+    (``num_output_tokens`` counts the generated tokens of this response when streaming, all of them
+    otherwise, so a client summing a stream's values gets the total -- the OpenAI frontend does);
     every other declared output is zeros (see module docstring; batch-1 fillers are shared read-only
     arrays). Dtypes come from the model config.
     """
@@ -166,8 +168,8 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
                 col = [s.req.batch_index for s in seqs]
             elif name == "num_input_tokens":
                 col = [len(s.req.prompt) for s in seqs]
-            elif name == "num_output_tokens":
-                col = [len(s.tokens) for s in seqs]
+            elif name == "num_output_tokens":  # per response, like NVIDIA's: a stream's values add up
+                col = [len(r) for r in token_rows] if streaming else [len(s.tokens) for s in seqs]
             elif name == "arrival_time_ns":
                 col = [arrival_ns] * batch
             elif name == "first_scheduled_time_ns":

@@ -86,11 +86,15 @@ class ModelIO:
 #: true for flags) fails with an error naming the input.
 UNSUPPORTED_INPUTS: tuple[str, ...] = (
     "lora_task_id", "lora_weights", "lora_config", "prompt_embedding_table", "draft_input_ids",
-    "draft_logits", "encoder_input_features", "decoder_input_ids", "cross_attention_mask",
+    "draft_logits", "encoder_input_features", "cross_attention_mask",
     "mrope_rotary_cos_sin", "mrope_position_deltas", "context_phase_params", "guided_decoding_guide_type",
     "guided_decoding_guide", "lookahead_window_size", "lookahead_ngram_size",
     "lookahead_verification_set_size",
 )
+# ``decoder_input_ids``/``decoder_input_lengths`` are accepted and ignored: the engines here are decoder-only,
+# and NVIDIA's end_to_end_test.py (v0.19.0) forwards preprocessing's DECODER_INPUT_ID placeholder
+# ([[pad_id]], length 1) to tensorrt_llm on every request.
+
 #: Boolean inputs whose ``true`` value asks for something the Python engines do not compute.
 UNSUPPORTED_FLAGS: tuple[str, ...] = ("return_context_logits", "return_generation_logits", "skip_cross_attn_blocks")
 
@@ -267,8 +271,10 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
     if "request_output_len" not in tensors:
         raise RequestError("request_output_len", "is required")
 
-    min_name = io.input_name("min_tokens", "min_length") or "min_tokens"
-    seed_name = io.input_name("seed", "random_seed") or "seed"
+    # trtllm-1.2 declares both the current names and the v0.5.0-v0.19.0 ones (min_length, random_seed):
+    # the current name wins when a request sends both.
+    min_name = next((n for n in ("min_tokens", "min_length") if n in tensors), None)
+    seed_name = next((n for n in ("seed", "random_seed") if n in tensors), None)
     rows: list[GenerationRequest] = []
     streaming_any = False
     for b in range(batch):

@@ -3,11 +3,15 @@
 Inputs (contract.yaml ``postprocessing``): ``TOKENS_BATCH`` int32 ``[batch, beam, len]``,
 ``SEQUENCE_LENGTH`` int32 ``[batch, beam]`` (absent in trtllm-0.5: the whole row is decoded), and
 repo-builder's optional ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``, ``STREAM`` bool ``[batch, 1]``,
-``SEQUENCE_INDEX`` int32 ``[batch, 1]``, ``ARRIVAL_TIME_NS`` int64 ``[batch, 1]``.
+``SEQUENCE_INDEX`` int32 ``[batch, 1]``, ``ARRIVAL_TIME_NS`` int64 ``[batch, 1]``, ``BATCH_INDEX`` int32
+``[batch, 1]`` (the engine's batch_index: which row of a batched client request a response row is).
 
-Output ``OUTPUT`` (TYPE_STRING, UTF-8 bytes): ``[batch, beam]`` when the config declares dims ``[-1]``
-with ``max_batch_size > 0`` (trtllm-1.2), ``[batch, beam, 1]`` for dims ``[-1, -1]`` (trtllm-0.5),
-``[batch * beam]`` for a model without a batch dimension and dims ``[-1]``.
+Output ``OUTPUT`` (TYPE_STRING, UTF-8 bytes): always 1-D ``[batch * beam]`` per request, whatever the
+config's dims, which is what NVIDIA's postprocessing returns in every version (v0.5.0 builds it from a
+flat list of ``decode()`` results, v0.19.0 from a flat slice of ``batch_decode``; tensorrtllm_backend
+``all_models/inflight_batcher_llm/postprocessing/1/model.py``). Clients index it as ``output[0].decode()``
+(``end_to_end_grpc_client.py``), so a ``[1, 1]`` text breaks them; the ensemble and the BLS pass the
+shape through to ``text_output``.
 
 Which responses belong to one request decides between two paths:
 
@@ -18,9 +22,13 @@ Which responses belong to one request decides between two paths:
   the decoupled tensorrt_llm model, so the key is the request id (which the ensemble propagates to every
   step, and which the BLS makes unique per client request) together with the engine's
   ``ARRIVAL_TIME_NS`` output (repo-builder's preprocessing always asks for perf metrics). Whenever that
-  key is non-empty the incremental path is used, for streaming and non-streaming requests alike: fed all
+  key is non-empty the incremental path is used (one state per request, batch row -- ``BATCH_INDEX``,
+  else the row's position in the response --, sequence and beam), for streaming and non-streaming requests alike: fed all
   ids at once it returns the whole text.
-* No key at all: each response is decoded whole (correct for non-streaming requests).
+* No key at all, or a repository whose engine is not decoupled (parameter ``decoupled_mode`` false: no
+  response can be a stream chunk): each response is decoded whole. That also keeps a client that
+  reuses request ids (NVIDIA's ``end_to_end_test.py`` sends ``request_id=str(i)`` again and again) from
+  continuing an earlier request's state.
 
 Optional ``FLUSH`` (BOOL ``[batch, 1]``; not in the contract yet, for a caller that knows the end of
 a stream, like the BLS): true on the last response emits the detokenizer's held tail (an incomplete
@@ -41,7 +49,7 @@ from .detokenizer import DetokenizerCache, DetokenizerFactory
 from .limits import check_token_ids
 from .params import ModelParams
 from .text import tokenizer_from_params
-from .triton_io import RequestError, output_dims
+from .triton_io import RequestError
 
 
 def _flag(array: np.ndarray | None, b: int) -> Any:
@@ -69,10 +77,9 @@ class Postprocessor:
         self.skip_special_tokens = bool(params.bool("skip_special_tokens", True))
         self.max_streams = int(params.int("detokenizer_max_streams", 1024) or 1024)
         self.vocab_size = len(tokenizer)
+        self.engine_streams = bool(params.bool("decoupled_mode", True))
         self.factory = DetokenizerFactory(tokenizer, self.skip_special_tokens)
         self.streams = DetokenizerCache(self.factory, self.max_streams)
-        dims = output_dims(params.config).get("OUTPUT", [-1])
-        self.output_rank = len(dims) + (1 if params.max_batch_size > 0 else 0)
 
     def decode(self, ids: list[int]) -> str:
         """Non-streaming text of ``ids``."""
@@ -109,13 +116,15 @@ class Postprocessor:
             for k in range(beam):
                 check_token_ids("TOKENS_BATCH", t[b, k, :max(0, min(int(seq_len[b, k]), length))], self.vocab_size)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
-        arrival = inputs.get("ARRIVAL_TIME_NS")
+        arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 
         texts = np.empty((batch, beam), dtype=object)
         for b in range(batch):
             key = _flag(keys, b)
             stream_key: tuple | None = None
-            if key is not None and int(key) != 0:  # BLS: preprocessing's key, streaming as the request says
+            if not self.engine_streams:
+                pass  # a non-decoupled engine answers once per request: decode whole
+            elif key is not None and int(key) != 0:  # BLS: preprocessing's key, streaming as the request says
                 if bool(_flag(stream, b)):
                     stream_key = ("bls", int(key))
             else:  # ensemble: request id + the engine's arrival time of this request
@@ -123,21 +132,17 @@ class Postprocessor:
                 if request_id or arrived:
                     stream_key = ("ens", request_id, arrived)
             index = int(_flag(seq_index, b) or 0)
+            row = _flag(batch_index, b)
+            row = b if row is None else int(row)
             flush = bool(_flag(inputs.get("FLUSH"), b))
             for k in range(beam):
                 n = max(0, min(int(seq_len[b, k]), length))
                 ids = [int(x) for x in t[b, k, :n].tolist()]
                 if stream_key is not None:
-                    text = self.streams.add((*stream_key, index, k), ids)
+                    text = self.streams.add((*stream_key, row, index, k), ids)
                     if flush:  # the caller's last response: emit the held tail, free the state
-                        text += self.streams.finish((*stream_key, index, k))
+                        text += self.streams.finish((*stream_key, row, index, k))
                 else:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")
-        if self.output_rank <= 1:
-            out = texts.reshape(-1)
-        elif self.output_rank == 2:
-            out = texts
-        else:
-            out = texts.reshape(batch, beam, *([1] * (self.output_rank - 2)))
-        return {"OUTPUT": out}
+        return {"OUTPUT": texts.reshape(-1)}

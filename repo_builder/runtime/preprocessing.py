@@ -34,7 +34,7 @@ from .triton_io import RequestError, output_dtypes, strings
 
 # model input -> client-facing ensemble field (for error messages)
 FIELDS = {
-    "QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
+    "QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
     "STOP_WORDS_DICT": "stop_words", "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
     "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights", "END_ID": "end_id", "PAD_ID": "pad_id",
     "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
@@ -154,6 +154,9 @@ class Preprocessor:
         id, ``REQUEST_INPUT_LEN`` int32 ``[batch, 1]``, ``BAD_WORDS_IDS``/``STOP_WORDS_IDS`` int32
         ``[batch, 2, N]``, ``EMBEDDING_BIAS`` fp32 ``[batch, vocab]`` or ``[batch, 0]``,
         ``REQUEST_OUTPUT_LEN``/``OUT_END_ID``/``OUT_PAD_ID`` ``[batch, 1]`` (config dtype),
+        ``DECODER_INPUT_ID`` int32 ``[batch, L_dec]`` (the tokenized ``DECODER_QUERY``, right-padded; without
+        one ``[[pad_id]]``, as NVIDIA's preprocessing v0.11+ does) and ``REQUEST_DECODER_INPUT_LEN`` int32
+        ``[batch, 1]``,
         ``OUT_PROMPT_TABLE_EXTRA_IDS`` uint64 ``[batch, L]``, ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``,
         ``OUT_RETURN_PERF_METRICS`` bool ``[batch, 1]`` (always true).
 
@@ -202,6 +205,23 @@ class Preprocessor:
             input_id[b, :] = pad_ids[b]
             input_id[b, :len(ids)] = ids
 
+        dec_rows = _rows(inputs.get("DECODER_QUERY"), batch)
+        if dec_rows is None:
+            decoder_ids = [[p] for p in pad_ids]
+        else:
+            decoder_ids = []
+            for b, row in enumerate(dec_rows):
+                texts = _strings(row, "decoder_text_input")
+                if len(texts) != 1:
+                    raise RequestError("decoder_text_input", f"must hold one string per batch row, got {len(texts)}")
+                ids = encode_prompt(self.tokenizer, texts[0], add_special_tokens=self.add_special_tokens)
+                decoder_ids.append(ids or [pad_ids[b]])
+        dec_longest = max(len(ids) for ids in decoder_ids)
+        decoder_input_id = np.empty((batch, dec_longest), dtype=np.int32)
+        for b, ids in enumerate(decoder_ids):
+            decoder_input_id[b, :] = pad_ids[b]
+            decoder_input_id[b, :len(ids)] = ids
+
         def word_rows(name: str) -> list[list[str]] | None:
             rows = _rows(inputs.get(name), batch)
             if rows is None:
@@ -235,6 +255,8 @@ class Preprocessor:
         produced = {
             "INPUT_ID": input_id,
             "REQUEST_INPUT_LEN": np.array([[len(ids)] for ids in ids_rows]),
+            "DECODER_INPUT_ID": decoder_input_id,
+            "REQUEST_DECODER_INPUT_LEN": np.array([[len(ids)] for ids in decoder_ids]),
             "BAD_WORDS_IDS": bad_words,
             "STOP_WORDS_IDS": stop_words,
             "EMBEDDING_BIAS": bias,

@@ -130,8 +130,10 @@ class StopStringMatcher:
             return StopResult(text)
         i, which = self._find(text)
         if which is not None:
-            pending = self._pending_start(text, i)
-            if pending is not None:  # a longer stop string may still complete earlier than this one
+            # a longer stop string may still complete earlier than this one (or, when the stop string is
+            # kept, at the same place: the longest one found there wins, as in find_stop)
+            pending = self._pending_start(text, i + 1 if self.include_stop else i)
+            if pending is not None:
                 emit, self._held = text[:pending], text[pending:]
                 self._consumed += len(emit)
                 return StopResult(emit)

@@ -122,9 +122,17 @@ def encode_prompt(tokenizer: Any, text: str, *, add_special_tokens: bool = True,
     ``True`` this is the Hugging Face default encoding that reference runners use (B18; LLaMA-2
     ``"What is machine learning?"`` -> ``[1, 1724, 338, 4933, 6509, 29973]``).
 
-    With ``chat_template``: the template is applied to the prompt as a single user message; when the
-    rendered text already starts with the BOS token's text (LLaMA-3 ``<|begin_of_text|>``), it is
-    encoded without special tokens so no second BOS appears; otherwise ``add_special_tokens`` applies.
+    With ``chat_template``: the template is applied to the prompt as a single user message.
+
+    A text that already starts with the BOS token's text -- a rendered chat template (LLaMA-2/Mistral
+    ``<s>[INST]``, LLaMA-3 ``<|begin_of_text|>``), whether rendered here or by a client such as
+    ``repo-builder openai`` -- is encoded without special tokens, so no second BOS appears and the ids are
+    those of Hugging Face's ``apply_chat_template(..., tokenize=True)``; otherwise ``add_special_tokens``
+    applies.
+
+    Either way a prompt that already starts with the BOS token (a client that sends ``"<s>[INST] ..."`` or
+    a prompt it rendered with the chat template itself) keeps exactly one BOS: when the encoding starts
+    with two BOS ids, the one the tokenizer added is dropped.
 
     Raises:
         RequestError: ``text_input`` is empty.
@@ -132,11 +140,18 @@ def encode_prompt(tokenizer: Any, text: str, *, add_special_tokens: bool = True,
     if text == "":
         raise RequestError("text_input", "is empty", "send a non-empty prompt")
     if chat_template:
-        rendered = render_chat(tokenizer, text)
-        bos = getattr(tokenizer, "bos_token", None)
-        special = add_special_tokens and not (bos and rendered.startswith(bos))
-        return list(tokenizer.encode(rendered, add_special_tokens=special))
-    return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        text = render_chat(tokenizer, text)
+    bos = getattr(tokenizer, "bos_token", None)
+    special = add_special_tokens and not (bos and text.startswith(bos))
+    return _one_bos(tokenizer, list(tokenizer.encode(text, add_special_tokens=special)))
+
+
+def _one_bos(tokenizer: Any, ids: list[int]) -> list[int]:
+    """``ids`` without a duplicated leading BOS id (the prompt's own plus the tokenizer's)."""
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    if bos_id is not None and len(ids) >= 2 and ids[0] == bos_id and ids[1] == bos_id:
+        return ids[1:]
+    return ids
 
 
 def check_lengths(prompt_tokens: int, max_tokens: int | None, *, max_input_len: int | None,

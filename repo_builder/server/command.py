@@ -54,7 +54,8 @@ def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path |
 
 
 def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bool = False,
-                export_env: list[str] | None = None, mpirun: str = MPIRUN) -> list[str]:
+                export_env: list[str] | None = None, mpirun: str = MPIRUN, hostfile: str | Path | None = None,
+                mca: dict[str, str] | None = None, map_by: str | None = None) -> list[str]:
     """The full command: the single rank's argv, or ``mpirun ... -n 1 <rank0> : -n 1 <rank1> ...``.
 
     ``export_env`` names environment variables passed on to the ranks with ``-x``. ``mpirun`` stays a bare name
@@ -64,6 +65,9 @@ def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bo
     Python-backend stub a rank starts inherits that mask, so tritonserver plus all of its pre/postprocessing
     and BLS stubs would share one core (measured by scripts/bench_launch.py on 2 cores: start-to-ready of a
     synthetic-engine repository 5.6 s bound vs 2.8 s unbound; docs/performance.md).
+    ``hostfile`` spreads the ranks over hosts (``--hostfile``; Open MPI fills each host's slots in order, so rank
+    r runs on the host holding slot r with ``map_by="slot"``, i.e. ``--map-by slot``); ``mca`` adds
+    ``--mca KEY VALUE`` pairs (e.g. ``plm_rsh_agent``).
 
     Raises:
         ValueError: ``use_mpi`` is False with more than one rank, or no rank is given.
@@ -77,6 +81,12 @@ def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bo
     argv = [mpirun, "--allow-run-as-root", "--bind-to", "none"]
     if oversubscribe:
         argv.append("--oversubscribe")
+    if hostfile is not None:
+        argv += ["--hostfile", str(hostfile)]
+    if map_by is not None:
+        argv += ["--map-by", map_by]
+    for key, value in (mca or {}).items():
+        argv += ["--mca", key, value]
     argv.append("--tag-output")
     for name in export_env or []:
         argv += ["-x", name]

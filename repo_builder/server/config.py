@@ -47,6 +47,8 @@ class LaunchConfig(BaseModel):
     stop_timeout: float = Field(30.0, gt=0, description=HELP["stop_timeout"])
     exit_timeout: int = Field(5, ge=0, description=HELP["exit_timeout"])
     server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
+    hostfile: Path | None = Field(None, description=HELP["hostfile"])
+    openai_port: int | None = Field(None, ge=1, le=65535, description=HELP["openai_port"])
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod
@@ -101,15 +103,9 @@ class RepositoryInfo:
 
 
 def _python_instances(cfg: object) -> int:
-    groups = list(cfg.instance_group)  # type: ignore[attr-defined]
-    if not groups:
-        return 1
-    total = 0
-    for group in groups:
-        count = group.count if group.count > 0 else 1
-        gpus = len(group.gpus) if group.kind == 1 else 0  # KIND_GPU = 1
-        total += count * max(gpus, 1)
-    return total
+    from ..pbtxt import python_instances
+
+    return python_instances(cfg)  # type: ignore[arg-type]
 
 
 #: ``parameters`` keys of a tensorrtllm-backend model that name its engine directory (``gpt_model_path`` before
@@ -218,6 +214,8 @@ class LaunchPlan:
     use_mpi: bool
     oversubscribe: bool
     notes: list[str] = field(default_factory=list)
+    #: host of every rank when launched with ``--hostfile`` (rank 0 first), else None (all on this machine).
+    rank_hosts: list[str] | None = None
 
 
 def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, have_mpirun: bool) -> LaunchPlan:
@@ -231,6 +229,7 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
 
     Raises:
         LaunchError: world size contradicts the lock file or the engine; ``--no-mpi`` or ``--multi-model`` with world size > 1;
+            a bad ``--hostfile`` (see :mod:`.hostfile`), too few slots, or its first host is not this machine;
             a ``--tensorrt_llm_model_name`` is not in the repository; mpirun is needed but not installed.
     """
     notes: list[str] = list(repo.warnings)
@@ -279,7 +278,22 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
             raise LaunchError(f"ranks > 0 must load {', '.join(missing)}, which the repository does not hold "
                               f"(models: {', '.join(repo.model_names)})", key=names_key, path=repo.path,
                               hint="pass --tensorrt_llm_model_name with the TensorRT-LLM model folder name(s)")
+    hosts = None
+    if config.hostfile is not None:
+        from .hostfile import is_local, rank_hosts, read_hostfile
+
+        if config.no_mpi:
+            raise LaunchError("--hostfile spreads ranks with mpirun, but --no-mpi was given", key="--no-mpi",
+                              hint="drop --no-mpi")
+        hosts = rank_hosts(read_hostfile(config.hostfile), world_size, path=config.hostfile)
+        if not is_local(hosts[0]):
+            raise LaunchError(f"rank 0 (the endpoints) would run on {hosts[0]}, the first host of the hostfile, "
+                              "which is not this machine; the launcher waits for readiness here", key="--hostfile",
+                              path=config.hostfile, hint="list this machine first, or launch from that host")
     use_mpi = not config.no_mpi
+    if hosts is not None and not have_mpirun:
+        raise LaunchError("--hostfile needs mpirun, which is not on PATH", key="--hostfile",
+                          hint="apt-get install openmpi-bin")
     if use_mpi and not have_mpirun:
         if world_size == 1:
             use_mpi = False
@@ -288,8 +302,8 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
             raise LaunchError(f"world size {world_size} needs mpirun, which is not on PATH", key="--world_size",
                               hint="apt-get install openmpi-bin")
     oversubscribe = config.oversubscribe
-    if use_mpi and not oversubscribe and world_size > cpu_count:
+    if use_mpi and not oversubscribe and hosts is None and world_size > cpu_count:
         oversubscribe = True
         notes.append(f"{world_size} ranks > {cpu_count} CPU cores: adding --oversubscribe to mpirun")
     return LaunchPlan(world_size=world_size, world_size_origin=origin, trtllm_models=names, use_mpi=use_mpi,
-                      oversubscribe=oversubscribe, notes=notes)
+                      oversubscribe=oversubscribe, notes=notes, rank_hosts=hosts)

@@ -31,4 +31,10 @@ HELP: dict[str, str] = {
                     "(--exit-timeout-secs; tritonserver's own default is 30). Streams still running then get an "
                     "error and the server exits.",
     "server_args": "Extra arguments appended to every rank's tritonserver command.",
+    "hostfile": "Open MPI hostfile ('HOST slots=N' per line) spreading the ranks over hosts with --map-by slot: "
+                "ranks fill the first host's slots, then the next host's. Rank 0 (the endpoints) runs on the first "
+                "host, which must be this machine. --dry-run prints the rank -> host mapping. Reach remote hosts "
+                "with Open MPI's own means (ssh by default; OMPI_MCA_plm_rsh_agent for another agent).",
+    "openai_port": "Also serve an OpenAI-compatible API on this port (`repo-builder openai`, started once the "
+                   "server is ready, stopped with it; needs the openai extra). Default: off.",
 }

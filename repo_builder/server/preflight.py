@@ -6,6 +6,7 @@ import errno
 import os
 import socket
 from pathlib import Path
+from typing import Iterable
 
 from ..errors import LaunchError
 from . import procs
@@ -64,16 +65,18 @@ def check_ports(address: str, ports: dict[str, int]) -> list[str]:
     return notes
 
 
-def shm_requirement(repo: RepositoryInfo, trtllm_models: list[str], world_size: int) -> tuple[int, int]:
-    """``(stub count, bytes needed in /dev/shm)`` for a launch.
+def shm_requirement(repo: RepositoryInfo, trtllm_models: list[str], world_size: int,
+                    ranks: "Iterable[int] | None" = None) -> tuple[int, int]:
+    """``(stub count, bytes needed in /dev/shm)`` for the ranks of a launch that share one ``/dev/shm``.
 
     Rank 0 starts one stub per Python-backend model instance; every rank > 0 those of ``trtllm_models``.
     Each stub needs :data:`STUB_REGION_BYTES` plus :data:`STUB_HEADROOM_BYTES`, plus
-    :data:`SHM_BASE_HEADROOM_BYTES` once.
+    :data:`SHM_BASE_HEADROOM_BYTES` once. ``ranks`` (default: all ``world_size`` ranks) names the ranks that run
+    on one host or pod (a Kubernetes pod or Slurm node of a multi-node launch holds only some of them).
     """
     rank0 = sum(m.python_instances for m in repo.models)
-    others = sum(m.python_instances for m in repo.models if m.name in trtllm_models) * (world_size - 1)
-    stubs = rank0 + others
+    other = sum(m.python_instances for m in repo.models if m.name in trtllm_models)
+    stubs = sum(rank0 if r == 0 else other for r in (range(world_size) if ranks is None else ranks))
     return stubs, stubs * (STUB_REGION_BYTES + STUB_HEADROOM_BYTES) + SHM_BASE_HEADROOM_BYTES
 
 

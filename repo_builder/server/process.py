@@ -211,9 +211,15 @@ class TritonServer:
         if others:
             self.notes.append(f"--force: starting although tritonserver pid {', '.join(map(str, others))} "
                               "already serves this repository")
-        self.notes += check_ports(cfg.http_address, {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port,
-                                                     "--metrics_port": cfg.metrics_port})
-        stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size)
+        ports = {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port, "--metrics_port": cfg.metrics_port}
+        if cfg.openai_port is not None:
+            from ..openai.launch import check_installed
+
+            check_installed()
+            ports["--openai_port"] = cfg.openai_port
+        self.notes += check_ports(cfg.http_address, ports)
+        local = None if plan.rank_hosts is None else [r for r, h in enumerate(plan.rank_hosts) if h == plan.rank_hosts[0]]
+        stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size, ranks=local)
         check_shm(stubs, needed)
         repo_path = Path(os.path.abspath(cfg.model_repo))
         ranks = [rank_argv(binary=binary.path, backend_args=binary.server_args(), model_repo=repo_path, rank=r,
@@ -227,7 +233,8 @@ class TritonServer:
             env["TRTLLM_ORCHESTRATOR"] = "1"
         self.env = env
         self.argv = launch_argv(ranks, use_mpi=plan.use_mpi, oversubscribe=plan.oversubscribe,
-                                export_env=sorted(env))
+                                export_env=sorted(env), hostfile=cfg.hostfile,
+                                map_by=None if cfg.hostfile is None else "slot")
         return self.argv
 
     # ------------------------------------------------------------------ lifecycle
@@ -431,8 +438,12 @@ class TritonServer:
         got = self._request("GET", "/v2/health/ready")
         return got is not None and got[0] == 200
 
-    def wait(self, timeout_s: float | None = None, *, watch_models: bool = True) -> int | None:
+    def wait(self, timeout_s: float | None = None, *, watch_models: bool = True,
+             until: Callable[[], bool] | None = None) -> int | None:
         """Wait for the launched process to exit (``None`` = forever); returns its exit code or ``None``.
+
+        ``until``: polled every :data:`POLL_S` seconds; True makes the wait return ``None`` (the OpenAI front
+        end of ``launch --openai_port`` exited).
 
         Also returns ``None`` when :meth:`interrupt` was called, or (``watch_models``) when a model's Python
         stub process died while the server still reports itself ready: tritonserver 2.51 neither notices
@@ -444,7 +455,7 @@ class TritonServer:
         watched = self.model_processes() if watch_models else {}
         next_check = time.monotonic() + MODEL_POLL_S
         while self._launcher_alive():
-            if self._kill_now or self.interrupted:
+            if self._kill_now or self.interrupted or (until is not None and until()):
                 return None
             now = time.monotonic()
             if deadline is not None and now >= deadline:

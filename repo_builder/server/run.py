@@ -80,6 +80,11 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         if dry_run:
             import shlex
 
+            plan = server.plan
+            if plan is not None and plan.rank_hosts is not None:
+                for rank, host in enumerate(plan.rank_hosts):
+                    role = "all models + HTTP/gRPC/metrics" if rank == 0 else ",".join(plan.trtllm_models)
+                    echo(f"rank {rank} -> {host} ({role})")
             echo(" ".join(shlex.quote(a) for a in server.argv))
             return 0
         plan = server.plan
@@ -96,9 +101,13 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
             pid_file = Path(config.pid_file) if config.pid_file else default
             # the default location always gets a copy, so `repo-builder stop REPO` finds any detached launch
             files = sorted({str(pid_file.absolute()), str(default)})
+            echo(_describe_ready(server, elapsed))
+            if config.openai_port is not None:
+                from ..openai.launch import start_beside
+
+                start_beside(server, config.openai_port, echo=echo, detach=True)  # exits when tritonserver does
             for path in files:
                 server.write_pid_file(Path(path), extra={"pid_files": files})
-            echo(_describe_ready(server, elapsed))
             echo(f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
                  f"repo-builder stop --pid-file {pid_file}")
             detached = True  # the server outlives this process
@@ -115,7 +124,18 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
             follower.start()
         elapsed = server.wait_ready()
         echo(_describe_ready(server, elapsed))
-        code = server.wait()
+        if config.openai_port is not None:
+            from ..openai.launch import start_beside, wait_either
+
+            front = start_beside(server, config.openai_port, echo=echo)
+            code, front_code = wait_either(server, front)
+            front.stop()  # before the server, so no request is left half-served by a stopping Triton
+            if front_code is not None:
+                echo(f"error: the OpenAI front end exited with code {front_code}; stopping tritonserver")
+                server.stop()
+                return front_code or 1
+        else:
+            code = server.wait()
         if server.interrupted:
             echo(f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM, in-flight requests "
                  f"{config.exit_timeout} s; a second signal kills)")

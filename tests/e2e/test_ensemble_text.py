@@ -65,7 +65,8 @@ def served(request, tmp_path_factory, render_repo_module, serve_module):
     engine = tmp_path_factory.mktemp(f"synthetic_{name}")
     (engine / "synthetic_engine.json").write_text(json.dumps(
         {"vocab_size": vocab, "max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": 512}))
-    repo = render_repo_module(engine, tok_dir, streaming=True, values={"synthetic_token_delay_ms": 1},
+    repo = render_repo_module(engine, tok_dir, streaming=True,
+                              values={"synthetic_token_delay_ms": 1, "exclude_input_in_output": True},
                               name=f"text_{name}")
 
     def expected(prompt: str, n: int = N_TOKENS) -> list[int]:

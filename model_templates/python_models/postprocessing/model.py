@@ -15,7 +15,7 @@ from repo_builder_runtime.postprocessing import Postprocessor
 from repo_builder_runtime.triton_io import respond_each
 
 INPUT_NAMES = ("TOKENS_BATCH", "SEQUENCE_LENGTH", "DETOKENIZER_KEY", "STREAM", "SEQUENCE_INDEX", "ARRIVAL_TIME_NS",
-               "FLUSH")
+               "BATCH_INDEX", "FLUSH")
 
 
 class TritonPythonModel:

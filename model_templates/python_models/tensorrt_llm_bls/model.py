@@ -209,6 +209,7 @@ class TritonPythonModel:
             max_beam_width=int(params.int("max_beam_width", 1) or 1),
             decoupled=self.decoupled,
             coalesce=bool(params.bool("coalesce_streaming_responses", False)),
+            exclude_input_default=bool(params.bool("exclude_input_in_output", False)),
         )
         here = os.path.dirname(os.path.abspath(__file__))
         try:
@@ -219,11 +220,14 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(str(exc)) from exc
         local = {}
         post_config = os.path.join(here, "postprocessing_config.json")
-        if bool(params.bool("bls_local_postprocessing", True)) and os.path.isfile(post_config):
+        # postprocessing_config.json is the config of the one step after the engine (postprocessing, or
+        # <name>_postprocessing in a repository serving several LLMs): that step runs in this process.
+        if bool(params.bool("bls_local_postprocessing", True)) and os.path.isfile(post_config) \
+                and len(wiring.post_steps) == 1:
             from repo_builder_runtime.postprocessing import Postprocessor
 
             with open(post_config, encoding="utf-8") as fh:
-                local["postprocessing"] = Postprocessor(json.load(fh))
+                local[wiring.post_steps[0].model] = Postprocessor(json.load(fh))
         self.core = BLSCore(wiring, self.settings, _Caller(local))
         workers = int(params.int("bls_worker_threads", 256) or 256)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bls")

@@ -1,0 +1,197 @@
+"""Deployment facts: everything a Kubernetes manifest or a Slurm script needs, read from the lock file only.
+
+A deployment must not disagree with what was rendered, so nothing here is read from the engine or the
+configs: world size, tp/pp, the models ranks > 0 load, the Python-backend stub counts (which size
+``/dev/shm``), the engine path written into the configs, the tokenizer path and the path the server sees the
+repository at all come from ``repo-builder.lock.json`` (:mod:`repo_builder.lockfile`). Endpoint ports are
+Triton's defaults as :class:`repo_builder.server.config.LaunchConfig` declares them; the rank layout
+(rank 0 serves everything, ranks > 0 only the TensorRT-LLM model) is :mod:`repo_builder.server.command`'s.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import RepoBuilderError
+from ..lockfile import LOCK_NAME, lock_llms, read_launch, require_lock
+
+#: DNS-1123 label (Kubernetes object names used as pod hostnames, Slurm job names stay readable too).
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class DeployError(RepoBuilderError):
+    """A deployment cannot be generated: options contradict the lock file or each other."""
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    """What the lock file of a rendered repository says about serving it.
+
+    Attributes:
+        repo: the repository folder that was read (local path).
+        lock_path: its lock file.
+        serve_path: absolute path the server sees the repository at (``--serve-path`` at render, else where it
+            was written).
+        profile: render profile (``trtllm-1.2``...).
+        world_size: MPI ranks = tp x pp.
+        tp_size, pp_size: tensor / pipeline parallel sizes (None in lock files that predate them).
+        tensorrt_llm_models: models ranks > 0 load.
+        models: every model of the repository (folders with a rendered ``config.pbtxt``), sorted.
+        python_instances: {model: Python-backend stub processes}.
+        llms: names of the LLMs when the repository serves several (``render --model``), else ``()``.
+        engine_dirs: the engine path written into each TensorRT-LLM model's config (as the server sees it).
+        engine_kind: ``trtllm``, ``hf`` (CPU reference engine) or ``synthetic`` (of the first LLM).
+        tokenizer_dirs: tokenizer folders the Python models load (visible at these paths to the server).
+        http_port, grpc_port, metrics_port: Triton's endpoint ports (LaunchConfig defaults).
+        notes: remarks for the user (old lock file fields that were assumed).
+    """
+
+    repo: Path
+    lock_path: Path
+    serve_path: str
+    profile: str
+    world_size: int
+    tp_size: int | None
+    pp_size: int | None
+    tensorrt_llm_models: tuple[str, ...]
+    models: tuple[str, ...]
+    python_instances: dict[str, int]
+    llms: tuple[str, ...]
+    engine_dirs: tuple[str, ...]
+    engine_kind: str
+    tokenizer_dirs: tuple[str, ...]
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    notes: list[str] = field(default_factory=list)
+
+    def shm_bytes(self, ranks: Iterable[int]) -> int:
+        """``/dev/shm`` bytes the given ranks need together (one pod or node), by the launcher's own formula
+        (:func:`repo_builder.server.preflight.shm_requirement`)."""
+        from ..server.config import ModelEntry, RepositoryInfo
+        from ..server.preflight import shm_requirement
+
+        entries = [ModelEntry(name=m, config_path=self.repo / m / "config.pbtxt",
+                              backend="python" if m in self.python_instances else "",
+                              python_instances=self.python_instances.get(m, 0)) for m in self.models]
+        info = RepositoryInfo(path=self.repo, models=entries)
+        return shm_requirement(info, list(self.tensorrt_llm_models), self.world_size, ranks=list(ranks))[1]
+
+    def outside_repository(self) -> list[tuple[str, str]]:
+        """``[(what, path)]`` for paths the server needs that are not under :attr:`serve_path` (they must be
+        mounted or baked in separately, at the same path)."""
+        out = []
+        root = self.serve_path.rstrip("/") + "/"
+        pairs = [("engine_dir", p) for p in self.engine_dirs] + [("tokenizer_dir", p) for p in self.tokenizer_dirs]
+        for what, path in pairs:
+            if path and not posixpath.normpath(path).startswith(root) and posixpath.normpath(path) != root[:-1]:
+                out.append((what, path))
+        return out
+
+    def rank_layout(self, nodes: int, gpus_per_node: int | None, *, key: str = "--gpus-per-node") -> int:
+        """Check ``nodes`` x ``gpus_per_node`` against the world size; returns ranks (GPUs) per node.
+
+        ``gpus_per_node`` None means world size / nodes.
+
+        Raises:
+            DeployError: nodes < 1, the world size does not split evenly, or nodes x GPUs != world size.
+        """
+        if nodes < 1:
+            raise DeployError(f"--nodes must be at least 1, got {nodes}", key="--nodes")
+        if gpus_per_node is None:
+            if self.world_size % nodes:
+                raise DeployError(f"world size {self.world_size} ({LOCK_NAME} launch.world_size) does not split "
+                                  f"over {nodes} nodes", key="--nodes", path=self.lock_path,
+                                  hint="pass --nodes and --gpus-per-node with nodes x GPUs = world size")
+            return self.world_size // nodes
+        if gpus_per_node < 1:
+            raise DeployError(f"{key} must be at least 1, got {gpus_per_node}", key=key)
+        if nodes * gpus_per_node != self.world_size:
+            tp = f" (tp {self.tp_size} x pp {self.pp_size})" if self.tp_size and self.pp_size else ""
+            raise DeployError(f"{nodes} node(s) x {gpus_per_node} GPU(s) = {nodes * gpus_per_node} ranks, but the "
+                              f"engine needs world size {self.world_size}{tp}: one rank per GPU", key=key,
+                              path=self.lock_path, hint="choose --nodes x --gpus-per-node = the world size")
+        return gpus_per_node
+
+
+def _models(files: dict) -> tuple[str, ...]:
+    return tuple(sorted({rel.split("/", 1)[0] for rel in files if rel.count("/") == 1
+                         and rel.endswith("/config.pbtxt")}))
+
+
+def read_facts(repo: str | Path) -> DeploymentFacts:
+    """Read :class:`DeploymentFacts` from ``repo``'s lock file.
+
+    Raises:
+        RenderError: no repository, no lock file, or a malformed one.
+        DeployError: the lock file lacks a field a deployment needs (names it).
+    """
+    from ..server.config import LaunchConfig
+
+    root = Path(repo)
+    lock = require_lock(root)
+    path = root / LOCK_NAME
+    launch = read_launch(lock, path=path)
+    notes: list[str] = []
+    files = lock["files"]
+    models = _models(files)
+    if not models:
+        raise DeployError("the lock file lists no <model>/config.pbtxt", path=path, key="files",
+                          hint="re-render the repository")
+    missing = [m for m in launch.tensorrt_llm_model_names if m not in models]
+    if missing:
+        raise DeployError(f"ranks > 0 would load {', '.join(missing)}, which the repository does not hold",
+                          path=path, key="launch.tensorrt_llm_model_names", hint="re-render the repository")
+    if launch.python_instances is not None:
+        instances = dict(launch.python_instances)
+    else:
+        instances = {m: 1 for m in models if f"{m}/1/model.py" in files}
+        notes.append(f"{LOCK_NAME} predates launch.python_instances: assuming 1 instance per Python model "
+                     f"({', '.join(sorted(instances))}); re-render for exact /dev/shm sizes")
+    llms = lock_llms(lock)
+    engine_dirs, tokenizer_dirs = [], []
+    for llm in llms:
+        engine = llm.get("engine") if isinstance(llm.get("engine"), dict) else {}
+        engine_dir = engine.get("engine_dir") or engine.get("dir")
+        if not isinstance(engine_dir, str) or not engine_dir:
+            raise DeployError("the lock file names no engine directory", path=path, key="engine.engine_dir",
+                              hint="re-render the repository")
+        engine_dirs.append(engine_dir)
+        tokenizer = llm.get("tokenizer") if isinstance(llm.get("tokenizer"), dict) else {}
+        if isinstance(tokenizer.get("dir"), str) and tokenizer["dir"]:
+            tokenizer_dirs.append(tokenizer["dir"])
+    first_engine = llms[0].get("engine") if isinstance(llms[0].get("engine"), dict) else {}
+    serve_path = lock.get("serve_path") or str(root.absolute())
+    defaults = LaunchConfig.model_fields
+    return DeploymentFacts(
+        repo=root, lock_path=path, serve_path=str(serve_path), profile=str(lock.get("profile", "")),
+        world_size=launch.world_size, tp_size=launch.tp_size, pp_size=launch.pp_size,
+        tensorrt_llm_models=launch.tensorrt_llm_model_names, models=models, python_instances=instances,
+        llms=tuple(str(llm["name"]) for llm in llms if llm.get("name")), engine_dirs=tuple(engine_dirs),
+        engine_kind=str(first_engine.get("kind", "trtllm")), tokenizer_dirs=tuple(tokenizer_dirs),
+        http_port=defaults["http_port"].default, grpc_port=defaults["grpc_port"].default,
+        metrics_port=defaults["metrics_port"].default, notes=notes)
+
+
+def check_name(name: str, *, key: str = "--name", max_len: int = 40) -> str:
+    """``name`` when it is a DNS-1123 label of at most ``max_len`` characters.
+
+    LeaderWorkerSet pod names are ``<name>-<group>-<worker>`` and must stay within 63 characters, hence 40.
+
+    Raises:
+        DeployError: not a lowercase DNS label or too long.
+    """
+    if len(name) > max_len or not _DNS_LABEL.match(name):
+        raise DeployError(f"'{name}' is not a valid name: lowercase letters, digits and '-', starting and ending "
+                          f"with a letter or digit, at most {max_len} characters", key=key)
+    return name
+
+
+def default_name(repo: Path) -> str:
+    """A DNS-1123 name from the repository's folder name (``My_Repo`` -> ``my-repo``), ``triton`` if none."""
+    base = re.sub(r"[^a-z0-9-]+", "-", Path(repo).absolute().name.lower()).strip("-")[:40].strip("-")
+    return base or "triton"

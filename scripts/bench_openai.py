@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""What the OpenAI front end costs, measured beside direct gRPC streaming in one run (issue 14).
+
+Renders a streaming synthetic-engine repository (``--delay-ms`` per token, default 5: the engine paces the
+tokens like a real one instead of saturating the 2 cores), serves it with ``repo_builder.server.TritonServer``
+(ports from ``--port-base``), starts ``repo-builder openai`` in front of it, and for each concurrency level
+(default 1, 4, 16, 64) sends ``--requests`` streamed requests two ways, alternating (direct, front end,
+direct, ... ``--repeats`` times):
+
+* direct: ``repo_builder.openai.backend.TritonBackend`` in this process, one gRPC ``ModelStreamInfer``
+  per request to the ensemble, exactly the request the front end sends;
+* front end: ``POST /v1/chat/completions`` with ``stream: true`` over httpx (async), SSE parsed line by line.
+
+Every request asks for exactly ``--output-tokens`` tokens (``max_tokens`` = ``min_tokens``; the synthetic
+engine never emits its end id). Figures per level (medians over repeats):
+
+* front end CPU per streamed token: ``utime + stime`` of the front-end process (``/proc/<pid>/stat``) over
+  the level / (successful requests x output tokens), in ms;
+* TTFT p50 (first content token) direct and through the front end, and the difference (added TTFT);
+* errors (any non-200, error event, missing ``[DONE]``, wrong token count).
+
+Usage::
+
+    .venv/bin/python scripts/bench_openai.py [--concurrency 1,4,16,64] [--requests 64] [--repeats 3] \\
+        [--output-tokens 64] [--delay-ms 5] [--json results/openai.json] [--keep-serving SECONDS]
+
+``--keep-serving`` leaves the server and the front end up that long after the run (to point aiperf at
+the printed URL), then stops them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_common import fmt, load_average, machine, proc_cpu_s, summary  # noqa: E402
+
+SYNTHETIC_SPEC = {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
+NAME = "synthetic-llm"
+MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse keeper and the sea."}]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+async def run_direct(backend, fields: dict, requests: int, concurrency: int, tokens: int) -> dict:
+    """Direct gRPC streaming: TTFT (ms) per request, errors."""
+    sem = asyncio.Semaphore(concurrency)
+    ttft: list[float] = []
+    errors = 0
+
+    async def one(i: int) -> None:
+        nonlocal errors
+        async with sem:
+            t0 = time.perf_counter()
+            first = None
+            n = 0
+            try:
+                async for chunk in backend.generate(fields, f"direct-{os.getpid()}-{i}-{time.monotonic_ns()}"):
+                    if chunk.text and first is None:
+                        first = time.perf_counter()
+                    if chunk.num_output_tokens:
+                        n = max(n, chunk.num_output_tokens)
+            except Exception:  # noqa: BLE001 - counted
+                errors += 1
+                return
+            if first is None or n != tokens:
+                errors += 1
+                return
+            ttft.append((first - t0) * 1000)
+
+    await asyncio.gather(*(one(i) for i in range(requests)))
+    return {"ttft": ttft, "errors": errors}
+
+
+async def run_front(client, url: str, body: dict, requests: int, concurrency: int, tokens: int) -> dict:
+    """Through the front end: TTFT (ms) of the first content delta, errors."""
+    sem = asyncio.Semaphore(concurrency)
+    ttft: list[float] = []
+    errors = 0
+
+    async def one() -> None:
+        nonlocal errors
+        async with sem:
+            t0 = time.perf_counter()
+            first = None
+            usage = None
+            done = False
+            try:
+                async with client.stream("POST", url, json=body) as resp:
+                    if resp.status_code != 200:
+                        errors += 1
+                        await resp.aread()
+                        return
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data: "):
+                            continue
+                        data = line[6:]
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        msg = json.loads(data)
+                        if "error" in msg:
+                            errors += 1
+                            return
+                        if msg.get("usage"):
+                            usage = msg["usage"]
+                        if first is None and msg["choices"] and msg["choices"][0]["delta"].get("content"):
+                            first = time.perf_counter()
+            except Exception:  # noqa: BLE001 - counted
+                errors += 1
+                return
+            if not done or first is None or not usage or usage["completion_tokens"] != tokens:
+                errors += 1
+                return
+            ttft.append((first - t0) * 1000)
+
+    await asyncio.gather(*(one() for _ in range(requests)))
+    return {"ttft": ttft, "errors": errors}
+
+
+def start_front(repo: Path, grpc_url: str, port: int, log: Path) -> subprocess.Popen:
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "repo_builder", "openai", "--repo", str(repo), "--grpc-url",
+                             grpc_url, "--port", str(port)], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"front end exited: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.3)
+    proc.terminate()
+    raise SystemExit("front end not ready")
+
+
+async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dict]:
+    import httpx
+
+    from repo_builder.openai.backend import TritonBackend
+
+    backend = TritonBackend(server.grpc_url, "ensemble")
+    await backend.open()
+    fields = {"text_input": MESSAGES[0]["content"], "max_tokens": args.output_tokens, "stream": True,
+              "min_tokens": args.output_tokens, "return_num_input_tokens": True, "return_num_output_tokens": True,
+              "exclude_input_in_output": True}
+    body = {"model": NAME, "messages": MESSAGES, "max_tokens": args.output_tokens, "min_tokens": args.output_tokens,
+            "stream": True, "stream_options": {"include_usage": True}}
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    rows = []
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        # warm-up: both paths
+        await run_direct(backend, fields, 4, 4, args.output_tokens)
+        await run_front(client, url, body, 4, 4, args.output_tokens)
+        for c in args.concurrency:
+            direct_runs, front_runs = [], []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                d = await run_direct(backend, fields, args.requests, c, args.output_tokens)
+                d["wall_s"] = time.perf_counter() - t0
+                direct_runs.append(d)
+                cpu0 = proc_cpu_s(front_pid)
+                t0 = time.perf_counter()
+                f = await run_front(client, url, body, args.requests, c, args.output_tokens)
+                f["wall_s"] = time.perf_counter() - t0
+                cpu1 = proc_cpu_s(front_pid)
+                ok = args.requests - f["errors"]
+                f["cpu_ms_per_token"] = ((cpu1 - cpu0) * 1000 / (ok * args.output_tokens)
+                                         if ok and cpu0 is not None and cpu1 is not None else None)
+                front_runs.append(f)
+            row = {
+                "concurrency": c,
+                "direct_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in direct_runs if r["ttft"]]),
+                "front_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in front_runs if r["ttft"]]),
+                "added_ttft_p50_ms": summary([percentile(f["ttft"], 0.5) - percentile(d["ttft"], 0.5)
+                                              for d, f in zip(direct_runs, front_runs) if d["ttft"] and f["ttft"]]),
+                "front_cpu_ms_per_token": summary([r["cpu_ms_per_token"] for r in front_runs
+                                                   if r["cpu_ms_per_token"] is not None]),
+                "direct_errors": sum(r["errors"] for r in direct_runs),
+                "front_errors": sum(r["errors"] for r in front_runs),
+                "requests_per_run": args.requests,
+                "front_tokens_per_s": summary([(args.requests - r["errors"]) * args.output_tokens / r["wall_s"]
+                                               for r in front_runs]),
+            }
+            rows.append(row)
+            print(f"c={c:>3}  TTFT p50 direct {fmt(row['direct_ttft_p50_ms']['median'], 2)} ms, front end "
+                  f"{fmt(row['front_ttft_p50_ms']['median'], 2)} ms, added {fmt(row['added_ttft_p50_ms']['median'], 2)}"
+                  f" ms (min {fmt(row['added_ttft_p50_ms']['min'], 2)}, max {fmt(row['added_ttft_p50_ms']['max'], 2)});"
+                  f" front-end CPU {fmt(row['front_cpu_ms_per_token']['median'], 4)} ms/token (min "
+                  f"{fmt(row['front_cpu_ms_per_token']['min'], 4)}, max {fmt(row['front_cpu_ms_per_token']['max'], 4)});"
+                  f" errors direct {row['direct_errors']} front {row['front_errors']}; load {load_average()}",
+                  flush=True)
+    await backend.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--delay-ms", type=float, default=5.0)
+    parser.add_argument("--port-base", type=int, default=20800)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--keep-serving", type=float, default=0.0)
+    args = parser.parse_args()
+
+    from repo_builder.render import render_repository
+    from repo_builder.server import LaunchConfig, TritonServer
+    from repo_builder.testing import packaged_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="bench-openai-") as tmp:
+        work = Path(tmp)
+        engine = work / NAME
+        engine.mkdir()
+        (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC))
+        tok = packaged_tokenizer("mistral-v1-instruct", work / "tok")
+        repo = work / "repo"
+        render_repository(engine, tok, repo, user_values={"synthetic_token_delay_ms": args.delay_ms,
+                                                          "triton_max_batch_size": 64}, streaming=True)
+        p = args.port_base
+        config = LaunchConfig(model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True,
+                              timeout=300)
+        with TritonServer(config) as server:
+            front = start_front(repo, server.grpc_url, p + 3, work / "front.log")
+            try:
+                print(f"machine: {machine()}; delay {args.delay_ms} ms/token, {args.output_tokens} tokens, "
+                      f"{args.requests} requests x {args.repeats} repeats per level", flush=True)
+                rows = asyncio.run(bench(args, server, repo, front.pid, p + 3))
+                if args.json:
+                    args.json.parent.mkdir(parents=True, exist_ok=True)
+                    args.json.write_text(json.dumps({"machine": machine(), "args": {
+                        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "levels": rows},
+                        indent=2) + "\n")
+                if args.keep_serving > 0:
+                    print(f"serving the OpenAI API at http://127.0.0.1:{p + 3}/v1 (model {NAME}) for "
+                          f"{args.keep_serving:.0f} s", flush=True)
+                    time.sleep(args.keep_serving)
+            finally:
+                front.terminate()
+                front.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Two LLMs in one repository (`render --model NAME=ENGINE_DIR,TOKENIZER_DIR` twice), served by one real
+tritonserver: each answers through its own ensemble and BLS with its own weights and its own tokenizer.
+
+The two tiny random LLaMAs use different packaged SentencePiece tokenizers (Mistral v1: 32000 tokens; Mistral
+v3: 32768 tokens, other ids), so an LLM that got the other's tokenizer or engine would answer differently from
+transformers' greedy generate() on its own checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repo_builder.deploy.facts import read_facts
+from repo_builder.lockfile import LOCK_NAME, lock_llms
+
+pytestmark = pytest.mark.server
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+PROMPT = "What is machine learning?"
+N_TOKENS = 8
+ROLES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
+
+
+def _support():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import deploy_support
+
+    return deploy_support
+
+
+@pytest.fixture(scope="module")
+def llms(tmp_path_factory) -> dict[str, Path]:
+    from repo_builder.testing import make_tiny_llama, packaged_tokenizer
+
+    base = tmp_path_factory.mktemp("llms")
+    out = {}
+    # seeds whose greedy continuations differ (these tiny random models mostly repeat the prompt's last token)
+    for name, tokenizer, seed in (("alpha", "mistral-v1", 2), ("beta", "mistral-v3", 0)):
+        tok = packaged_tokenizer(tokenizer, base / f"tok-{name}")
+        out[name] = make_tiny_llama(base / name, tok, seed=seed)
+    return out
+
+
+@pytest.fixture(scope="module")
+def repo(llms, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("repo") / "two"
+    args = [a for name, ckpt in llms.items() for a in ("--model", f"{name}={ckpt},{ckpt}")]
+    got = subprocess.run([sys.executable, "-m", "repo_builder", "render", *args, "--output", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(repo, serve_module):
+    with serve_module(repo, timeout=600) as srv:
+        yield srv
+
+
+def test_one_lock_file_lists_both_llms(repo, llms) -> None:
+    lock = json.loads((repo / LOCK_NAME).read_text())
+    entries = lock_llms(lock)
+    assert [e["name"] for e in entries] == ["alpha", "beta"]
+    for entry in entries:
+        assert entry["models"] == {role: f"{entry['name']}_{role}" for role in ROLES}
+        assert entry["tokenizer"]["dir"] == str(llms[entry["name"]])
+    assert lock["launch"]["tensorrt_llm_model_names"] == ["alpha_tensorrt_llm", "beta_tensorrt_llm"]
+    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == sorted(f"{n}_{r}" for n in llms for r in ROLES)
+    facts = read_facts(repo)  # deploy reads both
+    assert facts.llms == ("alpha", "beta") and facts.tensorrt_llm_models == ("alpha_tensorrt_llm", "beta_tensorrt_llm")
+    assert facts.tokenizer_dirs == (str(llms["alpha"]), str(llms["beta"]))
+
+
+def test_bad_model_options_are_named(llms, tmp_path) -> None:
+    ckpt = llms["alpha"]
+    for args, text in ((["--model", f"alpha={ckpt}"], "NAME=ENGINE_DIR,TOKENIZER_DIR"),
+                       (["--model", f"a={ckpt},{ckpt}", "--model", f"a={ckpt},{ckpt}"], "given twice"),
+                       (["--model", f"a b={ckpt},{ckpt}", "--model", f"c={ckpt},{ckpt}"], "not a model name"),
+                       (["--model", f"a={ckpt},{ckpt}"], "at least two"),
+                       (["--model", f"a={ckpt},{ckpt}", "--model", f"b={tmp_path}/none,{ckpt}"], "--model b:")):
+        got = subprocess.run([sys.executable, "-m", "repo_builder", "render", *args, "--output",
+                              str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+        assert got.returncode == 2 and text in got.stderr and "Traceback" not in got.stderr, (args, got.stderr)
+        assert not (tmp_path / "out").exists()
+
+
+def test_each_preprocessing_tokenizes_with_its_own_tokenizer(server, llms) -> None:
+    import urllib.request
+
+    ids = {}
+    for name, ckpt in llms.items():
+        body = {"inputs": [{"name": "QUERY", "datatype": "BYTES", "shape": [1, 1], "data": [PROMPT]},
+                           {"name": "REQUEST_OUTPUT_LEN", "datatype": "INT32", "shape": [1, 1], "data": [N_TOKENS]}],
+                "outputs": [{"name": "INPUT_ID"}]}
+        req = urllib.request.Request(f"{server.http_url}/v2/models/{name}_preprocessing/infer",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            ids[name] = json.loads(resp.read())["outputs"][0]["data"]
+        assert ids[name] == transformers.AutoTokenizer.from_pretrained(str(ckpt))(PROMPT)["input_ids"], name
+    assert ids["alpha"] != ids["beta"]  # v1 and v3 give the prompt other ids
+
+
+@pytest.mark.parametrize("entry", ["ensemble", "tensorrt_llm_bls"])
+def test_each_llm_answers_with_its_own_weights_and_tokenizer(server, llms, entry) -> None:
+    support = _support()
+    expected = {name: support.greedy_text(ckpt, PROMPT, N_TOKENS) for name, ckpt in llms.items()}
+    assert expected["alpha"] != expected["beta"]
+    for name in llms:
+        body = support.http_generate(server.http_hostport, f"{name}_{entry}",
+                                     {"text_input": PROMPT, "max_tokens": N_TOKENS, "bad_words": "",
+                                      "stop_words": ""})
+        assert body["text_output"] == expected[name], name
