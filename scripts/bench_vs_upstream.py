@@ -1,4 +1,4 @@
-"""Side by side with NVIDIA's templates in one run (issue 15; docs/performance.md, section 6).
+"""Side by side with NVIDIA's templates in one run (issue 15; docs/performance.md, section 8).
 
     python scripts/bench_vs_upstream.py --mirror /path/to/tensorrtllm_backend.git \\
         --harness ../shared/bench/upstream-baseline --tokenizer-dir ../shared/assets/llama2_tokenizer \\
