@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Mapping
 
@@ -396,16 +396,20 @@ def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, 
 
 @dataclass(frozen=True)
 class ServingInfo:
-    """What a client-side front end (``repo-builder openai``) needs from a repository's lock file.
+    """What a client-side front end (``repo-builder openai``) needs from a repository's lock file, for one LLM.
 
     Attributes:
-        model_name: the name to serve the model under: the last component of the engine directory the
+        model_name: the name to serve the LLM under. One LLM: the last component of the engine directory the
             repository was rendered from (``engine.dir``), e.g. ``llama-3-8b`` for ``/engines/llama-3-8b``.
+            Several LLMs (``render --model NAME=...``): ``NAME`` (``llms[].name``).
         tokenizer_dir: the tokenizer directory as render read it (``tokenizer.dir``); the parameter
             ``tokenizer_dir`` (the path the server sees, ``--serve-path``) when the former is missing.
         profile: the template profile (``trtllm-1.2``, ``trtllm-0.5``).
-        values: every resolved parameter value by name (``values.<name>.value``).
+        values: every resolved parameter value of this LLM by name (``values.<name>.value``).
         path: the lock file.
+        llm: the LLM's name in a several-LLM repository (``llms[].name``), None for a single-LLM one.
+        models: role -> Triton model name of this LLM (``ensemble`` -> ``NAME_ensemble`` when several, the role
+            itself when one: :func:`lock_llms`).
     """
 
     model_name: str
@@ -413,15 +417,23 @@ class ServingInfo:
     profile: str
     values: dict[str, Any]
     path: Path
+    llm: str | None = None
+    models: dict[str, str] = field(default_factory=dict)
 
     def value(self, name: str, default: Any = None) -> Any:
         """The resolved value of parameter ``name`` (``default`` when unset or absent)."""
         got = self.values.get(name)
         return default if got is None else got
 
+    def triton_model(self, role: str) -> str:
+        """The Triton model of this LLM for ``role`` (``ensemble``, ``tensorrt_llm_bls``): ``NAME_<role>`` in a
+        several-LLM repository, ``role`` itself otherwise (also when the lock lists no such model)."""
+        return self.models.get(role) or (f"{self.llm}_{role}" if self.llm else role)
 
-def read_serving_info(repo: str | Path) -> ServingInfo:
-    """Read :class:`ServingInfo` from ``repo``'s lock file.
+
+def read_serving_info(repo: str | Path) -> list[ServingInfo]:
+    """Read one :class:`ServingInfo` per LLM from ``repo``'s lock file (one entry for a single-LLM
+    repository; for ``render --model NAME=...`` repeated, one per ``llms[]`` entry, in the lock's order).
 
     Raises:
         RenderError: the repository has no lock file (names the path, hints at ``--served-model-name`` /
@@ -432,12 +444,21 @@ def read_serving_info(repo: str | Path) -> ServingInfo:
     if lock is None:
         raise RenderError("no lock file: the repository was not rendered by repo-builder", path=path,
                           hint="render it with `repo-builder render`, or point --repo at a rendered repository")
-    values = {name: (entry.get("value") if isinstance(entry, dict) else None)
-              for name, entry in lock["values"].items()}
-    engine = lock.get("engine") if isinstance(lock.get("engine"), dict) else {}
-    engine_dir = str(engine.get("dir") or "").rstrip("/\\")
-    name = Path(engine_dir).name if engine_dir else ""
-    tokenizer = lock.get("tokenizer") if isinstance(lock.get("tokenizer"), dict) else {}
-    tok_dir = tokenizer.get("dir") or values.get("tokenizer_dir")
-    return ServingInfo(model_name=name or Path(repo).resolve().name, tokenizer_dir=Path(tok_dir) if tok_dir else None,
-                       profile=str(lock.get("profile") or ""), values=values, path=path)
+    infos = []
+    for entry in lock_llms(lock):
+        raw_values = entry.get("values") if isinstance(entry.get("values"), dict) else {}
+        values = {name: (v.get("value") if isinstance(v, dict) else None) for name, v in raw_values.items()}
+        engine = entry.get("engine") if isinstance(entry.get("engine"), dict) else {}
+        engine_dir = str(engine.get("dir") or "").rstrip("/\\")
+        llm = entry.get("name") if isinstance(entry.get("name"), str) and entry.get("name") else None
+        name = llm or (Path(engine_dir).name if engine_dir else "")
+        tokenizer = entry.get("tokenizer") if isinstance(entry.get("tokenizer"), dict) else {}
+        tok_dir = tokenizer.get("dir") or values.get("tokenizer_dir")
+        models = entry.get("models") if isinstance(entry.get("models"), dict) else {}
+        infos.append(ServingInfo(model_name=name or Path(repo).resolve().name,
+                                 tokenizer_dir=Path(tok_dir) if tok_dir else None,
+                                 profile=str(lock.get("profile") or ""), values=values, path=path, llm=llm,
+                                 models={str(k): str(v) for k, v in models.items()}))
+    if not infos:
+        raise RenderError("the lock file lists no LLM", path=path, key="llms", hint="re-render the repository")
+    return infos

@@ -204,6 +204,7 @@ def test_serving_info_from_the_lock_file(tmp_path):
                       tokenizer_dir="/hf/tok", values={"max_seq_len": (4096, "engine")}, world_size=1,
                       tensorrt_llm_model_names=["tensorrt_llm"], files={})
     (tmp_path / LOCK_NAME).write_bytes(dumps(lock))
-    info = read_serving_info(tmp_path)
+    (info,) = read_serving_info(tmp_path)  # one entry for a single-LLM repository
     assert (info.model_name, str(info.tokenizer_dir), info.value("max_seq_len"), info.value("x", 3)) == \
         ("llama-3-8b", "/hf/tok", 4096, 3)
+    assert (info.llm, info.triton_model("ensemble")) == (None, "ensemble")

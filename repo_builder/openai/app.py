@@ -35,7 +35,14 @@ How OpenAI fields become ensemble inputs (names of the ensemble/BLS contract,
   ``length`` when it generated ``max_tokens``.
 
 A client that disconnects (mid-stream or while waiting for a non-streamed answer) cancels the Triton
-request (:meth:`.backend.GenerationStream.cancel`). Errors never carry a traceback: bad requests are 400
+request (:meth:`.backend.GenerationStream.cancel`).
+
+Several LLMs (a repository rendered with ``render --model NAME=ENGINE_DIR,TOKENIZER_DIR`` repeated): ``GET
+/v1/models`` lists every ``NAME``; a request's ``model`` picks the LLM, whose own Triton model
+(``NAME_ensemble``, or ``NAME_tensorrt_llm_bls`` with ``--triton-model tensorrt_llm_bls``), tokenizer (chat
+template) and engine limits (``max_seq_len``, ``max_input_len``) from the lock file's ``llms[]`` serve it
+(:func:`routing_table`). ``--served-model-name`` and ``--tokenizer-dir`` name one model, so they are refused
+there (a :class:`~repo_builder.errors.RepoBuilderError` naming the option). Errors never carry a traceback: bad requests are 400
 (404 for an unknown model), a missing or wrong API key 401, Triton unreachable 503.
 """
 
@@ -75,10 +82,11 @@ class FrontEndConfig:
         grpc_url: Triton's gRPC ``host:port``.
         repo: the rendered repository (its lock file names the model, the tokenizer and the engine limits).
         triton_model: the Triton model requests go to (``ensemble`` or ``tensorrt_llm_bls``).
-        served_model_name: the model id clients use; default: from the lock file.
+        served_model_name: the model id clients use; default: from the lock file. Single-LLM repositories
+            only (refused for several LLMs, whose ids are their ``render --model`` names).
         api_key: when set, every ``/v1`` request needs ``Authorization: Bearer <api_key>``.
         tokenizer_dir: overrides the lock file's tokenizer directory (e.g. the repository was rendered on
-            another machine).
+            another machine). Single-LLM repositories only, like ``served_model_name``.
     """
 
     grpc_url: str
@@ -101,43 +109,83 @@ class ServedModel:
     preprocessing_applies_template: bool
     engine_model: str
     created: int = field(default_factory=lambda: int(time.time()))
+    #: the Triton model this LLM's requests go to (``ensemble``, ``NAME_ensemble``, ``NAME_tensorrt_llm_bls``).
+    triton_model: str = "ensemble"
 
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None)) or self.preprocessing_applies_template
 
 
-def load_served_model(config: FrontEndConfig) -> ServedModel:
-    """Read the lock file and load the tokenizer.
+def load_served_models(config: FrontEndConfig) -> list[ServedModel]:
+    """Read the lock file and load each LLM's tokenizer: one :class:`ServedModel` per LLM, in the lock's order.
 
     Raises:
         RepoBuilderError: no or malformed lock file; the tokenizer directory is missing or unloadable (the
-            message names it and the ``--tokenizer-dir`` option).
+            message names it and the ``--tokenizer-dir`` option); ``--served-model-name`` or
+            ``--tokenizer-dir`` given for a repository with several LLMs.
     """
     from ..errors import RepoBuilderError
     from ..lockfile import read_serving_info
     from ..runtime.text import TokenizerLoadError, load_tokenizer
 
-    info = read_serving_info(config.repo)
-    tok_dir = config.tokenizer_dir or info.tokenizer_dir
-    if tok_dir is None:
-        raise RepoBuilderError("the lock file records no tokenizer directory", path=info.path, key="--tokenizer-dir",
-                               hint="pass --tokenizer-dir")
-    try:
-        tokenizer = load_tokenizer(tok_dir, trust_remote_code=bool(info.value("trust_remote_code", False)),
-                                   key="--tokenizer-dir")
-    except TokenizerLoadError as exc:
-        raise RepoBuilderError(str(exc), key="--tokenizer-dir") from None
+    infos = read_serving_info(config.repo)
+    if len(infos) > 1:
+        names = ", ".join(i.model_name for i in infos)
+        for option, given in (("--served-model-name", config.served_model_name),
+                              ("--tokenizer-dir", config.tokenizer_dir)):
+            if given is not None:
+                raise RepoBuilderError(f"the repository serves several LLMs ({names}); {option} applies to a "
+                                       "single-LLM repository only", path=infos[0].path, key=option,
+                                       hint="drop it: each LLM is served under its render --model NAME with the "
+                                            "tokenizer the lock file records for it")
+    served = []
+    for info in infos:
+        tok_dir = config.tokenizer_dir or info.tokenizer_dir
+        if tok_dir is None:
+            raise RepoBuilderError("the lock file records no tokenizer directory" +
+                                   (f" for LLM '{info.llm}'" if info.llm else ""), path=info.path,
+                                   key="--tokenizer-dir", hint="pass --tokenizer-dir")
+        try:
+            tokenizer = load_tokenizer(tok_dir, trust_remote_code=bool(info.value("trust_remote_code", False)),
+                                       key="--tokenizer-dir")
+        except TokenizerLoadError as exc:
+            raise RepoBuilderError(str(exc), key="--tokenizer-dir") from None
 
-    def as_int(name: str) -> int | None:
-        value = info.value(name)
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+        def as_int(name: str) -> int | None:
+            value = info.value(name)
+            return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
-    return ServedModel(name=config.served_model_name or info.model_name, tokenizer=tokenizer,
-                       max_seq_len=as_int("max_seq_len"), max_input_len=as_int("max_input_len"),
-                       add_special_tokens=bool(info.value("add_special_tokens", True)),
-                       preprocessing_applies_template=bool(info.value("apply_chat_template", False)),
-                       engine_model=str(info.value("tensorrt_llm_model_name", "tensorrt_llm") or "tensorrt_llm"))
+        served.append(ServedModel(
+            name=config.served_model_name or info.model_name, tokenizer=tokenizer,
+            max_seq_len=as_int("max_seq_len"), max_input_len=as_int("max_input_len"),
+            add_special_tokens=bool(info.value("add_special_tokens", True)),
+            preprocessing_applies_template=bool(info.value("apply_chat_template", False)),
+            # several LLMs: the lock's llms[].models (each LLM's values keep the single-LLM name)
+            engine_model=(info.triton_model("tensorrt_llm") if info.llm else
+                          str(info.value("tensorrt_llm_model_name") or "tensorrt_llm")),
+            triton_model=info.triton_model(config.triton_model)))
+    return served
+
+
+@dataclass
+class Route:
+    """Where requests for one model id go: the LLM and the Triton model (a :class:`TritonBackend`) serving it."""
+
+    served: ServedModel
+    backend: TritonBackend
+
+
+def routing_table(config: FrontEndConfig, models: list[ServedModel],
+                  backends: list[TritonBackend] | None = None) -> dict[str, Route]:
+    """Model id -> :class:`Route`, in the lock's order (``GET /v1/models`` lists them so).
+
+    Each LLM gets its own :class:`TritonBackend` on ``config.grpc_url`` for ``ServedModel.triton_model`` (its
+    ensemble or BLS) unless ``backends`` (one per model, tests) is given. Nothing is connected here.
+    """
+    if backends is None:
+        backends = [TritonBackend(config.grpc_url, m.triton_model, engine_model=m.engine_model) for m in models]
+    return {m.name: Route(m, b) for m, b in zip(models, backends)}
 
 
 # ---------------------------------------------------------------------------------------------- requests
@@ -320,26 +368,27 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
     """The FastAPI application for ``config`` (uvicorn serves it; tests may pass ``model``/``backend``).
 
     Raises:
-        RepoBuilderError: see :func:`load_served_model`.
+        RepoBuilderError: see :func:`load_served_models`.
     """
     from contextlib import asynccontextmanager
 
-    served = model or load_served_model(config)
-    triton = backend or TritonBackend(config.grpc_url, config.triton_model, engine_model=served.engine_model)
+    models = [model] if model is not None else load_served_models(config)
+    routes = routing_table(config, models, [backend] if backend is not None else None)
     api_key = config.api_key
 
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
-        if triton.info is None:
-            await triton.open()
         try:
+            for route in routes.values():
+                if route.backend.info is None:
+                    await route.backend.open()
             yield
         finally:
-            await triton.close()
+            for route in routes.values():
+                await route.backend.close()
 
     app = FastAPI(title="repo-builder OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.served = served
-    app.state.backend = triton
+    app.state.routes = routes
 
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> Any:
@@ -378,13 +427,14 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
         except (ValueError, UnicodeDecodeError) as exc:
             raise APIError(400, f"The request body is not valid JSON: {exc}", code="invalid_json") from None
         req = parse_request(cls, data)
-        if req.model != served.name:
-            raise APIError(404, f"The model '{req.model}' does not exist; this server serves '{served.name}'.",
-                           param="model", code="model_not_found")
-        unsupported(req, has_chat_template=served.has_chat_template)
-        return req
+        route = routes.get(req.model)
+        if route is None:
+            raise APIError(404, f"The model '{req.model}' does not exist; this server serves "
+                                f"{', '.join(repr(n) for n in routes)}.", param="model", code="model_not_found")
+        unsupported(req, has_chat_template=route.served.has_chat_template)
+        return req, route
 
-    def limit_max_tokens(value: int, param: str) -> None:
+    def limit_max_tokens(served: ServedModel, value: int, param: str) -> None:
         if served.max_seq_len is not None and value > served.max_seq_len - 1:
             raise APIError(400, f"{param}={value} is more than the engine allows: its max_seq_len is "
                                 f"{served.max_seq_len} tokens (prompt included), so at most "
@@ -405,7 +455,7 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
                             code="invalid_value")
         return APIError(500, f"Triton failed the request: {exc.message}", type="server_error")
 
-    async def run(request: Request, job: Job, stream_out: bool, render: Any) -> Any:
+    async def run(request: Request, route: Route, job: Job, stream_out: bool, render: Any) -> Any:
         """Send the request, wait for its first response (so an error can still be a 400), then answer.
 
         A watcher on the ASGI receive channel cancels the Triton request as soon as the client disconnects,
@@ -413,6 +463,7 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
         """
         from ..errors import ClientError
 
+        served, triton = route.served, route.backend
         try:
             stream = triton.generate(job.fields, job.rid)
         except ClientError as exc:
@@ -442,47 +493,50 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
     # -------------------------------------------------------------------------------------- routes
     @app.get("/health")
     async def health() -> Any:
-        if await triton.ready():
-            return Response(status_code=200)
-        return _error_response(APIError(503, f"Triton model '{triton.model}' is not ready", type="server_error",
-                                        code="service_unavailable"))
+        for route in routes.values():
+            if not await route.backend.ready():
+                return _error_response(APIError(503, f"Triton model '{route.backend.model}' is not ready",
+                                                type="server_error", code="service_unavailable"))
+        return Response(status_code=200)
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Any:
         check_key(request)
-        return {"object": "list", "data": [card()]}
+        return {"object": "list", "data": [card(route.served) for route in routes.values()]}
 
     @app.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str, request: Request) -> Any:
         check_key(request)
-        if model_id != served.name:
+        if model_id not in routes:
             raise APIError(404, f"The model '{model_id}' does not exist", param="model", code="model_not_found")
-        return card()
+        return card(routes[model_id].served)
 
-    def card() -> dict[str, Any]:
+    def card(served: ServedModel) -> dict[str, Any]:
         return {"id": served.name, "object": "model", "created": served.created, "owned_by": "repo-builder"}
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        req: CompletionRequest = await body_of(request, CompletionRequest)
+        req, route = await body_of(request, CompletionRequest)
+        served, triton = route.served, route.backend
         prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
         if not prompt:
             raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
         max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
-        limit_max_tokens(max_tokens, "max_tokens")
+        limit_max_tokens(served, max_tokens, "max_tokens")
         job = _job("cmpl", req, prompt, max_tokens, "max_tokens", triton, request_id(request))
-        return await run(request, job, bool(req.stream), CompletionRenderer(served.name, job, bool(req.echo), prompt))
+        return await run(request, route, job, bool(req.stream), CompletionRenderer(served.name, job, bool(req.echo), prompt))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        req: ChatCompletionRequest = await body_of(request, ChatCompletionRequest)
+        req, route = await body_of(request, ChatCompletionRequest)
+        served, triton = route.served, route.backend
         text = chat_prompt(served, req)
         max_tokens, param = req.requested_max_tokens()
         if max_tokens is None:
             max_tokens = default_chat_max_tokens(served, text)
-        limit_max_tokens(max_tokens, param)
+        limit_max_tokens(served, max_tokens, param)
         job = _job("chatcmpl", req, text, max_tokens, param, triton, request_id(request))
-        return await run(request, job, bool(req.stream), ChatRenderer(served.name, job))
+        return await run(request, route, job, bool(req.stream), ChatRenderer(served.name, job))
 
     return app
 

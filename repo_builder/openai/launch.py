@@ -113,17 +113,18 @@ def start_beside(server: Any, port: int, *, echo: Callable[[str], None], detach:
     """
     front = FrontEnd(server, port).start(detach=detach)
     elapsed = front.wait_ready(server.config.timeout, lambda: bool(server.interrupted))
-    echo(f"OpenAI API ready in {elapsed:.2f} s: {front.url}/v1 (model '{served_name(server.config.model_repo)}')")
+    echo(f"OpenAI API ready in {elapsed:.2f} s: {front.url}/v1 (model {served_name(server.config.model_repo)})")
     return front
 
 
 def served_name(repo: Path) -> str:
+    """The served model id(s), quoted and comma-separated (``'alpha', 'beta'`` for several LLMs)."""
     from ..lockfile import read_serving_info
 
     try:
-        return read_serving_info(repo).model_name
+        return ", ".join(f"'{info.model_name}'" for info in read_serving_info(repo))
     except Exception:  # noqa: BLE001 - only for the message
-        return "?"
+        return "'?'"
 
 
 def wait_either(server: Any, front: FrontEnd) -> tuple[int | None, int | None]:

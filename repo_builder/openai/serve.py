@@ -28,8 +28,9 @@ def _pid_alive(pid: int, start_time: int | None) -> bool:
     return start_time is None or info.start_time == start_time
 
 
-def check_triton(config: FrontEndConfig, timeout_s: float = 10.0) -> None:
-    """Check, before serving, that Triton answers on ``config.grpc_url`` and serves ``config.triton_model``.
+def check_triton(config: FrontEndConfig, timeout_s: float = 10.0, models: list[str] | None = None) -> None:
+    """Check, before serving, that Triton answers on ``config.grpc_url`` and serves every model of ``models``
+    (default ``config.triton_model``; several LLMs: each one's ``NAME_ensemble`` / ``NAME_tensorrt_llm_bls``).
 
     Raises:
         RepoBuilderError: unreachable (names ``--grpc-url``) or the model is not ready (names ``--triton-model``).
@@ -44,9 +45,10 @@ def check_triton(config: FrontEndConfig, timeout_s: float = 10.0) -> None:
             with grpcclient.InferenceServerClient(config.grpc_url) as client:
                 if not client.is_server_live():
                     raise InferenceServerException("server not live")
-                if not client.is_model_ready(config.triton_model):
-                    raise RepoBuilderError(f"Triton at {config.grpc_url} has no ready model '{config.triton_model}'",
-                                           key="--triton-model", hint="serve the ensemble or tensorrt_llm_bls")
+                for model in models or [config.triton_model]:
+                    if not client.is_model_ready(model):
+                        raise RepoBuilderError(f"Triton at {config.grpc_url} has no ready model '{model}'",
+                                               key="--triton-model", hint="serve the ensemble or tensorrt_llm_bls")
                 return
         except InferenceServerException as exc:
             last = exc.message() or str(exc)
@@ -68,7 +70,8 @@ def serve(config: FrontEndConfig, *, host: str, port: int, log_level: str = "inf
     from .app import create_app
 
     app = create_app(config)
-    check_triton(config)
+    routes = app.state.routes
+    check_triton(config, models=[r.backend.model for r in routes.values()])
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                            lifespan="on", timeout_graceful_shutdown=GRACEFUL_S))
     if watch_pid is not None:
@@ -83,8 +86,8 @@ def serve(config: FrontEndConfig, *, host: str, port: int, log_level: str = "inf
                 time.sleep(0.5)
 
         threading.Thread(target=watch, daemon=True, name="watch-pid").start()
-    served = app.state.served
-    echo(f"openai: serving model '{served.name}' from Triton {config.grpc_url} ({config.triton_model}) on "
+    served = ", ".join(f"'{name}' ({r.backend.model})" for name, r in routes.items())
+    echo(f"openai: serving model {served} from Triton {config.grpc_url} on "
          f"http://{host}:{port}/v1" + (" (API key required)" if config.api_key else ""))
     sys.stdout.flush()
     server.run()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,62 @@ def test_each_llm_answers_with_its_own_weights_and_tokenizer(server, llms, entry
                                      {"text_input": PROMPT, "max_tokens": N_TOKENS, "bad_words": "",
                                       "stop_words": ""})
         assert body["text_output"] == expected[name], name
+
+
+@pytest.fixture(scope="module", params=["ensemble", "tensorrt_llm_bls"])
+def front_end(request, server, repo, tmp_path_factory):
+    """`repo-builder openai --repo REPO --triton-model ROLE` in front of the module's tritonserver."""
+    import httpx
+
+    from conftest import free_ports
+
+    (port,) = free_ports(1)
+    log = tmp_path_factory.mktemp("openai") / "front.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "repo_builder", "openai", "--repo", str(repo), "--grpc-url",
+                                 server.grpc_url, "--port", str(port), "--triton-model", request.param],
+                                stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            assert proc.poll() is None, f"openai exited with {proc.returncode}: {log.read_text()}"
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the OpenAI front end did not become ready: {log.read_text()}")
+        yield {"base": base, "role": request.param}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_openai_lists_both_llms_and_routes_each_to_its_own_model(front_end, server, llms) -> None:
+    openai = pytest.importorskip("openai")
+    support = _support()
+    with openai.OpenAI(base_url=f"{front_end['base']}/v1", api_key="none", max_retries=0) as client:
+        assert [m.id for m in client.models.list().data] == ["alpha", "beta"]
+        answers = {}
+        for name in llms:
+            got = client.completions.create(model=name, prompt=PROMPT, max_tokens=N_TOKENS, temperature=0)
+            own = support.http_generate(server.http_hostport, f"{name}_{front_end['role']}",
+                                        {"text_input": PROMPT, "max_tokens": N_TOKENS, "bad_words": "",
+                                         "stop_words": ""})
+            assert got.model == name and got.choices[0].text == own["text_output"], name
+            answers[name] = got.choices[0].text
+            # chat: that LLM's own chat template renders the prompt the ensemble/BLS gets
+            messages = [{"role": "user", "content": PROMPT}]
+            text = transformers.AutoTokenizer.from_pretrained(str(llms[name])).apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True)
+            chat = client.chat.completions.create(model=name, messages=messages, max_tokens=N_TOKENS, temperature=0)
+            own = support.http_generate(server.http_hostport, f"{name}_{front_end['role']}",
+                                        {"text_input": text, "max_tokens": N_TOKENS, "bad_words": "",
+                                         "stop_words": ""})
+            assert chat.choices[0].message.content == own["text_output"], name
+        assert answers["alpha"] != answers["beta"]
+        with pytest.raises(openai.NotFoundError) as err:
+            client.completions.create(model="gamma", prompt=PROMPT, max_tokens=2)
+        assert err.value.body["code"] == "model_not_found"
