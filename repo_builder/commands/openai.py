@@ -23,7 +23,8 @@ def openai(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 = every interface)."),
     served_model_name: Optional[str] = typer.Option(
         None, "--served-model-name", help="Model id clients send. Default: the engine directory's name from the "
-                                          "lock file."),
+                                          "lock file. Single-LLM repositories only (several LLMs are served "
+                                          "under their render --model names)."),
     api_key: Optional[str] = typer.Option(
         None, "--api-key", help=f"Require 'Authorization: Bearer KEY' on /v1 requests (401 otherwise). Default: "
                                 f"${API_KEY_ENV}; unset = no key."),
