@@ -157,7 +157,9 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
         if name in user:
             values[name] = ResolvedValue(user[name], "user")
             continue
-        value = _engine_value(param, engine)
+        # A profile's own default is a fixed fact of that upstream version and beats the engine's value
+        # (v0.5.0's templates hard-code max_batch_size 128 whatever the engine says).
+        value = None if profile in param.default_by_profile else _engine_value(param, engine)
         if value is not None:
             coerce_fact(name, param, value, "engine")
             continue
@@ -223,6 +225,8 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
 
     blame = {"parameter": ParameterError, "engine": EngineError, "tokenizer": TokenizerError}
     for finding in check_rules(engine, {name: rv.value for name, rv in values.items()}):
+        if finding.key == "triton_max_batch_size" and values["triton_max_batch_size"].origin != "user":
+            continue  # B08 warns about a user's choice; trtllm-0.5's 128 is v0.5.0's own fixed value
         if finding.severity == "warning":
             warnings.append(f"{finding.key}: {finding.message}")
         else:

@@ -1,4 +1,4 @@
-"""In-flight batching of the CPU reference engine, without Triton (docs/performance.md, section 5.2).
+"""In-flight batching of the CPU reference engine, without Triton (docs/performance.md, section 6.2).
 
     python scripts/bench_reference_batch.py --model ~/.cache/repo-builder/smollm2 [--streams 1,8] [--tokens 64]
 

@@ -1,4 +1,4 @@
-"""Side by side with NVIDIA's templates in one run (issue 15; docs/performance.md, section 6).
+"""Side by side with NVIDIA's templates in one run (issue 15; docs/performance.md, section 8).
 
     python scripts/bench_vs_upstream.py --mirror /path/to/tensorrtllm_backend.git \\
         --harness ../shared/bench/upstream-baseline --tokenizer-dir ../shared/assets/llama2_tokenizer \\
@@ -55,9 +55,41 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
 
 
+def table(a_path: Path, b_path: Path, a_name: str = "NVIDIA", b_name: str = "ours") -> str:
+    """Markdown: per mode and concurrency, median (min-max over repetitions) of both sides and B/A."""
+    a, b = json.loads(a_path.read_text()), json.loads(b_path.read_text())
+    rows = ["| mode | c | server CPU ms/token " + f"{a_name} / {b_name} (ratio)" + " | output tokens/s "
+            + f"{a_name} / {b_name} (ratio)" + " | TTFT p50 ms " + f"{a_name} / {b_name} (ratio)"
+            + " | response bytes/request | other load (share of CPU) |", "|---|---|---|---|---|---|---|"]
+
+    def cell(side: dict, mode: str, c: str, key: str) -> tuple[float, float, float] | None:
+        level = side["overhead"].get(mode, {}).get("by_concurrency", {}).get(c)
+        if not level:
+            return None
+        vals = [r[key] for r in level["reps"] if r.get(key) is not None]
+        return (level["median"][key], min(vals), max(vals)) if vals else None
+
+    def fmt(x: tuple | None, digits: int) -> str:
+        return "—" if x is None else f"{x[0]:,.{digits}f} ({x[1]:,.{digits}f}-{x[2]:,.{digits}f})"
+
+    for mode in b["overhead"]:
+        for c in b["overhead"][mode]["by_concurrency"]:
+            parts = []
+            for key, digits in (("server_cpu_ms_per_token", 3), ("tokens_per_s", 0), ("ttft_p50_ms", 1)):
+                x, y = cell(a, mode, c, key), cell(b, mode, c, key)
+                ratio = f"{y[0] / x[0]:.2f}x" if x and y and x[0] else "—"
+                parts.append(f"{fmt(x, digits)} / {fmt(y, digits)} ({ratio})")
+            by = [cell(s_, mode, c, "response_bytes_per_request_p50") for s_ in (a, b)]
+            fo = [cell(s_, mode, c, "foreign_cpu_share") for s_ in (a, b)]
+            rows.append(f"| {mode} | {c} | " + " | ".join(parts) + " | "
+                        + " / ".join("—" if v is None else f"{v[0]:,.0f}" for v in by) + " | "
+                        + " / ".join("—" if v is None else f"{v[0]:.2f}" for v in fo) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mirror", required=True, help="bare git dir of triton-inference-server/tensorrtllm_backend")
+    ap.add_argument("--mirror", default="", help="bare git dir of triton-inference-server/tensorrtllm_backend")
     ap.add_argument("--harness", required=True, help="folder with run_baseline.py")
     ap.add_argument("--tokenizer-dir", required=True)
     ap.add_argument("--work", default="/tmp/perf-bl", help="folder under /tmp for both repositories and results")
@@ -69,7 +101,12 @@ def main() -> None:
     ap.add_argument("--startup-reps", type=int, default=1)
     ap.add_argument("--correctness", action="store_true", help="also run the harness's text-correctness part")
     ap.add_argument("--skip-upstream", action="store_true", help="reuse WORK/upstream_results.json")
+    ap.add_argument("--table", nargs=2, metavar=("A_JSON", "B_JSON"),
+                    help="only print the markdown table of two harness results (A = NVIDIA, B = ours)")
     args = ap.parse_args()
+    if args.table:
+        print(table(Path(args.table[0]), Path(args.table[1])), end="")
+        return
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     harness = str(Path(args.harness) / "run_baseline.py")
@@ -103,7 +140,8 @@ def main() -> None:
         out = subprocess.run([py, harness, "summarize", "--results", str(work / "upstream_results.json"),
                               "--compare", str(work / f"{b}_results.json")], check=True, capture_output=True,
                              text=True).stdout
-        (work / f"summary_{b}.md").write_text(out)
+        (work / f"summary_{b}.md").write_text(out + "\n" + table(work / "upstream_results.json",
+                                                               work / f"{b}_results.json"))
         print(out)
     print(json.dumps({"machine": machine(), "loadavg": loads}, indent=1))
 

@@ -195,7 +195,10 @@ def test_hf_checkpoint_resolution(tiny_llama):
 def test_synthetic_engine_resolution(tmp_path, sp_tok):
     (tmp_path / "synthetic_engine.json").write_text('{"max_batch_size": 4}')
     res = resolve("trtllm-0.5", inspect_engine(tmp_path), sp_tok, {"synthetic_token_delay_ms": "2.5"})
-    assert res["triton_backend"] == "python" and res["triton_max_batch_size"] == 4
+    # trtllm-0.5: 128 as v0.5.0's templates hard-code it, whatever the engine's max_batch_size (issue 12)
+    assert res["triton_backend"] == "python" and res["triton_max_batch_size"] == 128
+    assert res.origin("triton_max_batch_size") == "default" and not res.warnings
+    assert resolve("trtllm-1.2", inspect_engine(tmp_path), sp_tok, {})["triton_max_batch_size"] == 4
     assert res["synthetic_token_delay_ms"] == 2.5
 
 

@@ -261,12 +261,20 @@ def inspect(
         console.print(f"repository {path}: profile {lk.get('profile')}, engine {lk.get('engine', {}).get('kind')} "
                       f"at {lk.get('engine', {}).get('dir')} ({lk.get('engine', {}).get('placement')}), "
                       f"world size {lk.get('launch', {}).get('world_size')}")
-        t = Table(title="values")
-        for col in ("parameter", "value", "origin"):
-            t.add_column(col)
-        for name, entry in lk["values"].items():
-            t.add_row(name, _fmt(entry.get("value")), str(entry.get("origin")))
-        console.print(t)
+        from ..lockfile import lock_llms
+
+        for llm in lock_llms(lk):
+            if llm.get("name"):  # several LLMs: each with its own engine, tokenizer and values
+                engine = llm.get("engine") or {}
+                console.print(f"LLM {llm['name']}: models {', '.join(sorted(llm.get('models', {}).values()))}; "
+                              f"engine {engine.get('kind')} at {engine.get('dir')}; tokenizer "
+                              f"{(llm.get('tokenizer') or {}).get('dir')}")
+            t = Table(title=f"values of {llm['name']}" if llm.get("name") else "values")
+            for col in ("parameter", "value", "origin"):
+                t.add_column(col)
+            for name, entry in (llm.get("values") or {}).items():
+                t.add_row(name, _fmt(entry.get("value")), str(entry.get("origin")))
+            console.print(t)
     if "engine" in data:
         t = Table(title="engine")
         t.add_column("field")

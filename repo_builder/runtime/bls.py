@@ -214,7 +214,8 @@ class BLSCore:
         engine_outputs = self._engine_outputs(frozenset(wanted))
         model = self.settings.engine_model
         exclude = self.settings.exclude_input_default if plan.exclude_input is None else plan.exclude_input
-        protected = "" if exclude else plan.prompt  # an echoed prompt is not searched for stop strings
+        # an echoed prompt is not searched for stop strings; streamed responses never carry the prompt
+        protected = "" if exclude or plan.stream else plan.prompt
         text_work = bool(plan.stop_words) or (plan.stream and self.settings.accumulate_tokens)
         seqs: dict[Any, _SeqState] = {}
         text_names = self._text_outputs

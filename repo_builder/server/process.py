@@ -59,6 +59,9 @@ TAIL_LINES = 40
 ORPHAN_GRACE_S = 5.0
 #: How often (seconds) :meth:`TritonServer.wait` checks that every model process is still alive.
 MODEL_POLL_S = 0.5
+#: tritonserver 2.51's log line when in-flight requests outlived ``--exit-timeout-secs`` (``main.cc``); after
+#: it the process hangs in its teardown until killed (measured: 30 s, the length of the request in flight).
+EXIT_TIMEOUT_EXPIRED = "Exit timeout expired. Exiting immediately."
 #: ``comm`` of a Python-backend stub process (``triton_python_backend_stub`` cut to 15 characters by the kernel).
 STUB_COMM = "triton_python_backend_stub"[:15]
 
@@ -138,6 +141,8 @@ class TritonServer:
         self.pid_files: list[str] = []
         #: signal number set by :meth:`interrupt` (foreground launch: SIGINT/SIGTERM received), else 0.
         self.interrupted = 0
+        #: set by :meth:`stop` when tritonserver gave up on in-flight requests (then it is SIGKILLed at once).
+        self.exit_timeout_expired = False
         #: ``(model, pid)`` of the first model process :meth:`wait` saw die while the server ran, else None.
         self.model_died: tuple[str, int] | None = None
 
@@ -514,7 +519,9 @@ class TritonServer:
 
         SIGTERM goes to the tritonserver ranks (never first to mpirun); after ``timeout_s`` (default
         ``config.stop_timeout``) whatever is left of ours (ranks, stubs, mpirun) gets SIGKILL, and so does what
-        outlives the last rank by :data:`ORPHAN_GRACE_S`. Safe to call twice and on a server that already exited.
+        outlives the last rank by :data:`ORPHAN_GRACE_S`, and everything once the log says
+        :data:`EXIT_TIMEOUT_EXPIRED` (``config.exit_timeout`` after the SIGTERM when requests are in flight).
+        Safe to call twice and on a server that already exited.
         """
         timeout = self.config.stop_timeout if timeout_s is None else timeout_s
         if self._launcher_pid is None:
@@ -528,10 +535,19 @@ class TritonServer:
             procs.send_signal(self._launcher_pid, signal.SIGTERM, self._launcher_start)
         deadline = time.monotonic() + timeout
         ranks_gone_at: float | None = None
+        log_from = self._log_size()
+        next_log_check = time.monotonic()
         while time.monotonic() < deadline and not self._kill_now:
             self._launcher_alive()  # reaps our child
             if not self._our_processes():
                 break
+            if time.monotonic() >= next_log_check:
+                next_log_check = time.monotonic() + MODEL_POLL_S
+                if EXIT_TIMEOUT_EXPIRED in self._log_since(log_from):
+                    # in-flight requests outlived --exit-timeout-secs; tritonserver 2.51 then hangs in its
+                    # teardown (the Python backend waits for the stubs' requests) instead of exiting
+                    self.exit_timeout_expired = True
+                    break
             if not self.rank_pids():
                 # every rank has exited: what is left (stubs, mpirun) gets a short grace, not the stop timeout
                 ranks_gone_at = ranks_gone_at or time.monotonic()
@@ -555,6 +571,22 @@ class TritonServer:
         procs.remove_shm_files(self.shm_prefix)
         self._stopped = True
         return self.returncode
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _log_since(self, offset: int, max_bytes: int = 1 << 20) -> str:
+        """What the server log gained after byte ``offset`` (at most the last ``max_bytes``)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(offset, fh.tell() - max_bytes))
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
 
     def __enter__(self) -> "TritonServer":
         self.start()

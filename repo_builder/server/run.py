@@ -146,7 +146,10 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         else:
             echo(f"tritonserver exited with code {code}; cleaning up")
         code = server.stop()
-        if code == -signal.SIGKILL:
+        if server.exit_timeout_expired:
+            echo(f"in-flight requests did not finish within --exit-timeout {config.exit_timeout} s; they were "
+                 "failed and tritonserver was killed (it does not exit by itself then)")
+        elif code == -signal.SIGKILL:
             echo(f"tritonserver did not stop in time and was killed with SIGKILL; see {server.log_path}")
         if server.interrupted:
             return 128 + server.interrupted

@@ -154,7 +154,8 @@ class LongStream:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_with_a_stream_in_flight(repo, tmp_path, sig):
-    launch = Launch(repo, tmp_path)
+    # --stop-timeout 600: only the exit timeout (5 s) may end the stop within the test's bounded waits
+    launch = Launch(repo, tmp_path, "--stop-timeout", "600")
     stream = None
     try:
         launch.wait_ready()
@@ -169,6 +170,7 @@ def test_signal_with_a_stream_in_flight(repo, tmp_path, sig):
         launch.kill()
     assert code == 128 + sig, launch.text()
     assert f"signal {int(sig)}: stopping tritonserver" in launch.text()
+    assert "in-flight requests did not finish within --exit-timeout 5 s" in launch.text()
     # the stream was cut by the stop (exit timeout), it neither ran to its end nor hung
     assert outcome.startswith("error"), outcome
     assert stream.responses < LONG
@@ -195,7 +197,7 @@ def test_sigterm_while_a_model_loads(tmp_path):
 
 
 def test_killed_model_process_stops_the_launch(repo, tmp_path):
-    launch = Launch(repo, tmp_path)
+    launch = Launch(repo, tmp_path, "--stop-timeout", "600")
     stream = None
     try:
         launch.wait_ready()

@@ -57,7 +57,7 @@ def fronts(served):
                                            "--triton-model", model]))
             urls[model] = f"http://127.0.0.1:{port}"
         for model, url in urls.items():
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300
             while True:
                 try:
                     if httpx.get(f"{url}/health", timeout=2).status_code == 200:

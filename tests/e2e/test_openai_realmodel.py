@@ -48,7 +48,7 @@ def served(smollm2, render_repo_module, serve_module):
                                  server.grpc_url, "--port", str(port), "--served-model-name", "smollm2"])
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300
             while True:
                 assert proc.poll() is None, "repo-builder openai exited"
                 try:

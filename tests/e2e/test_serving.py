@@ -210,7 +210,6 @@ def test_concurrent_grpc_streams_get_their_own_texts(server, tok, offline, strea
     assert joined_text(first_results["c"]) == text_of(tok, offline[PROMPTS[1]])
 
 
-@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
 def _stop_case(tok, offline) -> tuple[str, str, list[int]]:
     """(prompt, stop word, greedy ids): the first greedy output with a token first generated at 1 < k < N - 1
     that is a whole word ("▁word", encoded alone to just that id)."""
@@ -225,6 +224,7 @@ def _stop_case(tok, offline) -> tuple[str, str, list[int]]:
     pytest.fail(f"no greedy output of {STOP_PROMPTS} switches to a whole-word token")
 
 
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
 def test_stop_word_cuts_the_output(sync_server, tok, offline, model):
     prompt, word, greedy = _stop_case(tok, offline)
     stop_ids = tok.encode(word, add_special_tokens=False)
