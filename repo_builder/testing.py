@@ -88,6 +88,7 @@ PACKAGED_TOKENIZERS: dict[str, dict[str, Any]] = {
         "package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0",
         "files": {"data/mistral_instruct_tokenizer_240323.model.v3": "tokenizer.model"},
         "write": {"tokenizer_config.json": _SP_CONFIG},
+    },
     # The same, with the instruction chat template above (the quickstart's tiny model; the OpenAI chat tests).
     "mistral-v1-instruct": {
         "package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0",
