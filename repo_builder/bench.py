@@ -33,10 +33,11 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .bench_stats import CSV_COLUMNS, LevelStats, RequestRecord, csv_row, summarize
 from .client import GenerateRequest, GenerateResult, LLMClient, ModelInfo, load_tokenizer, token_counter

@@ -21,8 +21,8 @@ default ``percentile(method="linear")``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Sequence
 
 PERCENTILES = (50, 90, 99)
 
@@ -94,7 +94,7 @@ class Distribution:
     max: float | None
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Distribution":
+    def of(cls, values: Sequence[float]) -> Distribution:
         vals = list(values)
         if not vals:
             return cls(0, None, None, None, None, None, None)

@@ -24,7 +24,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
@@ -175,11 +175,11 @@ def _spec_mode(value: Any) -> Any:
     raise ValueError(f"expected a mode number or name, got {show_value(value)}")
 
 
-Pos = Annotated[Optional[int], _int_field(1)]
+Pos = Annotated[int | None, _int_field(1)]
 PosRequired = Annotated[int, _int_field(1, required=True)]
-NonNeg = Annotated[Optional[int], _int_field(0)]
-Str = Annotated[Optional[str], _typed(str, "a string")]
-Bool = Annotated[Optional[bool], _typed(bool, "true or false")]
+NonNeg = Annotated[int | None, _int_field(0)]
+Str = Annotated[str | None, _typed(str, "a string")]
+Bool = Annotated[bool | None, _typed(bool, "true or false")]
 Plugin = Annotated[Any, PlainValidator(_plugin)]
 StrList = Annotated[Any, PlainValidator(_str_list)]
 
@@ -231,7 +231,7 @@ class PluginConfig(_Section):
 
 class OldLayout(_Section):
     builder_config: OldBuilderConfig
-    plugin_config: Optional[PluginConfig] = None
+    plugin_config: PluginConfig | None = None
 
 
 class MappingConfig(_Section):
@@ -260,8 +260,8 @@ class PretrainedSection(_Section):
     num_attention_heads: Pos = None
     num_key_value_heads: Pos = None
     head_size: Pos = None
-    mapping: Optional[MappingConfig] = None
-    quantization: Optional[QuantConfig] = None
+    mapping: MappingConfig | None = None
+    quantization: QuantConfig | None = None
 
 
 class LoraSection(_Section):
@@ -289,8 +289,8 @@ class BuildSection(_Section):
     speculative_decoding_mode: Annotated[Any, PlainValidator(_spec_mode)] = None
     gather_context_logits: Bool = None
     gather_generation_logits: Bool = None
-    plugin_config: Optional[PluginConfig] = None
-    lora_config: Optional[LoraSection] = None
+    plugin_config: PluginConfig | None = None
+    lora_config: LoraSection | None = None
 
 
 class NewLayout(_Section):
@@ -590,7 +590,7 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
 
     synthetic = directory / SYNTHETIC_FILE
     if synthetic.is_file():
-        from .runtime.synthetic import EngineLoadError, SPEC_DEFAULTS, read_spec
+        from .runtime.synthetic import SPEC_DEFAULTS, EngineLoadError, read_spec
 
         try:
             spec = read_spec(directory)

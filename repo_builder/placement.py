@@ -25,10 +25,10 @@ import errno
 import os
 import shutil
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from .errors import RenderError
 
@@ -236,8 +236,14 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
     bar = None
     task = None
     if progress and big:
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         bar = Progress(TextColumn("copying engine"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                        TimeRemainingColumn(), transient=True)

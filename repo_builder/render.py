@@ -25,10 +25,11 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .contract import MODEL_NAMES, ProfileContract, load_contract
 from .errors import Interrupted, ParameterError, RenderError, RepoBuilderError, TemplateError
@@ -582,7 +583,7 @@ class _WriteSignals:
         self._defer = 0
         self._old: dict[int, Any] = {}
 
-    def __enter__(self) -> "_WriteSignals":
+    def __enter__(self) -> _WriteSignals:
         import signal
         import threading
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .lockfile import LOCK_NAME, changed_files, read_lock
-from .runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
+from .runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 
 ENGINE_PATH_KEYS = ("gpt_model_path", "engine_dir", "encoder_model_path")
 

@@ -29,7 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_common import load_average, machine as machine_facts
+from bench_common import load_average
+from bench_common import machine as machine_facts
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))

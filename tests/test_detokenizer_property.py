@@ -20,11 +20,12 @@ behaviour in that case.
 from __future__ import annotations
 
 import pytest
+from _text_support import byte_run_invalidated
+from _text_support import tokenizer as load
+from conftest import HF_TOKENIZERS
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import HF_TOKENIZERS
-from _text_support import byte_run_invalidated, tokenizer as load
 from repo_builder.runtime.detokenizer import REPLACEMENT_CHAR, DetokenizerFactory
 
 PIECES = ["你有点聪明", "迭代", "🧘\u200d♀️", "👨\u200d👩\u200d👧\u200d👦", "🇩🇪", "😀", "привет мир", "Ёжик",

@@ -14,14 +14,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import PROJECT, free_ports
 
 from repo_builder.errors import LaunchError
-from repo_builder.server import LaunchConfig, find_tritonserver, launch_argv, rank_argv, resolve_plan, scan_repository
+from repo_builder.server import (
+    LaunchConfig,
+    find_tritonserver,
+    launch_argv,
+    procs,
+    rank_argv,
+    resolve_plan,
+    scan_repository,
+)
 from repo_builder.server import binary as binary_mod
-from repo_builder.server import procs
 from repo_builder.server.preflight import check_ports, check_shm, shm_requirement
-
-from conftest import PROJECT, free_ports
 
 FIXTURES = PROJECT / "tests" / "fixtures" / "launcher"
 TS = "/opt/ts/bin/tritonserver"

@@ -17,13 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import PROJECT
 
 from repo_builder.errors import LaunchError
 from repo_builder.server import procs
 from repo_builder.server.hostfile import is_local, rank_hosts, read_hostfile
 from repo_builder.server.preflight import servers_on_repository
-
-from conftest import PROJECT
 
 FIXTURE = PROJECT / "tests" / "fixtures" / "launcher" / "tiny"
 PREFIX_ARG = "--backend-config=python,shm-region-prefix-name="

@@ -5,9 +5,10 @@ one home. The built wheel itself is exercised by scripts/smoke_wheel.sh (run by 
 from __future__ import annotations
 
 import sys
-import tomllib
 from importlib import resources
 from pathlib import Path
+
+import tomllib
 
 import repo_builder
 from repo_builder.paths import runtime_dir, templates_dir

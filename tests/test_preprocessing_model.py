@@ -16,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from conftest import PROJECT, asset
 from _assets import TOKENIZERS
-from _text_support import model_config, sentencepiece, tokenizer as load
+from _text_support import model_config, sentencepiece
+from _text_support import tokenizer as load
+from conftest import PROJECT, asset
 from engine_fakes import FakeRequest, fake_pb_utils
+
 from repo_builder.runtime.preprocessing import Preprocessor
 from repo_builder.runtime.text import TokenizerLoadError
 from repo_builder.runtime.triton_io import RequestError

@@ -4,12 +4,12 @@ the CPU reference engine (HF checkpoint) and the synthetic engine, both profiles
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
-
 from conftest import ENGINES, HF_TOKENIZERS, asset
+
 from repo_builder.errors import EngineError
 from repo_builder.lockfile import LOCK_NAME, sha256_file
 from repo_builder.pbtxt import load_model_config
@@ -22,7 +22,7 @@ DECODERS = sorted(p.name for p in ENGINES.iterdir() if p.is_dir() and p.name != 
 from repo_builder.tokenizer import inspect_tokenizer as _real_inspect_tokenizer  # noqa: E402
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tokenizer_info(path: str):
     return _real_inspect_tokenizer(path)
 

@@ -8,10 +8,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import ENGINES, asset
-from repo_builder.errors import (EngineError, ParameterError, RenderError, RepoBuilderError, TemplateError,
-                                 TokenizerError)
+
+from repo_builder.errors import (
+    EngineError,
+    ParameterError,
+    RenderError,
+    RepoBuilderError,
+    TemplateError,
+    TokenizerError,
+)
 from repo_builder.paths import templates_dir
 from repo_builder.render import render_repository
 

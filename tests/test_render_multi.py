@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from deploy_support import trtllm_engine
 
 from repo_builder.deploy.facts import read_facts
 from repo_builder.deploy.kubernetes import KubernetesOptions, manifests
@@ -16,8 +17,6 @@ from repo_builder.lockfile import LOCK_NAME, lock_llms
 from repo_builder.render import render_multi_repository
 from repo_builder.server.config import LaunchConfig, resolve_plan, scan_repository
 from repo_builder.testing import packaged_tokenizer
-
-from deploy_support import trtllm_engine
 
 
 @pytest.fixture(scope="module")

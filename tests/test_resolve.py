@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ENGINES, asset
+
 from repo_builder.engine import inspect_engine
 from repo_builder.errors import EngineError, ParameterError, TokenizerError
 from repo_builder.resolve import resolve

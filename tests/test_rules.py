@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from engine_configs import config, packaged_mistral, write_engine
+
 from repo_builder.errors import ParameterError, RepoBuilderError
 from repo_builder.render import render_repository
 from repo_builder.schema import load_schema

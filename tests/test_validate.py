@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import ENGINES, PROJECT, REPOS, asset
+
 from repo_builder.validate import validate_repository
 
 MINI = PROJECT / "tests" / "fixtures" / "pbtxt" / "mini"

@@ -7,7 +7,6 @@ the dashed spellings are accepted too. Help texts come from :class:`repo_builder
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,31 +20,31 @@ def _help(field: str) -> str:
 
 
 def launch(
-    repo: Optional[Path] = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
-    model_repo: Optional[Path] = typer.Option(None, "--model_repo", "--model-repo", help=_help("model_repo")),
-    world_size: Optional[int] = typer.Option(None, "--world_size", "--world-size", help=_help("world_size")),
-    tritonserver: Optional[str] = typer.Option(None, "--tritonserver", help=_help("tritonserver")),
+    repo: Path | None = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
+    model_repo: Path | None = typer.Option(None, "--model_repo", "--model-repo", help=_help("model_repo")),
+    world_size: int | None = typer.Option(None, "--world_size", "--world-size", help=_help("world_size")),
+    tritonserver: str | None = typer.Option(None, "--tritonserver", help=_help("tritonserver")),
     http_port: int = typer.Option(8000, "--http_port", "--http-port", help=_help("http_port")),
     grpc_port: int = typer.Option(8001, "--grpc_port", "--grpc-port", help=_help("grpc_port")),
     metrics_port: int = typer.Option(8002, "--metrics_port", "--metrics-port", help=_help("metrics_port")),
     http_address: str = typer.Option("127.0.0.1", "--http-address", "--http_address", help=_help("http_address")),
     log: bool = typer.Option(False, "--log", help=_help("log")),
-    log_file: Optional[Path] = typer.Option(None, "--log-file", "--log_file", help=_help("log_file")),
+    log_file: Path | None = typer.Option(None, "--log-file", "--log_file", help=_help("log_file")),
     force: bool = typer.Option(False, "--force", "-f", help=_help("force")),
     multi_model: bool = typer.Option(False, "--multi-model", "--multi_model", help=_help("multi_model")),
     no_mpi: bool = typer.Option(False, "--no-mpi", "--no_mpi", help=_help("no_mpi")),
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help=_help("oversubscribe")),
-    tensorrt_llm_model_name: Optional[str] = typer.Option(
+    tensorrt_llm_model_name: str | None = typer.Option(
         None, "--tensorrt_llm_model_name", "--tensorrt-llm-model-name", help=_help("tensorrt_llm_model_name")),
     detach: bool = typer.Option(False, "--detach", "-d", help=_help("detach")),
-    pid_file: Optional[Path] = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
+    pid_file: Path | None = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
     timeout: float = typer.Option(600.0, "--timeout", help=_help("timeout")),
     stop_timeout: float = typer.Option(30.0, "--stop-timeout", help=_help("stop_timeout")),
     exit_timeout: int = typer.Option(5, "--exit_timeout", "--exit-timeout", help=_help("exit_timeout")),
-    server_arg: Optional[list[str]] = typer.Option(None, "--server-arg", help=_help("server_args") +
+    server_arg: list[str] | None = typer.Option(None, "--server-arg", help=_help("server_args") +
                                                    " Repeat for several, e.g. --server-arg=--log-info=false."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help=_help("hostfile")),
-    openai_port: Optional[int] = typer.Option(None, "--openai_port", "--openai-port", help=_help("openai_port")),
+    hostfile: Path | None = typer.Option(None, "--hostfile", help=_help("hostfile")),
+    openai_port: int | None = typer.Option(None, "--openai_port", "--openai-port", help=_help("openai_port")),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight checks and print the command; start "
                                                           "nothing."),
@@ -85,9 +84,9 @@ def launch(
 
 
 def stop(
-    repo: Optional[Path] = typer.Argument(None, help="Repository a detached launch serves (its default pid file).",
+    repo: Path | None = typer.Argument(None, help="Repository a detached launch serves (its default pid file).",
                                           show_default=False),
-    pid_file: Optional[Path] = typer.Option(None, "--pid-file", "--pid_file",
+    pid_file: Path | None = typer.Option(None, "--pid-file", "--pid_file",
                                             help="Pid file written by `repo-builder launch --detach`."),
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for a graceful stop before SIGKILL."),
 ) -> None:

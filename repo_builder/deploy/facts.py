@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import RepoBuilderError
 from ..lockfile import LOCK_NAME, lock_llms, read_launch, require_lock

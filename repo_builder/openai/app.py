@@ -47,9 +47,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -58,8 +59,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response as _Response
 
 from .backend import BackendError, Chunk, GenerationStream, TritonBackend
-from .protocol import (APIError, ChatCompletionRequest, CompletionRequest, SamplingFields, parse_request,
-                       unsupported)
+from .protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields, parse_request, unsupported
 
 log = logging.getLogger("repo_builder.openai")
 
@@ -295,8 +295,8 @@ async def _wait_disconnect(receive: Callable[[], Any]) -> None:
             return
 
 
-def _on_disconnect(watcher: "asyncio.Future[None]", stream: GenerationStream) -> None:
-    def callback(fut: "asyncio.Future[None]") -> None:
+def _on_disconnect(watcher: asyncio.Future[None], stream: GenerationStream) -> None:
+    def callback(fut: asyncio.Future[None]) -> None:
         if not fut.cancelled() and fut.exception() is None:
             stream.cancel()
 
@@ -638,7 +638,7 @@ class SSEResponse(_Response):
     at the next write.
     """
 
-    def __init__(self, chunks: AsyncIterator[bytes], watcher: "asyncio.Future[None]", stream: GenerationStream) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], watcher: asyncio.Future[None], stream: GenerationStream) -> None:
         self.chunks = chunks
         self.watcher = watcher
         self.stream = stream

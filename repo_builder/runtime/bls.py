@@ -33,16 +33,38 @@ at commit c2e65b8; string stop words from v0.19.0), see ../shared/docs/upstream-
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from .bls_request import (BATCH_INDEX, BEAM_WIDTH, EXCLUDE_INPUT, MAX_TOKENS, NUM_DRAFT_TOKENS, NUM_RETURN_SEQUENCES,
-                          SEQUENCE_INDEX, STOP_WORDS, STREAM, TEXT_INPUT, BLSRequestError, BLSSettings, RequestPlan,
-                          parse_request, parse_word_list)
-from .bls_responses import (MERGE_RULES, StopStringFilter, _sequence_runs, can_merge, merge_responses, stack_rows,
-                            truncate_at_stop)
+from .bls_request import (
+    BATCH_INDEX,
+    BEAM_WIDTH,
+    EXCLUDE_INPUT,
+    MAX_TOKENS,
+    NUM_DRAFT_TOKENS,
+    NUM_RETURN_SEQUENCES,
+    SEQUENCE_INDEX,
+    STOP_WORDS,
+    STREAM,
+    TEXT_INPUT,
+    BLSRequestError,
+    BLSSettings,
+    RequestPlan,
+    parse_request,
+    parse_word_list,
+)
+from .bls_responses import (
+    MERGE_RULES,
+    StopStringFilter,
+    _sequence_runs,
+    can_merge,
+    merge_responses,
+    stack_rows,
+    truncate_at_stop,
+)
 from .bls_wiring import ENGINE_STEP_MODEL, Step, Wiring, WiringError
 from .errors import StepError
 

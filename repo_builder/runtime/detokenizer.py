@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -154,7 +155,7 @@ class IncrementalDetokenizer:
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, skip_special_tokens: bool = True, **kwargs: Any
-                      ) -> "IncrementalDetokenizer":
+                      ) -> IncrementalDetokenizer:
         """Build one for a Hugging Face tokenizer (clean-up probed once per call; prefer
         :class:`DetokenizerFactory` when making many)."""
         return DetokenizerFactory(tokenizer, skip_special_tokens, **kwargs)()

@@ -6,8 +6,9 @@ into per-row :class:`GenerationRequest` s (:func:`parse_request`). Semantics: se
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class ModelIO:
     outputs: dict[str, IOSpec]
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | str) -> "ModelIO":
+    def from_config(cls, config: Mapping[str, Any] | str) -> ModelIO:
         """Read ``input``/``output`` entries (``name``, ``data_type``, ``dims``, ``optional``)."""
         cfg = json.loads(config) if isinstance(config, str) else config
 

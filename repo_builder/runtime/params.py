@@ -8,7 +8,8 @@ placeholder (a hand-filled repository) means "unset". Errors name the parameter 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .errors import ModelLoadError
 

@@ -21,15 +21,22 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from .limits import check
 from .params import ModelParams
 from .special_ids import resolve_special_ids
-from .text import (TokenizerLoadError, WordEncoder, check_lengths, encode_prompt, has_chat_template,
-                   tokenizer_from_params)
+from .text import (
+    TokenizerLoadError,
+    WordEncoder,
+    check_lengths,
+    encode_prompt,
+    has_chat_template,
+    tokenizer_from_params,
+)
 from .triton_io import RequestError, output_dtypes, strings
 
 # model input -> client-facing ensemble field (for error messages)

@@ -31,7 +31,8 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

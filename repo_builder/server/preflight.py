@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import LaunchError
 from . import procs
@@ -66,7 +66,7 @@ def check_ports(address: str, ports: dict[str, int]) -> list[str]:
 
 
 def shm_requirement(repo: RepositoryInfo, trtllm_models: list[str], world_size: int,
-                    ranks: "Iterable[int] | None" = None) -> tuple[int, int]:
+                    ranks: Iterable[int] | None = None) -> tuple[int, int]:
     """``(stub count, bytes needed in /dev/shm)`` for the ranks of a launch that share one ``/dev/shm``.
 
     Rank 0 starts one stub per Python-backend model instance; every rank > 0 those of ``trtllm_models``.

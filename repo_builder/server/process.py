@@ -24,8 +24,9 @@ import subprocess
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import LaunchError
 from . import procs
@@ -33,6 +34,7 @@ from .binary import TritonBinary, find_tritonserver
 from .command import launch_argv, rank_argv, shm_prefix
 from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan_repository
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
+
 
 class LaunchInterrupted(LaunchError):
     """A signal arrived while waiting for the server; everything started was stopped.
@@ -243,7 +245,7 @@ class TritonServer:
         return self.argv
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "TritonServer":
+    def start(self) -> TritonServer:
         """Preflight (:meth:`prepare`) and start the processes; returns immediately (see :meth:`wait_ready`).
 
         Raises:
@@ -588,7 +590,7 @@ class TritonServer:
         except OSError:
             return ""
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         self.start()
         self.wait_ready()
         return self
@@ -615,7 +617,7 @@ class TritonServer:
         return path
 
     @classmethod
-    def attach(cls, pid_file: Path) -> "TritonServer":
+    def attach(cls, pid_file: Path) -> TritonServer:
         """A :class:`TritonServer` for a launch recorded by ``--detach`` (only :meth:`stop` and friends make sense).
 
         Raises:

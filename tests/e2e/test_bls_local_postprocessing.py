@@ -10,8 +10,8 @@ import json
 
 import pytest
 import requests
-
 from conftest import asset
+
 from repo_builder.client import GenerateRequest, LLMClient
 
 pytestmark = pytest.mark.server

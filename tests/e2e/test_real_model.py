@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from e2e_support import Stream, grpc_input, http_generate
 
 pytestmark = pytest.mark.server

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from e2e_support import grpc_input, http_generate
 
 pytestmark = pytest.mark.server
@@ -163,7 +162,7 @@ def test_nan_over_grpc_is_refused_naming_the_field(served, model, field):
               grpc_input("max_tokens", np.array([[4]], np.int32))]
     nan = grpcclient.InferInput(field, [1, 1], "FP32")
     nan.set_data_from_numpy(np.array([[np.nan]], np.float32))
-    events: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
+    events: queue.Queue[tuple[Any, Any]] = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         client.start_stream(callback=lambda result, error: events.put((result, error)))
         client.async_stream_infer(model, [*inputs, nan], request_id=f"nan-{field}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import queue
-import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -110,7 +109,7 @@ class Stream:
 
     def __init__(self, server) -> None:
         self.client = grpcclient.InferenceServerClient(server.grpc_url)
-        self.events: "queue.Queue[tuple[str, Any, Any]]" = queue.Queue()
+        self.events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
         self.order: list[str] = []  # request ids in the order their final response arrived
         self.client.start_stream(callback=self._callback)
 
