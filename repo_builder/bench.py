@@ -331,7 +331,7 @@ def run_bench(settings: BenchSettings, progress: bool = True, log: Callable[[str
     try:
         for c in settings.concurrency:
             task = bar.add_task("level", total=settings.requests, c=c) if bar else None
-            advance = (lambda: bar.advance(task)) if bar else None
+            advance = (lambda task=task: bar.advance(task)) if bar else None
             done, wall, cpu = _run_level(settings, info, prompts, c, advance)
             records = _records(done, info, count)
             stats: LevelStats = summarize(records, concurrency=c, wall=wall)
@@ -463,7 +463,7 @@ def format_table(report: dict[str, Any]) -> Any:
                 "out tok/s", "req/s", "client CPU ms/req"):
         table.add_column(col, justify="right", no_wrap=True)
     for lv in report["levels"]:
-        def trio(name: str) -> str:
+        def trio(name: str, lv: dict = lv) -> str:
             d = lv[name]
             return f"{f(d['p50'])}/{f(d['p90'])}/{f(d['p99'])}"
 

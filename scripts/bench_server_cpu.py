@@ -428,7 +428,7 @@ def main() -> int:
     for row in table:
         mp = row["ms_per_token"]
 
-        def med(k: str) -> str:
+        def med(k: str, mp: dict = mp) -> str:
             return fmt(mp[k]["median"]) if k in mp and mp[k]["n"] else "-"
 
         a = mp["around_engine"]
@@ -462,7 +462,7 @@ def main() -> int:
                   f"GIL held / CPU ~{fmt(share * 100 if share is not None else None, 0)}%)")
             for kind in ("self", "inclusive"):
                 print(f"  {kind}:")
-                for frame, count, share in top[kind][:10]:
+                for frame, _count, share in top[kind][:10]:
                     print(f"    {share * 100:5.1f}%  {frame}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -170,7 +170,7 @@ class _GrpcRouter:
                 message = error.message() if hasattr(error, "message") else str(error)
                 status = error.status() if hasattr(error, "status") else None
                 if status:  # the stream itself failed (gRPC status): every request in flight is lost
-                    for rid, handle in list(self.handles.items()):
+                    for handle in list(self.handles.values()):
                         err = ClientError(f"model '{handle.result.model}': gRPC stream failed: {status} {message}",
                                           key="--url")
                         handle.queue.put(("error", err, now))

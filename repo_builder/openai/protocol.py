@@ -16,7 +16,7 @@ carries the HTTP status; :func:`validation_error` turns a pydantic error into on
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -101,7 +101,7 @@ def validation_error(exc: ValidationError) -> APIError:
 
 # ---------------------------------------------------------------------------------------------- requests
 
-Float = Union[StrictInt, float]  # JSON 1 and 1.0 alike; strings and booleans are refused
+Float = StrictInt | float  # JSON 1 and 1.0 alike; strings and booleans are refused
 
 
 def _float(lo: float | None = None, hi: float | None = None, *, gt: float | None = None) -> Any:

@@ -334,7 +334,7 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
                 raise RequestError("embedding_bias", f"has {bias.size} values, expected vocab size "
                                                      f"{limits.vocab_size} (or none)")
 
-        def num(name: str, kind: Callable[[Any], Any]) -> Any:
+        def num(name: str, kind: Callable[[Any], Any], b: int = b) -> Any:
             v = _scalar(tensors, name, b, batch)
             if v is None:
                 return None

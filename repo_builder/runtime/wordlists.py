@@ -247,7 +247,8 @@ class WordEncoder:
             ids: list[int] = []
             offsets: list[int] = []
 
-            def add(seq: Sequence[int]) -> None:
+            def add(seq: Sequence[int], seen: set[tuple[int, ...]] = seen, ids: list[int] = ids,
+                    offsets: list[int] = offsets) -> None:
                 key = tuple(seq)
                 if key and key not in seen:
                     seen.add(key)

@@ -476,7 +476,7 @@ class TritonServer:
                     return None
                 for pid, entry in self.model_processes().items():
                     watched.setdefault(pid, entry)
-                for name, pid in dead:
+                for _name, pid in dead:
                     watched.pop(pid, None)
             time.sleep(POLL_S)
         return self.returncode

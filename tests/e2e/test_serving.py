@@ -272,7 +272,7 @@ def test_long_request_does_not_block_a_short_one(server, tok, offline, stream):
 def test_bad_request_fails_alone_naming_the_input(server, tok, offline, stream):
     stream.send("ensemble", text_inputs(PROMPTS[1], N_TOKENS, stream=True), "good")
     stream.send("ensemble", text_inputs(PROMPTS[1], N_TOKENS, stream=False, beam_width=2), "bad")
-    errors, finals = [], {}
+    errors = []
     pending = {"good", "bad"}
     texts: list[str] = []
     while pending:
