@@ -162,9 +162,10 @@ def summarize(records: Sequence[RequestRecord], concurrency: int, wall: int | No
     e2es = [e2e_ms(r) for r in ok]
     counts = [r.output_tokens for r in ok]
     if ok and all(c is not None for c in counts):
-        total: int | None = sum(c for c in counts if c is not None)
-        per_req: float | None = total / len(ok)
-        tok_s = total / wall_s if wall_s > 0 else None
+        known = sum(c for c in counts if c is not None)
+        total: int | None = known
+        per_req: float | None = known / len(ok)
+        tok_s = known / wall_s if wall_s > 0 else None
     else:
         total = per_req = tok_s = None
     messages: list[str] = []

@@ -99,12 +99,13 @@ class EngineInfo(BaseModel):
     def kv_bytes_per_token(self) -> int | None:
         """KV-cache bytes one token takes on one GPU: 2 (K and V) x layers / pp x KV heads / tp x head size x
         bytes per value (1 with an FP8/INT8 KV cache, else the model dtype's). None when a fact is missing."""
-        facts = (self.num_layers, self.num_kv_heads, self.head_size, self.kv_cache_bytes_per_value)
-        if any(f is None for f in facts):
+        num_layers, num_kv_heads = self.num_layers, self.num_kv_heads
+        head_size, bytes_per_value = self.head_size, self.kv_cache_bytes_per_value
+        if num_layers is None or num_kv_heads is None or head_size is None or bytes_per_value is None:
             return None
-        layers = -(-self.num_layers // max(self.pp_size, 1))
-        heads = max(1, -(-self.num_kv_heads // max(self.tp_size, 1)))
-        return 2 * layers * heads * self.head_size * self.kv_cache_bytes_per_value
+        layers = -(-num_layers // max(self.pp_size, 1))
+        heads = max(1, -(-num_kv_heads // max(self.tp_size, 1)))
+        return 2 * layers * heads * head_size * bytes_per_value
 
     @property
     def config_file(self) -> Path:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .lockfile import LOCK_NAME, changed_files, read_lock
 from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
@@ -62,6 +62,13 @@ class _Model:
     text: str
     config: Any | None  # ModelConfig, None when the file did not parse
 
+    @property
+    def cfg(self) -> Any:
+        """The parsed ModelConfig; only for models whose config.pbtxt parsed (callers skip ``config is None``)."""
+        if self.config is None:
+            raise RuntimeError(f"{self.rel}: config.pbtxt did not parse")
+        return self.config
+
     def line_of(self, pattern: str) -> int | None:
         """1-based line of the first line matching regex ``pattern``."""
         rx = re.compile(pattern)
@@ -82,7 +89,7 @@ class _Model:
         return string_parameters(self.config) if self.config is not None else {}
 
 
-def _is_set(value: str | None) -> bool:
+def _is_set(value: str | None) -> TypeGuard[str]:
     return value is not None and value.strip() != "" and "${" not in value
 
 
@@ -112,7 +119,7 @@ def _load_models(root: Path, problems: list[Problem]) -> dict[str, _Model]:
 
 
 def _check_model(m: _Model, problems: list[Problem]) -> None:
-    c = m.config
+    c = m.cfg
     if c.name and c.name != m.name:
         problems.append(Problem(m.rel, f"name '{c.name}' differs from the folder name '{m.name}'",
                                 m.line_of(r"^\s*name\s*:")))
@@ -129,7 +136,7 @@ def _io_maps(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Problem]) -> None:
-    c = ens.config
+    c = ens.cfg
     ens_in, ens_out = _io_maps(c)
     rel = ens.rel
     # dtype of every ensemble tensor: declared inputs first, then producers
@@ -240,7 +247,7 @@ def _trtllm_models(models: dict[str, _Model]) -> list[_Model]:
 
 def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None:
     for m in _trtllm_models(models):
-        total = sum(g.count or 1 for g in m.config.instance_group) if m.config.instance_group else 1
+        total = sum(g.count or 1 for g in m.cfg.instance_group) if m.cfg.instance_group else 1
         if total > 1:
             problems.append(Problem(m.rel, f"{total} instances of the TensorRT-LLM model; only one is supported "
                                            "(use gpu_device_ids / participant_ids for replicas, case B10)",
@@ -353,7 +360,7 @@ def repository_values(models: dict[str, _Model], target: _Model) -> tuple[dict[s
     by_key = _schema_by_key()
     values: dict[str, Any] = {}
     where: dict[str, tuple[_Model, int | None]] = {}
-    c = target.config
+    c = target.cfg
     for key, text in target.params.items():
         param = by_key.get(key)
         if param is not None and (value := _typed(param, text)) is not None:

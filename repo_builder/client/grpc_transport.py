@@ -170,10 +170,10 @@ class _GrpcRouter:
                 message = error.message() if hasattr(error, "message") else str(error)
                 status = error.status() if hasattr(error, "status") else None
                 if status:  # the stream itself failed (gRPC status): every request in flight is lost
-                    for handle in list(self.handles.values()):
-                        err = ClientError(f"model '{handle.result.model}': gRPC stream failed: {status} {message}",
+                    for lost in list(self.handles.values()):
+                        err = ClientError(f"model '{lost.result.model}': gRPC stream failed: {status} {message}",
                                           key="--url")
-                        handle.queue.put(("error", err, now))
+                        lost.queue.put(("error", err, now))
                     self.handles.clear()
                     return
                 self.orphans.append(_server_error("?", message))
@@ -229,4 +229,4 @@ class _GrpcOutputs(Mapping[str, Any]):
 def _event_from_grpc(index: int, now: int, result: Any, final: bool) -> StreamEvent:
     outputs = _GrpcOutputs(result)
     return StreamEvent(index, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")),
-                       outputs, final)  # type: ignore[arg-type]
+                       outputs, final)

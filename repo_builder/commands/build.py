@@ -113,7 +113,7 @@ def render(
     from ..errors import RenderError
     from ..render import render_multi_repository, render_repository
 
-    common = dict(profile=profile, user_values=_parse_sets(set_), values_file=values, engine_mode=engine_mode,
+    common: dict[str, Any] = dict(profile=profile, user_values=_parse_sets(set_), values_file=values, engine_mode=engine_mode,
                   streaming=streaming, force=force, dry_run=dry_run, serve_path=serve_path, progress=not dry_run,
                   delete_unlisted=delete_unlisted)
     if model:
@@ -122,8 +122,9 @@ def render(
                               hint="give every LLM as --model NAME=ENGINE_DIR,TOKENIZER_DIR")
         result = render_multi_repository([_parse_model(m) for m in model], output, **common)
     else:
-        missing = [flag for flag, v in (("--engine-dir", engine_dir), ("--tokenizer-dir", tokenizer_dir)) if v is None]
-        if missing:
+        if engine_dir is None or tokenizer_dir is None:
+            missing = [flag for flag, v in (("--engine-dir", engine_dir), ("--tokenizer-dir", tokenizer_dir))
+                       if v is None]
             raise RenderError(f"missing {' and '.join(missing)}", key=missing[0],
                               hint="give --engine-dir and --tokenizer-dir, or --model NAME=ENGINE_DIR,TOKENIZER_DIR "
                                    "for each of several LLMs")

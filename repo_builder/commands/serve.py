@@ -72,7 +72,9 @@ def launch(
                               http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                               http_address=http_address, log=log, log_file=log_file, force=force,
                               multi_model=multi_model, no_mpi=no_mpi, oversubscribe=oversubscribe,
-                              tensorrt_llm_model_name=tensorrt_llm_model_name, detach=detach, pid_file=pid_file,
+                              # a comma list: LaunchConfig's before-validator splits it into list[str]
+                              tensorrt_llm_model_name=tensorrt_llm_model_name,  # type: ignore[arg-type]
+                              detach=detach, pid_file=pid_file,
                               timeout=timeout, stop_timeout=stop_timeout, exit_timeout=exit_timeout,
                               server_args=list(server_arg or []), hostfile=hostfile, openai_port=openai_port)
     except PydanticValidationError as exc:

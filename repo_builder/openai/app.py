@@ -50,7 +50,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -465,7 +465,8 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         req: CompletionRequest = await body_of(request, CompletionRequest)
-        prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
+        # body_of -> parse_request already refused token-id prompts and lists of more than one prompt
+        prompt = req.prompt if isinstance(req.prompt, str) else cast(str, req.prompt[0])
         if not prompt:
             raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
         max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS

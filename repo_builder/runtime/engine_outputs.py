@@ -157,10 +157,11 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
         elif name == "output_log_probs":
             width = max(max((len(r) for r in lp_rows), default=0), 1)
             arr = np.zeros((batch, 1, width), dtype=dt)
-            for i, (s, row) in enumerate(zip(seqs, lp_rows)):
-                if s.req.return_log_probs and row:
-                    arr[i, 0, :len(row)] = row
+            for i, (s, lps) in enumerate(zip(seqs, lp_rows)):
+                if s.req.return_log_probs and lps:
+                    arr[i, 0, :len(lps)] = lps
         else:
+            col: list[float]  # one value per sequence (ints, or log-probabilities)
             if name == "sequence_length":
                 col = [len(r) for r in token_rows]
             elif name == "cum_log_probs":

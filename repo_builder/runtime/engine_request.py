@@ -334,9 +334,9 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
                 raise RequestError("embedding_bias", f"has {bias.size} values, expected vocab size "
                                                      f"{limits.vocab_size} (or none)")
 
-        def num(name: str, kind: Callable[[Any], Any], b: int = b) -> Any:
+        def num(name: str | None, kind: Callable[[Any], Any], b: int = b) -> Any:
             v = _scalar(tensors, name, b, batch)
-            if v is None:
+            if v is None or name is None:
                 return None
             return kind(_checked(name, v)) if name in LIMITS else kind(v)
 

@@ -155,8 +155,9 @@ class Scheduler:
         if not self._active:
             return
         batch = list(self._active)
+        results: list[tuple[int, float] | None]
         try:
-            results = self.backend.step(batch)
+            results = list(self.backend.step(batch))
         except Exception as exc:  # noqa: BLE001 - isolate the failing sequence(s)
             results = self._step_isolated(batch, exc)
         self.steps += 1

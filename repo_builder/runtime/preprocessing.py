@@ -63,7 +63,7 @@ class KeySource:
     def take(self, n: int = 1) -> list[int]:
         """``n`` fresh keys."""
         with self._lock:
-            keys = []
+            keys: list[int] = []
             while len(keys) < n:
                 self._next = (self._next + 1) & 0xFFFFFFFFFFFFFFFF
                 if self._next:
@@ -144,7 +144,7 @@ class Preprocessor:
 
     def _special(self, rows: list[np.ndarray] | None, default: int | None, field: str, batch: int) -> list[int]:
         if rows is not None:
-            return [check(field, _ints(r, field)[0]) if r.size else self._require(default, field) for r in rows]
+            return [int(check(field, _ints(r, field)[0])) if r.size else self._require(default, field) for r in rows]
         return [self._require(default, field)] * batch
 
     def _require(self, value: int | None, field: str) -> int:
@@ -187,12 +187,12 @@ class Preprocessor:
         out_len_rows = _rows(inputs.get("REQUEST_OUTPUT_LEN"), batch)
         if out_len_rows is None:
             raise RequestError("max_tokens", "is missing", "send max_tokens > 0")
-        max_tokens = []
+        max_tokens: list[int] = []
         for row in out_len_rows:
             values = _ints(row, "max_tokens")
             if len(values) != 1:
                 raise RequestError("max_tokens", f"must be one value per batch row, got {len(values)}")
-            max_tokens.append(check("max_tokens", values[0]))
+            max_tokens.append(int(check("max_tokens", values[0])))
 
         end_ids = self._special(_rows(inputs.get("END_ID"), batch), self.end_id, "end_id", batch)
         pad_ids = self._special(_rows(inputs.get("PAD_ID"), batch), self.pad_id, "pad_id", batch)
@@ -236,8 +236,9 @@ class Preprocessor:
             # "" elements mean "no word" (v0.5 clients must send bad_words/stop_words: "")
             return [[w for w in _strings(r, FIELDS[name]) if w != ""] for r in rows]
 
-        stop_rows = word_rows("STOP_WORDS_DICT") or [None] * batch
-        bad_rows = word_rows("BAD_WORDS_DICT") or [None] * batch
+        no_words: list[list[str] | None] = [None] * batch
+        stop_rows: list[list[str]] | list[list[str] | None] = word_rows("STOP_WORDS_DICT") or no_words
+        bad_rows: list[list[str]] | list[list[str] | None] = word_rows("BAD_WORDS_DICT") or no_words
         stop_words = self.words.word_list(stop_rows, "stop_words", self.stop_token_ids)
         bad_words = self.words.word_list(bad_rows, "bad_words")
 

@@ -187,7 +187,8 @@ class ReferenceBackend:
         try:
             return DynamicCache(ddp_cache_data=layers)
         except TypeError:                                     # transformers 4.x
-            return DynamicCache.from_legacy_cache(tuple(layers))
+            # gone from transformers 5 (the installed stubs); this branch only runs on 4.x
+            return DynamicCache.from_legacy_cache(tuple(layers))  # type: ignore[attr-defined]
 
     def _unstack(self) -> None:
         """Give every sequence of the stacked batch its own cache again (padding dropped)."""

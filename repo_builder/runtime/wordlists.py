@@ -297,7 +297,8 @@ class WordEncoder:
         any_word = False
         for b in range(batch):
             words = list(words_rows[b] or []) if b < len(words_rows) else []
-            weights = list(weights_rows[b] if weights_rows[b] is not None else []) if b < len(weights_rows) else []
+            weights_row = weights_rows[b] if b < len(weights_rows) else None
+            weights = list(weights_row) if weights_row is not None else []
             if len(words) != len(weights):
                 raise RequestError("embedding_bias_words",
                                    f"has {len(words)} element(s) but embedding_bias_weights has "

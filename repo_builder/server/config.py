@@ -104,7 +104,7 @@ class RepositoryInfo:
 def _python_instances(cfg: object) -> int:
     from ..pbtxt import python_instances
 
-    return python_instances(cfg)  # type: ignore[arg-type]
+    return python_instances(cfg)
 
 
 #: ``parameters`` keys of a tensorrtllm-backend model that name its engine directory (``gpt_model_path`` before

@@ -498,8 +498,8 @@ class TritonServer:
         found: dict[int, procs.ProcInfo] = {}
         if self._launcher_pid is not None:
             # the session id outlives the launched process: ranks and stubs keep it
-            for info in procs.session_members(self._launcher_pid):
-                found[info.pid] = info
+            for member in procs.session_members(self._launcher_pid):
+                found[member.pid] = member
         # stubs and ranks carry our prefix on their command line even if a process left the session
         for pid in procs.all_pids():
             if pid in found:
