@@ -278,7 +278,8 @@ def _records(done: list[_Done], info: ModelInfo, count: Callable[[str], int] | N
     return records
 
 
-def run_bench(settings: BenchSettings, progress: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_bench(settings: BenchSettings, progress: bool = True,
+              log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every concurrency level and return the report (a JSON-serialisable dict).
 
     The report holds ``settings``, ``server`` (model name, decoupled, max_batch_size), ``prompts`` (source and

@@ -536,7 +536,8 @@ def _parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         head_size=_head_size(_int(pre.get("hidden_size")), _int(pre.get("num_attention_heads")),
                              _int(pre.get("head_size"))),
         hidden_size=_int(pre.get("hidden_size")),
-        kv_cache_bytes_per_value=_kv_bytes(pre.get("dtype"), (pre.get("quantization") or {}).get("kv_cache_quant_algo")),
+        kv_cache_bytes_per_value=_kv_bytes(pre.get("dtype"),
+                                           (pre.get("quantization") or {}).get("kv_cache_quant_algo")),
         lora_plugin=_plugin_str(plugin.get("lora_plugin")), max_lora_rank=_int(lora.get("max_lora_rank")),
         lora_target_modules=tuple(lora.get("lora_target_modules") or ()),
     )
@@ -597,7 +598,8 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
             spec = read_spec(directory)
         except EngineLoadError as exc:
             raise EngineError(str(exc).split(": ", 2)[-1], path=synthetic,
-                              hint=f"keys (all optional): {', '.join(f'{k} (default {v})' for k, v in SPEC_DEFAULTS.items())}"
+                              hint="keys (all optional): "
+                                   + ", ".join(f"{k} (default {v})" for k, v in SPEC_DEFAULTS.items())
                               ) from None
         return EngineInfo(kind="synthetic", dir=directory, layout="synthetic", architecture="synthetic",
                           dtype="float32", vocab_size=spec["vocab_size"], max_batch_size=spec["max_batch_size"],

@@ -318,7 +318,8 @@ def require_lock(repo: str | Path) -> dict[str, Any]:
     lock = read_lock(root)
     if lock is None:
         raise RenderError(f"no {LOCK_NAME} in the repository; deployments are generated from it", path=root,
-                          hint="render the repository with `repo-builder render` (hand-filled repositories have no lock file)")
+                          hint="render the repository with `repo-builder render` "
+                               "(hand-filled repositories have no lock file)")
     return lock
 
 

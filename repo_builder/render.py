@@ -227,7 +227,8 @@ def render_configs(profile: str, values: Mapping[str, Any], *, engine_kind: str,
             text = env.get_template(f"{profile}/{model}/config.pbtxt.j2").render(**variables)
         except jinja2.UndefinedError as exc:
             raise TemplateError(f"template uses an undefined variable: {exc.message}", path=path,
-                                hint="add the parameter to model_templates/parameters.yaml or fix the template") from exc
+                                hint="add the parameter to model_templates/parameters.yaml or fix the template",
+                                ) from exc
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"line {exc.lineno}: template syntax error: {exc.message}", path=path) from exc
         except TemplateError as exc:

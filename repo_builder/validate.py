@@ -166,7 +166,8 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
             tensor_dtype.setdefault(tensor, spec.data_type)
             if tensor in ens_out and ens_out[tensor].data_type != spec.data_type:
                 problems.append(Problem(rel, f"ensemble output '{tensor}' is {dtype_name(ens_out[tensor].data_type)} "
-                                             f"but '{step.model_name}' output '{out_name}' is {dtype_name(spec.data_type)}",
+                                             f"but '{step.model_name}' output '{out_name}' is "
+                                             f"{dtype_name(spec.data_type)}",
                                         ens.tensor_line(tensor)))
     for step in steps:
         target = models.get(step.model_name)
@@ -187,12 +188,13 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
                 continue
             if tensor_dtype[tensor] != spec.data_type:
                 problems.append(Problem(rel, f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
-                                             f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}", kline))
+                                             f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
+                                        kline))
         fed = set(step.input_map)
         for name, spec in t_in.items():
             if not spec.optional and name not in fed:
-                problems.append(Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by input_map",
-                                        line))
+                problems.append(Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by "
+                                             "input_map", line))
     for name in ens_out:
         count = len(producers.get(name, []))
         if count != 1:
@@ -259,8 +261,8 @@ def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None
         if _is_set(name):
             for target in (x.strip() for x in name.split(",")):
                 if target and target not in models:
-                    problems.append(Problem(m.rel, f"tensorrt_llm_model_name '{target}' is not a model of the repository",
-                                            m.param_line("tensorrt_llm_model_name")))
+                    problems.append(Problem(m.rel, f"tensorrt_llm_model_name '{target}' is not a model of the "
+                                                   "repository", m.param_line("tensorrt_llm_model_name")))
 
 
 def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
@@ -353,7 +355,8 @@ def _typed(param: Any, text: str | None) -> Any:
         return None
 
 
-def repository_values(models: dict[str, _Model], target: _Model) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
+def repository_values(models: dict[str, _Model],
+                      target: _Model) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
     """The parameter values a repository gives the engine model ``target``, typed as resolve() types them, and
     where each was read ({name: (model, line)}): ``target``'s own parameters and structural fields, then the
     parameters of the other models (BLS, postprocessing) that are not the engine's."""

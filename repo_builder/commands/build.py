@@ -84,8 +84,9 @@ def render(
                                               help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."),
     tokenizer_dir: Path | None = typer.Option(None, "--tokenizer-dir", help="Local Hugging Face tokenizer directory."),
     model: list[str] | None = typer.Option(None, "--model", help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several "
-                                              "LLMs in the repository (repeat; instead of --engine-dir/--tokenizer-dir)."
-                                              " Its models are NAME_preprocessing, NAME_tensorrt_llm, NAME_ensemble, "
+                                              "LLMs in the repository (repeat; instead of "
+                                              "--engine-dir/--tokenizer-dir). Its models are NAME_preprocessing, "
+                                              "NAME_tensorrt_llm, NAME_ensemble, "
                                               "..."),
     output: Path = typer.Option(..., "--output", "-o", help="Repository directory to create."),
     profile: str = typer.Option("trtllm-1.2", "--profile", help="Template profile (see `repo-builder params`)."),
@@ -113,7 +114,8 @@ def render(
     from ..errors import RenderError
     from ..render import render_multi_repository, render_repository
 
-    common: dict[str, Any] = dict(profile=profile, user_values=_parse_sets(set_), values_file=values, engine_mode=engine_mode,
+    common: dict[str, Any] = dict(
+                  profile=profile, user_values=_parse_sets(set_), values_file=values, engine_mode=engine_mode,
                   streaming=streaming, force=force, dry_run=dry_run, serve_path=serve_path, progress=not dry_run,
                   delete_unlisted=delete_unlisted)
     if model:

@@ -591,7 +591,8 @@ class CompletionRenderer:
         yield (prefix + b'""' + b',"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
                + (b',"usage":null' if usage else b"") + b"}\n\n")
         if usage:
-            yield b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode() + b"}\n\n"
+            yield (b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode()
+                   + b"}\n\n")
         yield DONE
 
 
@@ -623,7 +624,8 @@ class ChatRenderer:
         yield (start + b'{},"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
                + (b',"usage":null' if usage else b"") + b"}\n\n")
         if usage:
-            yield b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode() + b"}\n\n"
+            yield (b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode()
+                   + b"}\n\n")
         yield DONE
 
 

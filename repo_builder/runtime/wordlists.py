@@ -138,7 +138,8 @@ class WordEncoder:
         (the Rust ``encode_batch``: one Python round trip for thousands of words)."""
         if not texts:
             return []
-        backend = getattr(self.tokenizer, "backend_tokenizer", None) if getattr(self.tokenizer, "is_fast", False) else None
+        is_fast = getattr(self.tokenizer, "is_fast", False)
+        backend = getattr(self.tokenizer, "backend_tokenizer", None) if is_fast else None
         if backend is None or len(texts) < 8:
             return [self._enc(t) for t in texts]
         # One ordinary encode first: it puts the Rust tokenizer in the state encode() uses (no truncation or

@@ -227,9 +227,10 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
     else the lock file's names, else every tensorrtllm-backend model, else ``tensorrt_llm``.
 
     Raises:
-        LaunchError: world size contradicts the lock file or the engine; ``--no-mpi`` or ``--multi-model`` with world size > 1;
-            a bad ``--hostfile`` (see :mod:`.hostfile`), too few slots, or its first host is not this machine;
-            a ``--tensorrt_llm_model_name`` is not in the repository; mpirun is needed but not installed.
+        LaunchError: world size contradicts the lock file or the engine; ``--no-mpi`` or ``--multi-model``
+            with world size > 1; a bad ``--hostfile`` (see :mod:`.hostfile`), too few slots, or its first host
+            is not this machine; a ``--tensorrt_llm_model_name`` is not in the repository; mpirun is needed but
+            not installed.
     """
     notes: list[str] = list(repo.warnings)
     engine_sizes = {ws for ws, _ in repo.engine_world_sizes.values()}

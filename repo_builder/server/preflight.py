@@ -37,7 +37,8 @@ def check_ports(address: str, ports: dict[str, int]) -> list[str]:
     seen: dict[int, str] = {}
     for flag, port in ports.items():
         if port in seen:
-            raise LaunchError(f"{flag} and {seen[port]} are both {port}", key=flag, hint="give each endpoint its own port")
+            raise LaunchError(f"{flag} and {seen[port]} are both {port}", key=flag,
+                              hint="give each endpoint its own port")
         seen[port] = flag
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     notes: list[str] = []

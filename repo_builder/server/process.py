@@ -225,7 +225,8 @@ class TritonServer:
             check_installed()
             ports["--openai_port"] = cfg.openai_port
         self.notes += check_ports(cfg.http_address, ports)
-        local = None if plan.rank_hosts is None else [r for r, h in enumerate(plan.rank_hosts) if h == plan.rank_hosts[0]]
+        hosts = plan.rank_hosts
+        local = None if hosts is None else [r for r, h in enumerate(hosts) if h == hosts[0]]
         stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size, ranks=local)
         check_shm(stubs, needed)
         repo_path = Path(os.path.abspath(cfg.model_repo))
@@ -603,9 +604,11 @@ class TritonServer:
         """What ``--detach`` writes to the pid file (JSON): pids with start times, prefix, URLs, log path."""
         return {"launch_id": self.launch_id, "launcher_pid": self._launcher_pid, "launcher_start": self._launcher_start,
                 "ranks": {str(r): list(ps) for r, ps in self.rank_pids().items()},
-                "use_mpi": bool(self.plan and self.plan.use_mpi), "world_size": self.plan.world_size if self.plan else 1,
+                "use_mpi": bool(self.plan and self.plan.use_mpi),
+                "world_size": self.plan.world_size if self.plan else 1,
                 "model_repo": os.path.abspath(self.config.model_repo), "http_url": self.http_url,
-                "grpc_url": self.grpc_url, "log_file": str(self.log_path), "config": self.config.model_dump(mode="json")}
+                "grpc_url": self.grpc_url, "log_file": str(self.log_path),
+                "config": self.config.model_dump(mode="json")}
 
     def write_pid_file(self, path: Path, extra: dict[str, Any] | None = None) -> Path:
         """Write :meth:`pid_record` (plus ``extra``) to ``path`` atomically; returns the path."""
