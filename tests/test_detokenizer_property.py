@@ -2,7 +2,8 @@
 
 For every test tokenizer that AutoTokenizer loads without remote code (tests/_assets.py
 HF_TOKENIZERS: the tiny trained SentencePiece (tokenizer.model alone and with its tokenizer.json), Mistral v1
-SentencePiece, GPT-2, Llama 3, Llama 3.1, Qwen3; chatglm2/3 and qwen1 need remote code and are left out), random token-id sequences and the encodings of random texts (CJK, emoji
+SentencePiece, GPT-2, Llama 3, Llama 3.1, Qwen3; chatglm2/3 and qwen1 need remote code and are left out),
+random token-id sequences and the encodings of random texts (CJK, emoji
 with ZWJ sequences and flags, Cyrillic, ASCII punctuation, newlines, special-token texts) are split into
 random chunk sizes and streamed through IncrementalDetokenizer, with skip_special_tokens true and false:
 

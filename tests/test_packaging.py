@@ -24,7 +24,8 @@ def test_every_subpackage_is_listed():
     listed = set(_pyproject()["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(PROJECT).parts) for p in (PROJECT / "repo_builder").rglob("__init__.py")
              if "__pycache__" not in p.parts}
-    assert found - listed == set(), f"sub-packages missing from pyproject.toml [tool.setuptools] packages: {found - listed}"
+    assert found - listed == set(), \
+        f"sub-packages missing from pyproject.toml [tool.setuptools] packages: {found - listed}"
     assert "repo_builder.model_templates" in listed
 
 

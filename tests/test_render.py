@@ -80,7 +80,8 @@ def test_render_every_engine_with_every_fitting_tokenizer(engine_name, engine_co
         lock = json.loads((out / LOCK_NAME).read_text())
         values = {k: v["value"] for k, v in lock["values"].items()}
         origins = {k: v["origin"] for k, v in lock["values"].items()}
-        assert values["triton_max_batch_size"] == facts["max_batch_size"] and origins["triton_max_batch_size"] == "engine"
+        assert values["triton_max_batch_size"] == facts["max_batch_size"]
+        assert origins["triton_max_batch_size"] == "engine"
         assert values["max_beam_width"] == facts["max_beam_width"] and origins["max_beam_width"] == "engine"
         assert values["max_input_len"] == facts["max_input_len"]
         assert lock["launch"]["world_size"] == facts["world_size"]

@@ -22,7 +22,8 @@ from repo_builder.testing import packaged_tokenizer
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     base = tmp_path_factory.mktemp("multi")
-    return {"tok1": packaged_tokenizer("mistral-v1", base / "tok1"), "tok1b": packaged_tokenizer("mistral-v1", base / "tok1b"),
+    return {"tok1": packaged_tokenizer("mistral-v1", base / "tok1"),
+            "tok1b": packaged_tokenizer("mistral-v1", base / "tok1b"),
             "tp2a": trtllm_engine(base / "tp2a", 2, 1), "tp2b": trtllm_engine(base / "tp2b", 2, 1),
             "tp1": trtllm_engine(base / "tp1", 1, 1), "base": base}
 

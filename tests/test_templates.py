@@ -185,7 +185,8 @@ def test_list_values_render_as_one_string():
     assert p["max_attention_window_size"] == "4096,2048"
 
 
-NASTY = ['/models/tok"enizer', "C:\\models\\tok", "/a/b\nparameters: { key: \"evil\" }", 'x" } } parameters { key: "evil',
+NASTY = ['/models/tok"enizer', "C:\\models\\tok", "/a/b\nparameters: { key: \"evil\" }",
+         'x" } } parameters { key: "evil',
          "/tab\there", "/bell\x07\x01", "/ünïcødé/токенизатор/模型", "/trailing\\", "${tokenizer_dir}x"[2:]]
 
 

@@ -177,7 +177,8 @@ def test_end_to_end_test_manual_pipeline_equals_ensemble_and_bls_v019(unary_12):
     post = c.infer("postprocessing", [tensor(httpclient, "TOKENS_BATCH", ids.astype(np.int32)),
                                       tensor(httpclient, "SEQUENCE_LENGTH", seq_len)], request_id="0")
     manual = post.as_numpy("OUTPUT")
-    text_inputs = [tensor(httpclient, "text_input", q), tensor(httpclient, "max_tokens", np.ones_like(q).astype(np.int32) * 12),
+    text_inputs = [tensor(httpclient, "text_input", q),
+                   tensor(httpclient, "max_tokens", np.ones_like(q).astype(np.int32) * 12),
                    tensor(httpclient, "bad_words", np.array([[""]], dtype=object)),
                    tensor(httpclient, "stop_words", np.array([[""]], dtype=object))]
     for model in ("ensemble", "tensorrt_llm_bls"):  # the same request id again, as the script does
@@ -270,7 +271,8 @@ def test_stop_request_stops_a_unary_request(unary_12):
               tensor(grpcclient, "input_lengths", np.array([[4]], np.int32)),
               tensor(grpcclient, "request_output_len", np.array([[480]], np.int32)),
               tensor(grpcclient, "streaming", np.array([[False]], bool))]
-    c.async_infer("tensorrt_llm", inputs, callback=lambda result, error: done.put(error or result), request_id="stop-me")
+    c.async_infer("tensorrt_llm", inputs, callback=lambda result, error: done.put(error or result),
+                  request_id="stop-me")
     time.sleep(0.3)
     stop = [tensor(grpcclient, "input_ids", np.array([[0]], np.int32)),
             tensor(grpcclient, "input_lengths", np.array([[0]], np.int32)),

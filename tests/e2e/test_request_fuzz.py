@@ -103,7 +103,8 @@ VALID = {
 }
 #: per field: left out, a usual value, or (one time in ten) anything of the input's JSON type
 CHOICE = st.sampled_from(["absent"] * 9 + ["valid"] * 9 + ["wild"] * 2)
-PROMPTS = st.one_of(st.sampled_from(["Hello", "What is machine learning?", "Tell me about forests", "日本語のテキスト"]),
+PROMPTS = st.one_of(st.sampled_from(["Hello", "What is machine learning?", "Tell me about forests",
+                                     "日本語のテキスト"]),
                     st.text(min_size=1, max_size=30),
                     st.sampled_from(["", " ", "\n", "🙂" * 5, "word " * 40]))
 
