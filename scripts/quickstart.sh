@@ -33,7 +33,9 @@ repo-builder launch "$WORK/repo" --http_port "$HTTP_PORT" --grpc_port "$GRPC_POR
 trap 'step "5/5 stop the server"; repo-builder stop --pid-file "$PIDFILE" || true; echo "quickstart: $SECONDS s"' EXIT
 
 step "4/5 requests"
-REQUEST='{"text_input": "What is the capital of France?", "max_tokens": 32}'
+# exclude_input_in_output: only the answer (by default a non-streaming response starts with the prompt, as
+# NVIDIA's backend does)
+REQUEST='{"text_input": "What is the capital of France?", "max_tokens": 32, "exclude_input_in_output": true}'
 echo "\$ curl -X POST localhost:$HTTP_PORT/v2/models/ensemble/generate -d '$REQUEST'"
 curl -sS -X POST "localhost:$HTTP_PORT/v2/models/ensemble/generate" -d "$REQUEST" > "$WORK/answer.json"
 cat "$WORK/answer.json"; echo

@@ -6,6 +6,7 @@ the dashed spellings are accepted too. Help texts come from :class:`repo_builder
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -19,15 +20,24 @@ def _help(field: str) -> str:
     return HELP[field]
 
 
+def _default(field: str) -> object:
+    from ..server.options import DEFAULTS
+
+    defaults: Mapping[str, object] = DEFAULTS
+    return defaults[field]
+
+
 def launch(
     repo: Path | None = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
     model_repo: Path | None = typer.Option(None, "--model_repo", "--model-repo", help=_help("model_repo")),
     world_size: int | None = typer.Option(None, "--world_size", "--world-size", help=_help("world_size")),
     tritonserver: str | None = typer.Option(None, "--tritonserver", help=_help("tritonserver")),
-    http_port: int = typer.Option(8000, "--http_port", "--http-port", help=_help("http_port")),
-    grpc_port: int = typer.Option(8001, "--grpc_port", "--grpc-port", help=_help("grpc_port")),
-    metrics_port: int = typer.Option(8002, "--metrics_port", "--metrics-port", help=_help("metrics_port")),
-    http_address: str = typer.Option("127.0.0.1", "--http-address", "--http_address", help=_help("http_address")),
+    http_port: int = typer.Option(_default("http_port"), "--http_port", "--http-port", help=_help("http_port")),
+    grpc_port: int = typer.Option(_default("grpc_port"), "--grpc_port", "--grpc-port", help=_help("grpc_port")),
+    metrics_port: int = typer.Option(_default("metrics_port"), "--metrics_port", "--metrics-port",
+                                     help=_help("metrics_port")),
+    http_address: str = typer.Option(_default("http_address"), "--http-address", "--http_address",
+                                     help=_help("http_address")),
     log: bool = typer.Option(False, "--log", help=_help("log")),
     log_file: Path | None = typer.Option(None, "--log-file", "--log_file", help=_help("log_file")),
     force: bool = typer.Option(False, "--force", "-f", help=_help("force")),
@@ -38,9 +48,10 @@ def launch(
         None, "--tensorrt_llm_model_name", "--tensorrt-llm-model-name", help=_help("tensorrt_llm_model_name")),
     detach: bool = typer.Option(False, "--detach", "-d", help=_help("detach")),
     pid_file: Path | None = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
-    timeout: float = typer.Option(600.0, "--timeout", help=_help("timeout")),
-    stop_timeout: float = typer.Option(30.0, "--stop-timeout", help=_help("stop_timeout")),
-    exit_timeout: int = typer.Option(5, "--exit_timeout", "--exit-timeout", help=_help("exit_timeout")),
+    timeout: float = typer.Option(_default("timeout"), "--timeout", help=_help("timeout")),
+    stop_timeout: float = typer.Option(_default("stop_timeout"), "--stop-timeout", help=_help("stop_timeout")),
+    exit_timeout: int = typer.Option(_default("exit_timeout"), "--exit_timeout", "--exit-timeout",
+                                     help=_help("exit_timeout")),
     server_arg: list[str] | None = typer.Option(None, "--server-arg", help=_help("server_args") +
                                                    " Repeat for several, e.g. --server-arg=--log-info=false."),
     hostfile: Path | None = typer.Option(None, "--hostfile", help=_help("hostfile")),

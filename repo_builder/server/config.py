@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
 from ..pbtxt import model_config_pb2 as pbtxt_model_config_pb2
-from .options import HELP
+from .options import DEFAULTS, HELP
 
 LOCK_FILE = "repo-builder.lock.json"
 DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
@@ -29,10 +29,10 @@ class LaunchConfig(BaseModel):
     model_repo: Path = Field(description=HELP["model_repo"])
     world_size: int | None = Field(None, ge=1, description=HELP["world_size"])
     tritonserver: str | None = Field(None, description=HELP["tritonserver"])
-    http_port: int = Field(8000, ge=1, le=65535, description=HELP["http_port"])
-    grpc_port: int = Field(8001, ge=1, le=65535, description=HELP["grpc_port"])
-    metrics_port: int = Field(8002, ge=1, le=65535, description=HELP["metrics_port"])
-    http_address: str = Field("127.0.0.1", description=HELP["http_address"])
+    http_port: int = Field(DEFAULTS["http_port"], ge=1, le=65535, description=HELP["http_port"])
+    grpc_port: int = Field(DEFAULTS["grpc_port"], ge=1, le=65535, description=HELP["grpc_port"])
+    metrics_port: int = Field(DEFAULTS["metrics_port"], ge=1, le=65535, description=HELP["metrics_port"])
+    http_address: str = Field(DEFAULTS["http_address"], description=HELP["http_address"])
     log: bool = Field(False, description=HELP["log"])
     log_file: Path | None = Field(None, description=HELP["log_file"])
     force: bool = Field(False, description=HELP["force"])
@@ -42,9 +42,9 @@ class LaunchConfig(BaseModel):
     tensorrt_llm_model_name: list[str] | None = Field(None, description=HELP["tensorrt_llm_model_name"])
     detach: bool = Field(False, description=HELP["detach"])
     pid_file: Path | None = Field(None, description=HELP["pid_file"])
-    timeout: float = Field(600.0, gt=0, description=HELP["timeout"])
-    stop_timeout: float = Field(30.0, gt=0, description=HELP["stop_timeout"])
-    exit_timeout: int = Field(5, ge=0, description=HELP["exit_timeout"])
+    timeout: float = Field(DEFAULTS["timeout"], gt=0, description=HELP["timeout"])
+    stop_timeout: float = Field(DEFAULTS["stop_timeout"], gt=0, description=HELP["stop_timeout"])
+    exit_timeout: int = Field(DEFAULTS["exit_timeout"], ge=0, description=HELP["exit_timeout"])
     server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
     hostfile: Path | None = Field(None, description=HELP["hostfile"])
     openai_port: int | None = Field(None, ge=1, le=65535, description=HELP["openai_port"])

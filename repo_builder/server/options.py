@@ -1,7 +1,35 @@
-"""Help text of every launch option, shared by :class:`~repo_builder.server.config.LaunchConfig` and the CLI.
+"""Help text and defaults of every launch option, shared by :class:`~repo_builder.server.config.LaunchConfig`
+and the CLI.
 
-Kept free of imports so ``repo-builder --help`` does not pay for pydantic.
+Kept free of heavy imports (only ``typing``) so ``repo-builder --help`` does not pay for pydantic.
 """
+
+from typing import TypedDict
+
+
+class LaunchDefaults(TypedDict):
+    """Types of :data:`DEFAULTS` (ports and seconds as LaunchConfig declares them)."""
+
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    http_address: str
+    timeout: float
+    stop_timeout: float
+    exit_timeout: int
+
+
+#: Defaults of the launch options that have one other than None/False/empty: read by
+#: :class:`~repo_builder.server.config.LaunchConfig` and by the CLI's ``typer.Option`` declarations alike.
+DEFAULTS: LaunchDefaults = {
+    "http_port": 8000,
+    "grpc_port": 8001,
+    "metrics_port": 8002,
+    "http_address": "127.0.0.1",
+    "timeout": 600.0,
+    "stop_timeout": 30.0,
+    "exit_timeout": 5,
+}
 
 HELP: dict[str, str] = {
     "model_repo": "Model repository to serve (the folder holding <model>/config.pbtxt).",

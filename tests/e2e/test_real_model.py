@@ -7,8 +7,9 @@ of this module, to bound its time. Expected outputs come from transformers' own 
 on the same checkpoint in this process (fp32, one torch thread like the served engine), with the prompt
 put through the tokenizer's chat template by transformers itself:
 
-* ensemble and BLS, over HTTP /generate and over a gRPC stream: the text equals the offline greedy
-  text token for token (the tensorrt_llm model's own ``output_ids`` are compared id for id; the text
+* ensemble and BLS, over HTTP /generate (prompt echoed by default, and not with the request's
+  ``exclude_input_in_output``) and over a gRPC stream: the text equals the offline greedy text token for token
+  (the tensorrt_llm model's own ``output_ids`` are compared id for id; the text
   models return only text and token counts);
 * the chat template is applied once: preprocessing's ``INPUT_ID`` equals transformers' templated ids,
   with one ``<|im_start|>`` per turn (three: system, user, assistant) and none doubled at the start;
@@ -135,10 +136,17 @@ def test_chat_template_applied_once(server, tok):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_http_greedy_text_equals_transformers(server, tok, offline, im_end, model):
+    """Non-streaming responses start with the prompt by default (exclude_input_in_output false, as NVIDIA's
+    backend): the templated prompt once, then the answer; with the request's exclude_input_in_output only
+    the answer."""
     for prompt, max_tokens in CASES:
+        want = offline[prompt]
         status, body = http_generate(server, model, {"text_input": prompt, "max_tokens": max_tokens})
         assert status == 200, body
-        want = offline[prompt]
+        assert body["text_output"] == text_of(tok, chat_ids(tok, prompt) + want), (model, prompt)
+        status, body = http_generate(server, model, {"text_input": prompt, "max_tokens": max_tokens,
+                                                     "exclude_input_in_output": True})
+        assert status == 200, body
         assert body["text_output"] == text_of(tok, want), (model, prompt)
         # one count per generated token; the end id itself is not an output token (TRT-LLM)
         assert body["num_output_tokens"] == len([t for t in want if t != im_end]), (model, prompt)
@@ -173,7 +181,9 @@ def test_engine_output_ids_equal_transformers(server, tok, offline, stream, im_e
         assert not errors
         lengths = [int(r.as_numpy("sequence_length").reshape(-1)[0]) for r in results[rid]]
         got = [t for r, n in zip(results[rid], lengths) for t in r.as_numpy("output_ids").reshape(-1)[:n].tolist()]
-        assert got == [t for t in offline[prompt] if t != im_end], (prompt, streaming)
+        generated = [t for t in offline[prompt] if t != im_end]
+        # streaming responses never carry the prompt; a non-streaming one does by default (as NVIDIA's backend)
+        assert got == (generated if streaming else ids + generated), (prompt, streaming)
 
 
 def test_generation_stops_at_im_end(server, tok, offline, im_end):
@@ -182,7 +192,8 @@ def test_generation_stops_at_im_end(server, tok, offline, im_end):
     want = offline[prompt]
     stop = want.index(im_end)
     for model in MODELS:
-        _status, body = http_generate(server, model, {"text_input": prompt, "max_tokens": max_tokens})
+        _status, body = http_generate(server, model, {"text_input": prompt, "max_tokens": max_tokens,
+                                                      "exclude_input_in_output": True})
         text = body["text_output"]
         assert "<|im_end|>" not in text and "<|im_start|>" not in text
         assert text == text_of(tok, want[:stop])
@@ -191,5 +202,6 @@ def test_generation_stops_at_im_end(server, tok, offline, im_end):
 
 def test_france_answer_names_paris(server):
     for model in MODELS:
-        _status, body = http_generate(server, model, {"text_input": FRANCE, "max_tokens": 32})
+        _status, body = http_generate(server, model, {"text_input": FRANCE, "max_tokens": 32,
+                                                      "exclude_input_in_output": True})
         assert "Paris" in body["text_output"], (model, body["text_output"])
