@@ -33,9 +33,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -317,7 +318,8 @@ def require_lock(repo: str | Path) -> dict[str, Any]:
     lock = read_lock(root)
     if lock is None:
         raise RenderError(f"no {LOCK_NAME} in the repository; deployments are generated from it", path=root,
-                          hint="render the repository with `repo-builder render` (hand-filled repositories have no lock file)")
+                          hint="render the repository with `repo-builder render` "
+                               "(hand-filled repositories have no lock file)")
     return lock
 
 
@@ -339,7 +341,7 @@ class LaunchFacts:
     python_instances: Mapping[str, int] | None = None
 
 
-def _positive_int(value: Any) -> bool:
+def _positive_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
@@ -434,10 +436,14 @@ def read_serving_info(repo: str | Path) -> ServingInfo:
                           hint="render it with `repo-builder render`, or point --repo at a rendered repository")
     values = {name: (entry.get("value") if isinstance(entry, dict) else None)
               for name, entry in lock["values"].items()}
-    engine = lock.get("engine") if isinstance(lock.get("engine"), dict) else {}
+    engine = lock.get("engine")
+    if not isinstance(engine, dict):
+        engine = {}
     engine_dir = str(engine.get("dir") or "").rstrip("/\\")
     name = Path(engine_dir).name if engine_dir else ""
-    tokenizer = lock.get("tokenizer") if isinstance(lock.get("tokenizer"), dict) else {}
+    tokenizer = lock.get("tokenizer")
+    if not isinstance(tokenizer, dict):
+        tokenizer = {}
     tok_dir = tokenizer.get("dir") or values.get("tokenizer_dir")
     return ServingInfo(model_name=name or Path(repo).resolve().name, tokenizer_dir=Path(tok_dir) if tok_dir else None,
                        profile=str(lock.get("profile") or ""), values=values, path=path)

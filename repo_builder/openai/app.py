@@ -47,9 +47,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -58,8 +59,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response as _Response
 
 from .backend import BackendError, Chunk, GenerationStream, TritonBackend
-from .protocol import (APIError, ChatCompletionRequest, CompletionRequest, SamplingFields, parse_request,
-                       unsupported)
+from .protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields, parse_request, unsupported
 
 log = logging.getLogger("repo_builder.openai")
 
@@ -295,8 +295,8 @@ async def _wait_disconnect(receive: Callable[[], Any]) -> None:
             return
 
 
-def _on_disconnect(watcher: "asyncio.Future[None]", stream: GenerationStream) -> None:
-    def callback(fut: "asyncio.Future[None]") -> None:
+def _on_disconnect(watcher: asyncio.Future[None], stream: GenerationStream) -> None:
+    def callback(fut: asyncio.Future[None]) -> None:
         if not fut.cancelled() and fut.exception() is None:
             stream.cancel()
 
@@ -465,7 +465,8 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         req: CompletionRequest = await body_of(request, CompletionRequest)
-        prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
+        # body_of -> parse_request already refused token-id prompts and lists of more than one prompt
+        prompt = req.prompt if isinstance(req.prompt, str) else cast(str, req.prompt[0])
         if not prompt:
             raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
         max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
@@ -590,7 +591,8 @@ class CompletionRenderer:
         yield (prefix + b'""' + b',"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
                + (b',"usage":null' if usage else b"") + b"}\n\n")
         if usage:
-            yield b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode() + b"}\n\n"
+            yield (b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode()
+                   + b"}\n\n")
         yield DONE
 
 
@@ -622,7 +624,8 @@ class ChatRenderer:
         yield (start + b'{},"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
                + (b',"usage":null' if usage else b"") + b"}\n\n")
         if usage:
-            yield b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode() + b"}\n\n"
+            yield (b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode()
+                   + b"}\n\n")
         yield DONE
 
 
@@ -638,7 +641,7 @@ class SSEResponse(_Response):
     at the next write.
     """
 
-    def __init__(self, chunks: AsyncIterator[bytes], watcher: "asyncio.Future[None]", stream: GenerationStream) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], watcher: asyncio.Future[None], stream: GenerationStream) -> None:
         self.chunks = chunks
         self.watcher = watcher
         self.stream = stream
