@@ -33,10 +33,11 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .bench_stats import CSV_COLUMNS, LevelStats, RequestRecord, csv_row, summarize
 from .client import GenerateRequest, GenerateResult, LLMClient, ModelInfo, load_tokenizer, token_counter
@@ -277,7 +278,8 @@ def _records(done: list[_Done], info: ModelInfo, count: Callable[[str], int] | N
     return records
 
 
-def run_bench(settings: BenchSettings, progress: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_bench(settings: BenchSettings, progress: bool = True,
+              log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every concurrency level and return the report (a JSON-serialisable dict).
 
     The report holds ``settings``, ``server`` (model name, decoupled, max_batch_size), ``prompts`` (source and
@@ -330,7 +332,7 @@ def run_bench(settings: BenchSettings, progress: bool = True, log: Callable[[str
     try:
         for c in settings.concurrency:
             task = bar.add_task("level", total=settings.requests, c=c) if bar else None
-            advance = (lambda: bar.advance(task)) if bar else None
+            advance = (lambda task=task: bar.advance(task)) if bar else None
             done, wall, cpu = _run_level(settings, info, prompts, c, advance)
             records = _records(done, info, count)
             stats: LevelStats = summarize(records, concurrency=c, wall=wall)
@@ -462,7 +464,7 @@ def format_table(report: dict[str, Any]) -> Any:
                 "out tok/s", "req/s", "client CPU ms/req"):
         table.add_column(col, justify="right", no_wrap=True)
     for lv in report["levels"]:
-        def trio(name: str) -> str:
+        def trio(name: str, lv: dict = lv) -> str:
             d = lv[name]
             return f"{f(d['p50'])}/{f(d['p90'])}/{f(d['p99'])}"
 

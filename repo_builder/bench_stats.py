@@ -21,8 +21,8 @@ default ``percentile(method="linear")``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Sequence
 
 PERCENTILES = (50, 90, 99)
 
@@ -94,7 +94,7 @@ class Distribution:
     max: float | None
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Distribution":
+    def of(cls, values: Sequence[float]) -> Distribution:
         vals = list(values)
         if not vals:
             return cls(0, None, None, None, None, None, None)
@@ -162,9 +162,10 @@ def summarize(records: Sequence[RequestRecord], concurrency: int, wall: int | No
     e2es = [e2e_ms(r) for r in ok]
     counts = [r.output_tokens for r in ok]
     if ok and all(c is not None for c in counts):
-        total: int | None = sum(c for c in counts if c is not None)
-        per_req: float | None = total / len(ok)
-        tok_s = total / wall_s if wall_s > 0 else None
+        known = sum(c for c in counts if c is not None)
+        total: int | None = known
+        per_req: float | None = known / len(ok)
+        tok_s = known / wall_s if wall_s > 0 else None
     else:
         total = per_req = tok_s = None
     messages: list[str] = []

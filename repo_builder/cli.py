@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 

@@ -8,7 +8,7 @@ repositories against it, the BLS model follows the same ensemble wiring (vendore
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -46,7 +46,7 @@ class TensorSpec(BaseModel):
     ours: bool = False
 
     @model_validator(mode="after")
-    def _one_dtype(self) -> "TensorSpec":
+    def _one_dtype(self) -> TensorSpec:
         if (self.data_type is None) == (self.data_type_param is None):
             raise ValueError(f"tensor {self.name}: give exactly one of data_type and data_type_param")
         return self
@@ -110,7 +110,7 @@ class ProfileContract(BaseModel):
     models: dict[str, ModelContract]
 
     @model_validator(mode="after")
-    def _resolve_inheritance(self) -> "ProfileContract":
+    def _resolve_inheritance(self) -> ProfileContract:
         for name, model in self.models.items():
             if model.inputs_from:
                 model.inputs = list(self.models[model.inputs_from].inputs) + list(model.extra_inputs)
@@ -141,7 +141,7 @@ def list_profiles() -> list[str]:
     return sorted(p.parent.name for p in templates_dir().glob("*/contract.yaml"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_contract(profile: str) -> ProfileContract:
     """Load and check ``model_templates/<profile>/contract.yaml``.
 

@@ -24,7 +24,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
@@ -99,12 +99,13 @@ class EngineInfo(BaseModel):
     def kv_bytes_per_token(self) -> int | None:
         """KV-cache bytes one token takes on one GPU: 2 (K and V) x layers / pp x KV heads / tp x head size x
         bytes per value (1 with an FP8/INT8 KV cache, else the model dtype's). None when a fact is missing."""
-        facts = (self.num_layers, self.num_kv_heads, self.head_size, self.kv_cache_bytes_per_value)
-        if any(f is None for f in facts):
+        num_layers, num_kv_heads = self.num_layers, self.num_kv_heads
+        head_size, bytes_per_value = self.head_size, self.kv_cache_bytes_per_value
+        if num_layers is None or num_kv_heads is None or head_size is None or bytes_per_value is None:
             return None
-        layers = -(-self.num_layers // max(self.pp_size, 1))
-        heads = max(1, -(-self.num_kv_heads // max(self.tp_size, 1)))
-        return 2 * layers * heads * self.head_size * self.kv_cache_bytes_per_value
+        layers = -(-num_layers // max(self.pp_size, 1))
+        heads = max(1, -(-num_kv_heads // max(self.tp_size, 1)))
+        return 2 * layers * heads * head_size * bytes_per_value
 
     @property
     def config_file(self) -> Path:
@@ -175,11 +176,11 @@ def _spec_mode(value: Any) -> Any:
     raise ValueError(f"expected a mode number or name, got {show_value(value)}")
 
 
-Pos = Annotated[Optional[int], _int_field(1)]
+Pos = Annotated[int | None, _int_field(1)]
 PosRequired = Annotated[int, _int_field(1, required=True)]
-NonNeg = Annotated[Optional[int], _int_field(0)]
-Str = Annotated[Optional[str], _typed(str, "a string")]
-Bool = Annotated[Optional[bool], _typed(bool, "true or false")]
+NonNeg = Annotated[int | None, _int_field(0)]
+Str = Annotated[str | None, _typed(str, "a string")]
+Bool = Annotated[bool | None, _typed(bool, "true or false")]
 Plugin = Annotated[Any, PlainValidator(_plugin)]
 StrList = Annotated[Any, PlainValidator(_str_list)]
 
@@ -231,7 +232,7 @@ class PluginConfig(_Section):
 
 class OldLayout(_Section):
     builder_config: OldBuilderConfig
-    plugin_config: Optional[PluginConfig] = None
+    plugin_config: PluginConfig | None = None
 
 
 class MappingConfig(_Section):
@@ -260,8 +261,8 @@ class PretrainedSection(_Section):
     num_attention_heads: Pos = None
     num_key_value_heads: Pos = None
     head_size: Pos = None
-    mapping: Optional[MappingConfig] = None
-    quantization: Optional[QuantConfig] = None
+    mapping: MappingConfig | None = None
+    quantization: QuantConfig | None = None
 
 
 class LoraSection(_Section):
@@ -289,8 +290,8 @@ class BuildSection(_Section):
     speculative_decoding_mode: Annotated[Any, PlainValidator(_spec_mode)] = None
     gather_context_logits: Bool = None
     gather_generation_logits: Bool = None
-    plugin_config: Optional[PluginConfig] = None
-    lora_config: Optional[LoraSection] = None
+    plugin_config: PluginConfig | None = None
+    lora_config: LoraSection | None = None
 
 
 class NewLayout(_Section):
@@ -535,7 +536,8 @@ def _parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         head_size=_head_size(_int(pre.get("hidden_size")), _int(pre.get("num_attention_heads")),
                              _int(pre.get("head_size"))),
         hidden_size=_int(pre.get("hidden_size")),
-        kv_cache_bytes_per_value=_kv_bytes(pre.get("dtype"), (pre.get("quantization") or {}).get("kv_cache_quant_algo")),
+        kv_cache_bytes_per_value=_kv_bytes(pre.get("dtype"),
+                                           (pre.get("quantization") or {}).get("kv_cache_quant_algo")),
         lora_plugin=_plugin_str(plugin.get("lora_plugin")), max_lora_rank=_int(lora.get("max_lora_rank")),
         lora_target_modules=tuple(lora.get("lora_target_modules") or ()),
     )
@@ -590,13 +592,14 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
 
     synthetic = directory / SYNTHETIC_FILE
     if synthetic.is_file():
-        from .runtime.synthetic import EngineLoadError, SPEC_DEFAULTS, read_spec
+        from .runtime.synthetic import SPEC_DEFAULTS, EngineLoadError, read_spec
 
         try:
             spec = read_spec(directory)
         except EngineLoadError as exc:
             raise EngineError(str(exc).split(": ", 2)[-1], path=synthetic,
-                              hint=f"keys (all optional): {', '.join(f'{k} (default {v})' for k, v in SPEC_DEFAULTS.items())}"
+                              hint="keys (all optional): "
+                                   + ", ".join(f"{k} (default {v})" for k, v in SPEC_DEFAULTS.items())
                               ) from None
         return EngineInfo(kind="synthetic", dir=directory, layout="synthetic", architecture="synthetic",
                           dtype="float32", vocab_size=spec["vocab_size"], max_batch_size=spec["max_batch_size"],

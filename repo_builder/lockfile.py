@@ -33,9 +33,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -317,7 +318,8 @@ def require_lock(repo: str | Path) -> dict[str, Any]:
     lock = read_lock(root)
     if lock is None:
         raise RenderError(f"no {LOCK_NAME} in the repository; deployments are generated from it", path=root,
-                          hint="render the repository with `repo-builder render` (hand-filled repositories have no lock file)")
+                          hint="render the repository with `repo-builder render` "
+                               "(hand-filled repositories have no lock file)")
     return lock
 
 
@@ -339,7 +341,7 @@ class LaunchFacts:
     python_instances: Mapping[str, int] | None = None
 
 
-def _positive_int(value: Any) -> bool:
+def _positive_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
@@ -444,17 +446,18 @@ def read_serving_info(repo: str | Path) -> list[ServingInfo]:
     if lock is None:
         raise RenderError("no lock file: the repository was not rendered by repo-builder", path=path,
                           hint="render it with `repo-builder render`, or point --repo at a rendered repository")
+    def as_dict(value: Any) -> dict[str, Any]:
+        return value if isinstance(value, dict) else {}
+
     infos = []
     for entry in lock_llms(lock):
-        raw_values = entry.get("values") if isinstance(entry.get("values"), dict) else {}
-        values = {name: (v.get("value") if isinstance(v, dict) else None) for name, v in raw_values.items()}
-        engine = entry.get("engine") if isinstance(entry.get("engine"), dict) else {}
-        engine_dir = str(engine.get("dir") or "").rstrip("/\\")
+        values = {name: (v.get("value") if isinstance(v, dict) else None)
+                  for name, v in as_dict(entry.get("values")).items()}
+        engine_dir = str(as_dict(entry.get("engine")).get("dir") or "").rstrip("/\\")
         llm = entry.get("name") if isinstance(entry.get("name"), str) and entry.get("name") else None
         name = llm or (Path(engine_dir).name if engine_dir else "")
-        tokenizer = entry.get("tokenizer") if isinstance(entry.get("tokenizer"), dict) else {}
-        tok_dir = tokenizer.get("dir") or values.get("tokenizer_dir")
-        models = entry.get("models") if isinstance(entry.get("models"), dict) else {}
+        tok_dir = as_dict(entry.get("tokenizer")).get("dir") or values.get("tokenizer_dir")
+        models = as_dict(entry.get("models"))
         infos.append(ServingInfo(model_name=name or Path(repo).resolve().name,
                                  tokenizer_dir=Path(tok_dir) if tok_dir else None,
                                  profile=str(lock.get("profile") or ""), values=values, path=path, llm=llm,

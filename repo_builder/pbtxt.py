@@ -101,7 +101,7 @@ def model_config_pb2() -> Any:
     return model_config_pb2
 
 
-def parse_model_config(text: str, *, path: str | Path | None = None) -> "ModelConfig":
+def parse_model_config(text: str, *, path: str | Path | None = None) -> ModelConfig:
     """Parse ``text`` into a ``ModelConfig`` exactly as Triton would (unknown fields are errors).
 
     Raises:
@@ -122,7 +122,7 @@ def parse_model_config(text: str, *, path: str | Path | None = None) -> "ModelCo
     return config
 
 
-def load_model_config(path: str | Path) -> "ModelConfig":
+def load_model_config(path: str | Path) -> ModelConfig:
     """Read and parse one ``config.pbtxt`` file (see :func:`parse_model_config`)."""
     p = Path(path)
     return parse_model_config(p.read_text(encoding="utf-8"), path=p)
@@ -133,12 +133,12 @@ def dtype_name(value: int) -> str:
     return str(model_config_pb2().DataType.Name(value))
 
 
-def string_parameters(config: "ModelConfig") -> dict[str, str]:
+def string_parameters(config: ModelConfig) -> dict[str, str]:
     """The ``parameters`` map of a model config as {key: string_value}."""
     return {k: v.string_value for k, v in config.parameters.items()}
 
 
-def backend_json(config: "ModelConfig") -> dict:
+def backend_json(config: ModelConfig) -> dict:
     """``config`` as the JSON dict Triton's Python backend hands to ``initialize`` (``args["model_config"]``).
 
     Proto field names, enum names (``TYPE_INT32``), and ``dims``/``reshape`` as plain integers (protobuf's
@@ -158,7 +158,7 @@ def backend_json(config: "ModelConfig") -> dict:
     return data
 
 
-def python_instances(config: "ModelConfig") -> int:
+def python_instances(config: ModelConfig) -> int:
     """Python-backend stub processes a model config starts: the sum over ``instance_group`` of ``count``
     (0 means 1) times the number of listed GPUs (at least 1); 1 when there is no group.
 

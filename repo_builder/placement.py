@@ -25,10 +25,10 @@ import errno
 import os
 import shutil
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from .errors import RenderError
 
@@ -236,8 +236,14 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
     bar = None
     task = None
     if progress and big:
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         bar = Progress(TextColumn("copying engine"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                        TimeRemainingColumn(), transient=True)
@@ -248,7 +254,7 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
 
     def report(done: int) -> None:
         with lock:
-            if bar is not None:
+            if bar is not None and task is not None:
                 bar.update(task, completed=done)
             if on_progress is not None:
                 on_progress(done, total)
@@ -260,8 +266,10 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
             try:
                 if plan.mode == "copy":
                     if big and item.size > threshold:
-                        base = copied
-                        with watch_size(dst, lambda n, base=base, cap=item.size: report(base + min(n, cap))):
+                        def on_size(n: int, base: int = copied, cap: int = item.size) -> None:
+                            report(base + min(n, cap))
+
+                        with watch_size(dst, on_size):
                             copy_file(item.source, dst)
                         copied += item.size
                         report(copied)

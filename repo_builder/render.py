@@ -25,10 +25,11 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .contract import MODEL_NAMES, ProfileContract, load_contract
 from .errors import Interrupted, ParameterError, RenderError, RepoBuilderError, TemplateError
@@ -226,7 +227,8 @@ def render_configs(profile: str, values: Mapping[str, Any], *, engine_kind: str,
             text = env.get_template(f"{profile}/{model}/config.pbtxt.j2").render(**variables)
         except jinja2.UndefinedError as exc:
             raise TemplateError(f"template uses an undefined variable: {exc.message}", path=path,
-                                hint="add the parameter to model_templates/parameters.yaml or fix the template") from exc
+                                hint="add the parameter to model_templates/parameters.yaml or fix the template",
+                                ) from exc
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"line {exc.lineno}: template syntax error: {exc.message}", path=path) from exc
         except TemplateError as exc:
@@ -582,7 +584,7 @@ class _WriteSignals:
         self._defer = 0
         self._old: dict[int, Any] = {}
 
-    def __enter__(self) -> "_WriteSignals":
+    def __enter__(self) -> _WriteSignals:
         import signal
         import threading
 

@@ -17,8 +17,9 @@ rendered false).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from .engine import EngineInfo
 from .errors import EngineError, ParameterError, RepoBuilderError, TokenizerError

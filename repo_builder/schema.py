@@ -23,9 +23,10 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from functools import lru_cache
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -95,7 +96,7 @@ class Parameter(BaseModel):
     renamed_from: tuple[str, ...] = ()
 
     @model_validator(mode="after")
-    def _check(self) -> "Parameter":
+    def _check(self) -> Parameter:
         if self.kind == "build_time":
             if not self.build_flag:
                 raise ValueError(f"{self.name}: a build_time parameter needs build_flag")
@@ -290,7 +291,7 @@ class Schema(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _check_profiles(self) -> "Schema":
+    def _check_profiles(self) -> Schema:
         for param in self.parameters.values():
             bad = [p for p in (*param.profiles, *param.default_by_profile) if p not in self.profiles]
             if bad:
@@ -343,7 +344,7 @@ class Schema(BaseModel):
         return rows
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: str) -> Schema:
     try:
         data = yaml.safe_load(Path(path).read_text())

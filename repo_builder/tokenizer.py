@@ -84,11 +84,11 @@ def _remote_code_need(directory: Path) -> tuple[str, str | None] | None:
             module = module.split("--")[-1]
             return cls, module.replace(".", "/") + ".py"
     for name in ("tokenizer_config.json", "config.json"):
-        cls = _json(directory / name).get("tokenizer_class")
-        if isinstance(cls, str) and cls:
-            base = cls[:-4] if cls.endswith("Fast") else cls
-            if not (hasattr(transformers, cls) or hasattr(transformers, base)):
-                return cls, None
+        tok_class = _json(directory / name).get("tokenizer_class")
+        if isinstance(tok_class, str) and tok_class:
+            base = tok_class[:-4] if tok_class.endswith("Fast") else tok_class
+            if not (hasattr(transformers, tok_class) or hasattr(transformers, base)):
+                return tok_class, None
             return None
     return None
 
@@ -236,7 +236,8 @@ def inspect_tokenizer_files(path: Path) -> TokenizerInfo | None:
         return None
     for token_id, content in added.items():
         vocab.setdefault(content, token_id)  # type: ignore[arg-type]
-    ids = {name[:-6] + "_token_id": (to_id(t) if t is not None else None) for name, t in text.items()}
+    ids: dict[str, Any] = {name[:-6] + "_token_id": (to_id(t) if t is not None else None)
+                           for name, t in text.items()}
     if text["eos_token"] is not None and ids["eos_token_id"] is None:
         return None  # a special token missing from the vocabulary: let AutoTokenizer say what it does
     bos = ids["bos_token_id"]

@@ -27,11 +27,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .lockfile import LOCK_NAME, changed_files, read_lock
-from .runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
+from .runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 
 ENGINE_PATH_KEYS = ("gpt_model_path", "engine_dir", "encoder_model_path")
 
@@ -62,6 +62,13 @@ class _Model:
     text: str
     config: Any | None  # ModelConfig, None when the file did not parse
 
+    @property
+    def cfg(self) -> Any:
+        """The parsed ModelConfig; only for models whose config.pbtxt parsed (callers skip ``config is None``)."""
+        if self.config is None:
+            raise RuntimeError(f"{self.rel}: config.pbtxt did not parse")
+        return self.config
+
     def line_of(self, pattern: str) -> int | None:
         """1-based line of the first line matching regex ``pattern``."""
         rx = re.compile(pattern)
@@ -82,7 +89,7 @@ class _Model:
         return string_parameters(self.config) if self.config is not None else {}
 
 
-def _is_set(value: str | None) -> bool:
+def _is_set(value: str | None) -> TypeGuard[str]:
     return value is not None and value.strip() != "" and "${" not in value
 
 
@@ -112,7 +119,7 @@ def _load_models(root: Path, problems: list[Problem]) -> dict[str, _Model]:
 
 
 def _check_model(m: _Model, problems: list[Problem]) -> None:
-    c = m.config
+    c = m.cfg
     if c.name and c.name != m.name:
         problems.append(Problem(m.rel, f"name '{c.name}' differs from the folder name '{m.name}'",
                                 m.line_of(r"^\s*name\s*:")))
@@ -129,7 +136,7 @@ def _io_maps(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Problem]) -> None:
-    c = ens.config
+    c = ens.cfg
     ens_in, ens_out = _io_maps(c)
     rel = ens.rel
     # dtype of every ensemble tensor: declared inputs first, then producers
@@ -159,7 +166,8 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
             tensor_dtype.setdefault(tensor, spec.data_type)
             if tensor in ens_out and ens_out[tensor].data_type != spec.data_type:
                 problems.append(Problem(rel, f"ensemble output '{tensor}' is {dtype_name(ens_out[tensor].data_type)} "
-                                             f"but '{step.model_name}' output '{out_name}' is {dtype_name(spec.data_type)}",
+                                             f"but '{step.model_name}' output '{out_name}' is "
+                                             f"{dtype_name(spec.data_type)}",
                                         ens.tensor_line(tensor)))
     for step in steps:
         target = models.get(step.model_name)
@@ -180,12 +188,13 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
                 continue
             if tensor_dtype[tensor] != spec.data_type:
                 problems.append(Problem(rel, f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
-                                             f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}", kline))
+                                             f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
+                                        kline))
         fed = set(step.input_map)
         for name, spec in t_in.items():
             if not spec.optional and name not in fed:
-                problems.append(Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by input_map",
-                                        line))
+                problems.append(Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by "
+                                             "input_map", line))
     for name in ens_out:
         count = len(producers.get(name, []))
         if count != 1:
@@ -240,7 +249,7 @@ def _trtllm_models(models: dict[str, _Model]) -> list[_Model]:
 
 def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None:
     for m in _trtllm_models(models):
-        total = sum(g.count or 1 for g in m.config.instance_group) if m.config.instance_group else 1
+        total = sum(g.count or 1 for g in m.cfg.instance_group) if m.cfg.instance_group else 1
         if total > 1:
             problems.append(Problem(m.rel, f"{total} instances of the TensorRT-LLM model; only one is supported "
                                            "(use gpu_device_ids / participant_ids for replicas, case B10)",
@@ -252,8 +261,8 @@ def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None
         if _is_set(name):
             for target in (x.strip() for x in name.split(",")):
                 if target and target not in models:
-                    problems.append(Problem(m.rel, f"tensorrt_llm_model_name '{target}' is not a model of the repository",
-                                            m.param_line("tensorrt_llm_model_name")))
+                    problems.append(Problem(m.rel, f"tensorrt_llm_model_name '{target}' is not a model of the "
+                                                   "repository", m.param_line("tensorrt_llm_model_name")))
 
 
 def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
@@ -346,14 +355,15 @@ def _typed(param: Any, text: str | None) -> Any:
         return None
 
 
-def repository_values(models: dict[str, _Model], target: _Model) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
+def repository_values(models: dict[str, _Model],
+                      target: _Model) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
     """The parameter values a repository gives the engine model ``target``, typed as resolve() types them, and
     where each was read ({name: (model, line)}): ``target``'s own parameters and structural fields, then the
     parameters of the other models (BLS, postprocessing) that are not the engine's."""
     by_key = _schema_by_key()
     values: dict[str, Any] = {}
     where: dict[str, tuple[_Model, int | None]] = {}
-    c = target.config
+    c = target.cfg
     for key, text in target.params.items():
         param = by_key.get(key)
         if param is not None and (value := _typed(param, text)) is not None:

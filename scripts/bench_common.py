@@ -13,8 +13,8 @@ import platform
 import re
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 PROJECT = Path(__file__).resolve().parents[1]
 

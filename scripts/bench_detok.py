@@ -16,8 +16,8 @@ a clock-free measure of the work. Short streams are repeated
 until at least ``--min-tokens`` tokens were timed, so a 64-token stream is measured as 128 streams
 rather than timed once; the best of ``--repeat`` such measurements counts (other processes on a
 shared machine only ever make a run slower).
-The incremental text must equal ``decode`` of the whole sequence (checked; the script stops otherwise). Issue 5's goal: incremental per-token cost at 8192
-within 1.3x of the cost at 64.
+The incremental text must equal ``decode`` of the whole sequence (checked; the script stops otherwise).
+Issue 5's goal: incremental per-token cost at 8192 within 1.3x of the cost at 64.
 
 Usage::
 

@@ -119,8 +119,11 @@ def all_ready(index_body: bytes, expected: set[str]) -> bool:
 
 def run_bare(repo: Path, ports: tuple[int, int, int], poll_s: float, timeout_s: float, log_dir: Path) -> float:
     """Start tritonserver with the launcher's argv/env (no mpirun), poll until ready; stop it. Returns seconds."""
-    from repo_builder.server import LaunchConfig, TritonServer
-    from repo_builder.server import procs  # noqa: F401  (submodule)
+    from repo_builder.server import (
+        LaunchConfig,
+        TritonServer,
+        procs,  # noqa: F401  (submodule)
+    )
 
     http_port, grpc_port, metrics_port = ports
     server = TritonServer(LaunchConfig(model_repo=repo, http_port=http_port, grpc_port=grpc_port,

@@ -209,7 +209,8 @@ async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dic
                   f"{fmt(row['front_ttft_p50_ms']['median'], 2)} ms, added {fmt(row['added_ttft_p50_ms']['median'], 2)}"
                   f" ms (min {fmt(row['added_ttft_p50_ms']['min'], 2)}, max {fmt(row['added_ttft_p50_ms']['max'], 2)});"
                   f" front-end CPU {fmt(row['front_cpu_ms_per_token']['median'], 4)} ms/token (min "
-                  f"{fmt(row['front_cpu_ms_per_token']['min'], 4)}, max {fmt(row['front_cpu_ms_per_token']['max'], 4)});"
+                  f"{fmt(row['front_cpu_ms_per_token']['min'], 4)}, "
+                  f"max {fmt(row['front_cpu_ms_per_token']['max'], 4)});"
                   f" errors direct {row['direct_errors']} front {row['front_errors']}; load {load_average()}",
                   flush=True)
     await backend.close()

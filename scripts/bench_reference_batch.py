@@ -27,11 +27,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     import numpy as np
+    from engine_fakes import engine_model_config, req_inputs
     from transformers import AutoTokenizer
 
     from repo_builder.contract import load_contract  # noqa: F401  (tests' helper below needs the package)
-    from engine_fakes import engine_model_config, req_inputs
-    from repo_builder.runtime.engine_core import CollectingSink, EngineLimits, ModelIO, RequestGroup, Scheduler, parse_request
+    from repo_builder.runtime.engine_core import (
+        CollectingSink,
+        EngineLimits,
+        ModelIO,
+        RequestGroup,
+        Scheduler,
+        parse_request,
+    )
     from repo_builder.runtime.reference import ReferenceBackend
 
     model = os.path.expanduser(args.model)

@@ -48,14 +48,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import (PROJECT, fmt, format_size, load_average, machine, parse_size, ratio,  # noqa: E402
-                          summary)
+from bench_common import PROJECT, fmt, format_size, load_average, machine, parse_size, ratio, summary  # noqa: E402
 
 MODES = ("copy", "hardlink", "symlink", "reference")
 _BLOCK = 64 << 20  # bytes of pseudo-random data written per call

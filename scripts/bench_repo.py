@@ -29,7 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_common import load_average, machine as machine_facts
+from bench_common import load_average
+from bench_common import machine as machine_facts
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
@@ -80,7 +81,7 @@ def _table(report: dict) -> str:
              "E2E p50 / p90 / p99 (ms) | output tok/s | req/s | client CPU ms/req |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for lv in report["levels"]:
-        def trio(name: str) -> str:
+        def trio(name: str, lv: dict = lv) -> str:
             d = lv[name]
             return f"{_fmt(d['p50'])} / {_fmt(d['p90'])} / {_fmt(d['p99'])}"
 

@@ -25,8 +25,8 @@ Each level runs ``--repeats`` times (interleaving models: ensemble c=1, bls c=1,
 and min/max are reported. ``--profile`` then records the stubs with py-spy (``pip install py-spy``; needs
 ptrace) during one extra level per model at ``--profile-concurrency`` (``py-spy record --gil``: only the
 thread holding the GIL is sampled, so samples / rate ~ CPU seconds spent running Python code; the rest of a
-stub's CPU is its C++ side) and prints the top functions by self and inclusive samples per stub (the profiled level is not part of the CPU figures; py-spy pauses the
-process for each sample, so that level runs slower).
+stub's CPU is its C++ side) and prints the top functions by self and inclusive samples per stub (the profiled
+level is not part of the CPU figures; py-spy pauses the process for each sample, so that level runs slower).
 
 Usage::
 
@@ -304,7 +304,8 @@ def profile_level(url: str, model: str, args: argparse.Namespace, pids: dict[str
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     time.sleep(1.0)  # py-spy attaches
     level = run_level(url, model, args.profile_concurrency,
-                      argparse.Namespace(**{**vars(args), "requests": args.profile_requests or 4 * args.requests}), pids)
+                      argparse.Namespace(**{**vars(args), "requests": args.profile_requests or 4 * args.requests}),
+                      pids)
     tops = {}
     for name, (path, proc) in spies.items():
         proc.send_signal(signal.SIGINT)
@@ -344,7 +345,8 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="py-spy the stubs during one extra level per model")
     ap.add_argument("--profile-concurrency", type=int, default=16)
     ap.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
-    ap.add_argument("--profile-requests", type=int, default=0, help="requests of the profiled level (default 4 x --requests)")
+    ap.add_argument("--profile-requests", type=int, default=0,
+                    help="requests of the profiled level (default 4 x --requests)")
     ap.add_argument("--profile-native", action="store_true",
                     help="py-spy --native (C/C++ frames of the stub too; every thread, idle ones included) instead "
                          "of --gil (only the thread holding the GIL: Python CPU time)")
@@ -422,13 +424,14 @@ def main() -> int:
             table.append(row)
     print(f"\n# load average at end: {info['load_average_end']}; idle server CPU (s/s): "
           + ", ".join(f"{k} {v:.4f}" for k, v in idle.items()))
-    print("\n| model | c | around engine ms/token median (min-max) | tritonserver | preprocessing | postprocessing "
-          "| tensorrt_llm_bls | engine stub | TTFT p50 ms median (min-max) | E2E p50 ms | client CPU ms/token | errors |")
+    print("\n| model | c | around engine ms/token median (min-max) | tritonserver | preprocessing "
+          "| postprocessing | tensorrt_llm_bls | engine stub | TTFT p50 ms median (min-max) | E2E p50 ms "
+          "| client CPU ms/token | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in table:
         mp = row["ms_per_token"]
 
-        def med(k: str) -> str:
+        def med(k: str, mp: dict = mp) -> str:
             return fmt(mp[k]["median"]) if k in mp and mp[k]["n"] else "-"
 
         a = mp["around_engine"]
@@ -462,7 +465,7 @@ def main() -> int:
                   f"GIL held / CPU ~{fmt(share * 100 if share is not None else None, 0)}%)")
             for kind in ("self", "inclusive"):
                 print(f"  {kind}:")
-                for frame, count, share in top[kind][:10]:
+                for frame, _count, share in top[kind][:10]:
                     print(f"    {share * 100:5.1f}%  {frame}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

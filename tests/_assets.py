@@ -18,8 +18,8 @@ import atexit
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 PROJECT = Path(__file__).resolve().parents[1]
 ASSETS = PROJECT / "tests" / "assets"

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from _assets import asset
+
 from repo_builder.contract import load_contract
 
 _BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -22,7 +23,7 @@ _BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 B25_TEXT = "()`函数可以对任何可迭代的对象进行排序，并返回一个聪明的列表"
 
 
-@lru_cache(maxsize=None)
+@cache
 def sentencepiece(name: str) -> Any:
     """sentencepiece's own processor for the ``tokenizer.model`` of tokenizer ``name``: ids computed without
     transformers, to check what the code under test does with the HF tokenizer."""
@@ -41,7 +42,7 @@ def b25_ids(name: str = "mistral_v1_tokenizer") -> list[int]:
     return ids
 
 
-@lru_cache(maxsize=None)
+@cache
 def tokenizer(name: str) -> Any:
     """The tokenizer ``name`` of tests/_assets.py, loaded by the runtime's loader (cached per test session)."""
     from repo_builder.runtime.text import load_tokenizer

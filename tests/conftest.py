@@ -9,7 +9,6 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from _assets import ASSETS, ENGINES, HF_TOKENIZERS, PROJECT, REPOS, asset  # noqa: F401  (re-exported)
 
 

@@ -11,10 +11,10 @@ import csv
 import json
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import asset, free_ports
 from fixtures.client.serve import fixture_server
+from typer.testing import CliRunner
+
 from repo_builder.bench import synthetic_prompts
 from repo_builder.cli import app
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import asset
-from repo_builder.bench import (WORDS_PER_TOKEN, BenchSettings, Prompt, build_request, load_prompts,
-                                parse_concurrency, synthetic_prompts)
+
+from repo_builder.bench import (
+    WORDS_PER_TOKEN,
+    BenchSettings,
+    Prompt,
+    build_request,
+    load_prompts,
+    parse_concurrency,
+    synthetic_prompts,
+)
 from repo_builder.client import ModelInfo
 from repo_builder.errors import ClientError
 

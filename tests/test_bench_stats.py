@@ -7,8 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from repo_builder.bench_stats import (RequestRecord, csv_row, e2e_ms, itl_ms, percentile, summarize, ttft_ms,
-                                      wall_ns)
+from repo_builder.bench_stats import RequestRecord, csv_row, e2e_ms, itl_ms, percentile, summarize, ttft_ms, wall_ns
 
 MS = 1_000_000  # ns per ms
 

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import ENGINES, asset
+
 from repo_builder.engine import check_rank_files, inspect_engine
 from repo_builder.errors import EngineError, ParameterError, TokenizerError
 from repo_builder.resolve import Resolution, resolve

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import REPOS, asset
 from typer.testing import CliRunner
 
-from conftest import REPOS, asset
 from repo_builder.cli import app
 
 TOK = "mistral_v1_tokenizer"

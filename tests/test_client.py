@@ -7,9 +7,9 @@ space; streaming sends one response per word. A prompt containing FAIL gets an e
 from __future__ import annotations
 
 import pytest
-
 from conftest import free_ports
 from fixtures.client.serve import fixture_server
+
 from repo_builder.client import GenerateRequest, LLMClient
 from repo_builder.errors import ClientError
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import asset, free_ports
 from fixtures.client.serve import fixture_server
+from typer.testing import CliRunner
+
 from repo_builder.cli import app
 
 pytestmark = pytest.mark.server

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import asset, free_ports
 from typer.testing import CliRunner
 
-from conftest import asset, free_ports
 from repo_builder.cli import app
 from repo_builder.client import GenerateRequest, LLMClient
 from repo_builder.errors import ClientError

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from deploy_support import rendered_repo
 
 from repo_builder.deploy.facts import DeployError, read_facts
 from repo_builder.deploy.kubernetes import KubernetesOptions, dump, manifests
 from repo_builder.server.command import shm_prefix
-
-from deploy_support import rendered_repo
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")

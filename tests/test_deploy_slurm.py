@@ -16,14 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import free_ports
+from deploy_support import greedy_text, http_generate, rendered_repo, tiny_llama_repo
 
 from repo_builder.deploy.facts import read_facts
 from repo_builder.deploy.slurm import SlurmOptions, script
 from repo_builder.server import procs
 from repo_builder.server.preflight import servers_on_repository
-
-from conftest import free_ports
-from deploy_support import greedy_text, http_generate, rendered_repo, tiny_llama_repo
 
 PROMPT = "What is machine learning?"
 

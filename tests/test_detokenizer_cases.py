@@ -6,12 +6,19 @@ from __future__ import annotations
 import threading
 
 import pytest
+from _text_support import B25_TEXT, b25_ids, sentencepiece
+from _text_support import tokenizer as load
+from conftest import asset
 from transformers import AutoTokenizer
 
-from conftest import asset
-from _text_support import B25_TEXT, b25_ids, sentencepiece, tokenizer as load
-from repo_builder.runtime.detokenizer import (REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory,
-                                              IncrementalDetokenizer, cleanup_active, decode_fn)
+from repo_builder.runtime.detokenizer import (
+    REPLACEMENT_CHAR,
+    DetokenizerCache,
+    DetokenizerFactory,
+    IncrementalDetokenizer,
+    cleanup_active,
+    decode_fn,
+)
 
 B25_LONG = b25_ids("mistral_v1_tokenizer")
 HELLO = sentencepiece("mistral_v1_tokenizer").piece_to_id("\u2581Hello")   # "▁Hello", read with sentencepiece

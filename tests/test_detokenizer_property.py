@@ -2,7 +2,8 @@
 
 For every test tokenizer that AutoTokenizer loads without remote code (tests/_assets.py
 HF_TOKENIZERS: the tiny trained SentencePiece (tokenizer.model alone and with its tokenizer.json), Mistral v1
-SentencePiece, GPT-2, Llama 3, Llama 3.1, Qwen3; chatglm2/3 and qwen1 need remote code and are left out), random token-id sequences and the encodings of random texts (CJK, emoji
+SentencePiece, GPT-2, Llama 3, Llama 3.1, Qwen3; chatglm2/3 and qwen1 need remote code and are left out),
+random token-id sequences and the encodings of random texts (CJK, emoji
 with ZWJ sequences and flags, Cyrillic, ASCII punctuation, newlines, special-token texts) are split into
 random chunk sizes and streamed through IncrementalDetokenizer, with skip_special_tokens true and false:
 
@@ -20,11 +21,12 @@ behaviour in that case.
 from __future__ import annotations
 
 import pytest
+from _text_support import byte_run_invalidated
+from _text_support import tokenizer as load
+from conftest import HF_TOKENIZERS
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import HF_TOKENIZERS
-from _text_support import byte_run_invalidated, tokenizer as load
 from repo_builder.runtime.detokenizer import REPLACEMENT_CHAR, DetokenizerFactory
 
 PIECES = ["你有点聪明", "迭代", "🧘\u200d♀️", "👨\u200d👩\u200d👧\u200d👦", "🇩🇪", "😀", "привет мир", "Ёжик",

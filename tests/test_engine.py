@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ENGINES, asset
+
 from repo_builder.engine import check_rank_files, engine_fingerprint, inspect_engine
 from repo_builder.errors import EngineError
 

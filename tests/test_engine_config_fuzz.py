@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from engine_configs import config, packaged_mistral, write_engine
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from engine_configs import OLD_LAYOUT, NEW_LAYOUT, config, packaged_mistral, write_engine
 from repo_builder.engine import check_rank_files, engine_fingerprint, inspect_engine
-from repo_builder.errors import EngineError, RepoBuilderError, TokenizerError
+from repo_builder.errors import EngineError, RepoBuilderError
 from repo_builder.render import render_configs
 from repo_builder.resolve import resolve
 from repo_builder.tokenizer import inspect_tokenizer

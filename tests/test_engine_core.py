@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_fakes import FakeRequest, ScriptedBackend, engine_model_config, fake_pb_utils, init_args, req_inputs
 
-from engine_fakes import (ScriptedBackend, FakeRequest, engine_model_config, fake_pb_utils, init_args,
-                          req_inputs)
-from repo_builder.runtime.engine_core import (CollectingSink, EngineLimits, ModelIO, RequestError, RequestGroup,
-                                              SamplingParams, Scheduler, TritonEngineModel, parse_request,
-                                              parse_word_list)
+from repo_builder.runtime.engine_core import (
+    CollectingSink,
+    EngineLimits,
+    ModelIO,
+    RequestError,
+    RequestGroup,
+    SamplingParams,
+    Scheduler,
+    TritonEngineModel,
+    parse_request,
+    parse_word_list,
+)
 
 IO12 = ModelIO.from_config(engine_model_config("trtllm-1.2"))
 IO05 = ModelIO.from_config(engine_model_config("trtllm-0.5"))

@@ -13,15 +13,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pydantic
 import pytest
+from conftest import PROJECT, free_ports
 
 from repo_builder.errors import LaunchError
-from repo_builder.server import LaunchConfig, find_tritonserver, launch_argv, rank_argv, resolve_plan, scan_repository
+from repo_builder.server import (
+    LaunchConfig,
+    find_tritonserver,
+    launch_argv,
+    procs,
+    rank_argv,
+    resolve_plan,
+    scan_repository,
+)
 from repo_builder.server import binary as binary_mod
-from repo_builder.server import procs
 from repo_builder.server.preflight import check_ports, check_shm, shm_requirement
-
-from conftest import PROJECT, free_ports
 
 FIXTURES = PROJECT / "tests" / "fixtures" / "launcher"
 TS = "/opt/ts/bin/tritonserver"
@@ -121,7 +128,7 @@ def test_several_trtllm_models_and_verbose() -> None:
 def test_config_splits_comma_list() -> None:
     cfg = LaunchConfig(model_repo=".", tensorrt_llm_model_name="a, b,,c")
     assert cfg.tensorrt_llm_model_name == ["a", "b", "c"]
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError):
         LaunchConfig(model_repo=".", bogus=1)  # extra="forbid"
 
 

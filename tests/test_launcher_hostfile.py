@@ -17,13 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import PROJECT
 
 from repo_builder.errors import LaunchError
 from repo_builder.server import procs
 from repo_builder.server.hostfile import is_local, rank_hosts, read_hostfile
 from repo_builder.server.preflight import servers_on_repository
-
-from conftest import PROJECT
 
 FIXTURE = PROJECT / "tests" / "fixtures" / "launcher" / "tiny"
 PREFIX_ARG = "--backend-config=python,shm-region-prefix-name="
@@ -197,7 +196,8 @@ def test_rank_zero_serves_on_host_a_while_rank_one_runs_on_host_b(two_hosts, tmp
                  "body = json.dumps({'inputs': [{'name': 'input_ids', 'datatype': 'INT32', 'shape': [3], "
                  "'data': [1, 2, 3]}]}).encode()\n"
                  "req = urllib.request.Request('http://127.0.0.1:8000/v2/models/ensemble/infer', data=body)\n"
-                 "print(json.dumps(json.loads(urllib.request.urlopen(req, timeout=30).read())['outputs'][0]['data']))\n")
+                 "print(json.dumps(json.loads(urllib.request.urlopen(req, timeout=30).read())"
+                 "['outputs'][0]['data']))\n")
         got = subprocess.run(["ip", "netns", "exec", ns_a, sys.executable, "-c", query], capture_output=True,
                              text=True, timeout=60)
         assert got.returncode == 0, got.stderr

@@ -18,13 +18,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import PROJECT, free_ports
 
 from repo_builder.errors import LaunchError
-from repo_builder.server import LaunchConfig, TritonServer
-from repo_builder.server import procs
+from repo_builder.server import LaunchConfig, TritonServer, procs
 from repo_builder.server.preflight import servers_on_repository
-
-from conftest import PROJECT, free_ports
 
 pytestmark = pytest.mark.server
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import asset
+
 from repo_builder.engine import engine_fingerprint, inspect_engine
 from repo_builder.lockfile import LOCK_NAME, read_lock
 from repo_builder.render import render_repository
@@ -17,8 +17,9 @@ TOK = "sp_tiny_hf_tokenizer"
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    from conftest import ENGINES
     import shutil
+
+    from conftest import ENGINES
 
     base = tmp_path_factory.mktemp("lock")
     eng = base / "engine"

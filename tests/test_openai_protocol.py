@@ -9,8 +9,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from repo_builder.openai.backend import Chunk, _parse, error_field  # noqa: E402
-from repo_builder.openai.protocol import (APIError, ChatCompletionRequest, CompletionRequest,  # noqa: E402
-                                          parse_request, unsupported)
+from repo_builder.openai.protocol import APIError, ChatCompletionRequest, CompletionRequest, parse_request, unsupported  # noqa: E402
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION = {"model": "m", "prompt": "hi"}

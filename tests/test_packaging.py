@@ -5,9 +5,10 @@ one home. The built wheel itself is exercised by scripts/smoke_wheel.sh (run by 
 from __future__ import annotations
 
 import sys
-import tomllib
 from importlib import resources
 from pathlib import Path
+
+import tomllib
 
 import repo_builder
 from repo_builder.paths import runtime_dir, templates_dir
@@ -23,7 +24,8 @@ def test_every_subpackage_is_listed():
     listed = set(_pyproject()["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(PROJECT).parts) for p in (PROJECT / "repo_builder").rglob("__init__.py")
              if "__pycache__" not in p.parts}
-    assert found - listed == set(), f"sub-packages missing from pyproject.toml [tool.setuptools] packages: {found - listed}"
+    assert found - listed == set(), \
+        f"sub-packages missing from pyproject.toml [tool.setuptools] packages: {found - listed}"
     assert "repo_builder.model_templates" in listed
 
 

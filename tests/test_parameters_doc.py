@@ -1,7 +1,6 @@
 """docs/parameters.md is generated from the parameter schema and must not drift from it."""
 
 import importlib.util
-from pathlib import Path
 
 from conftest import PROJECT
 

@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import asset
+
 from repo_builder import placement
 from repo_builder.errors import RenderError
 from repo_builder.pbtxt import load_model_config

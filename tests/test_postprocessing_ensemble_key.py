@@ -8,7 +8,6 @@ responses the way the ensemble does (no DETOKENIZER_KEY, no STREAM) and check th
 from __future__ import annotations
 
 import numpy as np
-
 from _text_support import tokenizer as load
 from test_postprocessing_model import B25_LONG, post, text
 

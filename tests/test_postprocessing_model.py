@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
+from _text_support import b25_ids, model_config
+from _text_support import tokenizer as load
 from conftest import asset
-from _text_support import b25_ids, model_config, tokenizer as load
 from engine_fakes import FakeRequest
+from test_preprocessing_model import load_model_py
+
 from repo_builder.runtime.postprocessing import Postprocessor
 from repo_builder.runtime.triton_io import RequestError
-from test_preprocessing_model import load_model_py
 
 B25_LONG = b25_ids("mistral_v1_tokenizer")
 

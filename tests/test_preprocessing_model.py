@@ -16,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from conftest import PROJECT, asset
 from _assets import TOKENIZERS
-from _text_support import model_config, sentencepiece, tokenizer as load
+from _text_support import model_config, sentencepiece
+from _text_support import tokenizer as load
+from conftest import PROJECT, asset
 from engine_fakes import FakeRequest, fake_pb_utils
+
 from repo_builder.runtime.preprocessing import Preprocessor
 from repo_builder.runtime.text import TokenizerLoadError
 from repo_builder.runtime.triton_io import RequestError
@@ -120,7 +121,8 @@ def test_stop_token_ids_parameter_and_embedding_bias(llama_pre):
 @pytest.mark.parametrize("inputs,field,needle", [
     ({"QUERY": q(""), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "empty"),
     ({"QUERY": q(b"\xff\xfe bad"), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "UTF-8"),
-    ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[0]], np.int32)}, "max_tokens", "within [1, 2147483647], got 0"),
+    ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[0]], np.int32)}, "max_tokens",
+     "within [1, 2147483647], got 0"),
     ({"QUERY": q("hi"), "REQUEST_OUTPUT_LEN": np.array([[-3]], np.int32)}, "max_tokens", "-3"),
     ({"QUERY": q("hello " * 3000), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}, "text_input", "2048"),
     # 2001 pieces + BOS: within max_input_len 2048, but 2002 + 1000 > max_seq_len 2560
@@ -209,7 +211,8 @@ def load_model_py(kind: str, monkeypatch):
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils())
     monkeypatch.setitem(sys.modules, "repo_builder_runtime", runtime)
     for sub in ("preprocessing", "postprocessing", "triton_io", "text", "detokenizer", "wordlists", "params"):
-        monkeypatch.setitem(sys.modules, f"repo_builder_runtime.{sub}", importlib.import_module(f"repo_builder.runtime.{sub}"))
+        monkeypatch.setitem(sys.modules, f"repo_builder_runtime.{sub}",
+                            importlib.import_module(f"repo_builder.runtime.{sub}"))
     path = PROJECT / "model_templates" / "python_models" / kind / "model.py"
     spec = importlib.util.spec_from_file_location(f"_model_{kind}", path)
     module = importlib.util.module_from_spec(spec)

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from engine_fakes import FakeRequest, engine_model_config, fake_pb_utils, init_args, req_inputs
-from repo_builder.runtime.engine_core import (CollectingSink, EngineLimits, EngineLoadError, ModelIO, RequestGroup,
-                                              Scheduler, TritonEngineModel, parse_request)
+
+from repo_builder.runtime.engine_core import (
+    CollectingSink,
+    EngineLimits,
+    EngineLoadError,
+    ModelIO,
+    RequestGroup,
+    Scheduler,
+    TritonEngineModel,
+    parse_request,
+)
 from repo_builder.runtime.reference import ReferenceBackend
 
 torch = pytest.importorskip("torch")

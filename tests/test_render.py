@@ -4,12 +4,12 @@ the CPU reference engine (HF checkpoint) and the synthetic engine, both profiles
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
-
 from conftest import ENGINES, HF_TOKENIZERS, asset
+
 from repo_builder.errors import EngineError
 from repo_builder.lockfile import LOCK_NAME, sha256_file
 from repo_builder.pbtxt import load_model_config
@@ -22,7 +22,7 @@ DECODERS = sorted(p.name for p in ENGINES.iterdir() if p.is_dir() and p.name != 
 from repo_builder.tokenizer import inspect_tokenizer as _real_inspect_tokenizer  # noqa: E402
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tokenizer_info(path: str):
     return _real_inspect_tokenizer(path)
 
@@ -80,7 +80,8 @@ def test_render_every_engine_with_every_fitting_tokenizer(engine_name, engine_co
         lock = json.loads((out / LOCK_NAME).read_text())
         values = {k: v["value"] for k, v in lock["values"].items()}
         origins = {k: v["origin"] for k, v in lock["values"].items()}
-        assert values["triton_max_batch_size"] == facts["max_batch_size"] and origins["triton_max_batch_size"] == "engine"
+        assert values["triton_max_batch_size"] == facts["max_batch_size"]
+        assert origins["triton_max_batch_size"] == "engine"
         assert values["max_beam_width"] == facts["max_beam_width"] and origins["max_beam_width"] == "engine"
         assert values["max_input_len"] == facts["max_input_len"]
         assert lock["launch"]["world_size"] == facts["world_size"]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from conftest import asset
+from test_render_errors import snapshot
+
 from repo_builder.errors import RenderError
 from repo_builder.lockfile import LOCK_NAME
 from repo_builder.render import render_repository
-
-from test_render_errors import snapshot
 
 TOK = "mistral_v1_tokenizer"
 

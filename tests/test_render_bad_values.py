@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from engine_configs import packaged_mistral, write_engine
+
 from repo_builder.commands.build import _parse_sets
 from repo_builder.errors import ParameterError, RepoBuilderError
 from repo_builder.render import render_repository

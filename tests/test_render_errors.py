@@ -8,10 +8,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import ENGINES, asset
-from repo_builder.errors import (EngineError, ParameterError, RenderError, RepoBuilderError, TemplateError,
-                                 TokenizerError)
+
+from repo_builder.errors import (
+    EngineError,
+    ParameterError,
+    RenderError,
+    RepoBuilderError,
+    TemplateError,
+    TokenizerError,
+)
 from repo_builder.paths import templates_dir
 from repo_builder.render import render_repository
 
@@ -219,7 +225,8 @@ def test_template_bug_fails_before_writing(work, engine, tmp_path, monkeypatch):
     tpl.write_text(tpl.read_text().replace("max_batch_size: {{ triton_max_batch_size | pbint }}",
                                            "max_batch_size: {{ triton_max_batch_size | pbint }}\nbatch_size_max: 1"))
     monkeypatch.setenv("REPO_BUILDER_TEMPLATES", str(templates))
-    refuse(TemplateError, work, engine, asset(TOK), work / "repo", match=["tensorrt_llm/config.pbtxt", "batch_size_max"])
+    refuse(TemplateError, work, engine, asset(TOK), work / "repo",
+           match=["tensorrt_llm/config.pbtxt", "batch_size_max"])
 
 
 def test_existing_repository_untouched_by_a_failed_forced_render(work, engine):

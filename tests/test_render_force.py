@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from engine_configs import packaged_mistral, write_engine
+
 from repo_builder.errors import RenderError
 from repo_builder.lockfile import LOCK_NAME, read_lock
 from repo_builder.render import render_repository

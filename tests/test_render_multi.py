@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from deploy_support import trtllm_engine
 
 from repo_builder.deploy.facts import read_facts
 from repo_builder.deploy.kubernetes import KubernetesOptions, manifests
@@ -17,13 +18,12 @@ from repo_builder.render import render_multi_repository
 from repo_builder.server.config import LaunchConfig, resolve_plan, scan_repository
 from repo_builder.testing import packaged_tokenizer
 
-from deploy_support import trtllm_engine
-
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     base = tmp_path_factory.mktemp("multi")
-    return {"tok1": packaged_tokenizer("mistral-v1", base / "tok1"), "tok1b": packaged_tokenizer("mistral-v1", base / "tok1b"),
+    return {"tok1": packaged_tokenizer("mistral-v1", base / "tok1"),
+            "tok1b": packaged_tokenizer("mistral-v1", base / "tok1b"),
             "tp2a": trtllm_engine(base / "tp2a", 2, 1), "tp2b": trtllm_engine(base / "tp2b", 2, 1),
             "tp1": trtllm_engine(base / "tp1", 1, 1), "base": base}
 

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from engine_configs import packaged_mistral, write_engine
 
 PROJECT = Path(__file__).resolve().parents[1]

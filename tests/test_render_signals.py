@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from engine_configs import packaged_mistral, write_engine
 
 PROJECT = Path(__file__).resolve().parents[1]

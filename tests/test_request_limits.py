@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 import pytest
-
 from _text_support import model_config
 from engine_fakes import engine_model_config
+
 from repo_builder.runtime.bls_request import BLSRequestError, BLSSettings
 from repo_builder.runtime.bls_request import parse_request as bls_parse
 from repo_builder.runtime.engine_request import EngineLimits, ModelIO

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ENGINES, asset
+
 from repo_builder.engine import inspect_engine
 from repo_builder.errors import EngineError, ParameterError, TokenizerError
 from repo_builder.resolve import resolve
@@ -38,7 +38,8 @@ def test_every_parameter_resolved_with_origin(engine_copy, sp_tok):
     assert res["logits_datatype"] == "TYPE_FP32" and res.origin("logits_datatype") == "engine"
     assert res["prompt_embedding_table_data_type"] == "TYPE_FP16"
     assert res["triton_backend"] == "tensorrtllm" and res["engine_dir"] == str(eng.dir)
-    assert res["tokenizer_dir"] == str(asset("mistral_v1_tokenizer").resolve()) and res.origin("tokenizer_dir") == "tokenizer"
+    assert res["tokenizer_dir"] == str(asset("mistral_v1_tokenizer").resolve())
+    assert res.origin("tokenizer_dir") == "tokenizer"
     assert (res["end_id"], res["pad_id"]) == (2, 2) and res.origin("end_id") == "tokenizer"
     assert (res["max_input_len"], res["max_seq_len"]) == (2048, 2560)
     assert res["kv_cache_free_gpu_mem_fraction"] == 0.9 and res.origin("kv_cache_free_gpu_mem_fraction") == "default"

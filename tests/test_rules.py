@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from engine_configs import config, packaged_mistral, write_engine
+
 from repo_builder.errors import ParameterError, RepoBuilderError
 from repo_builder.render import render_repository
 from repo_builder.schema import load_schema
@@ -49,7 +49,8 @@ CASES = [
     ("xgrammar-no-file", {}, {"guided_decoding_backend": "xgrammar"}, "error",
      "xgrammar_tokenizer_info_path: unset, but guided_decoding_backend is xgrammar"),
     ("xgrammar-missing", {}, {"guided_decoding_backend": "xgrammar",
-                              "xgrammar_tokenizer_info_path": "/nonexistent/xg.json"}, "error", "xgrammar_tokenizer_info_path: '/nonexistent/xg.json' is not a file"),
+                              "xgrammar_tokenizer_info_path": "/nonexistent/xg.json"}, "error",
+     "xgrammar_tokenizer_info_path: '/nonexistent/xg.json' is not a file"),
     ("xgrammar-bad-json", {}, lambda t: {"guided_decoding_backend": "xgrammar",
                                          "xgrammar_tokenizer_info_path": xgrammar_file(t, "{nope")}, "error",
      "xgrammar_tokenizer_info_path: '{tmp}/xgrammar.json' is not readable JSON"),
@@ -102,7 +103,8 @@ def _add_params(repo: Path, values: dict[str, Any]) -> None:
         model = "tensorrt_llm" if "tensorrt_llm" in param.models else param.models[0]
         path = repo / model / "config.pbtxt"
         text = path.read_text()
-        entry = f'parameters: {{ key: "{param.key}" value: {{ string_value: "{param.format_value(param.coerce(value))}" }} }}'
+        formatted = param.format_value(param.coerce(value))
+        entry = f'parameters: {{ key: "{param.key}" value: {{ string_value: "{formatted}" }} }}'
         if f'key: "{param.key}"' in text:
             import re
 

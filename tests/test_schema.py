@@ -138,8 +138,8 @@ def test_structural_and_required_cannot_be_unset():
     with pytest.raises(ParameterError) as exc:
         validate_user_values("trtllm-1.2", {"triton_max_batch_size": "", "batching_strategy": ""}, source="--set")
     lines = problems(exc)
-    assert any(l.startswith("triton_max_batch_size:") and "cannot be unset" in l for l in lines)
-    assert any(l.startswith("batching_strategy:") for l in lines)
+    assert any(line.startswith("triton_max_batch_size:") and "cannot be unset" in line for line in lines)
+    assert any(line.startswith("batching_strategy:") for line in lines)
 
 
 def test_unknown_key_did_you_mean():
@@ -207,7 +207,7 @@ def test_b04_obsolete_keys_and_renamed_enum_all_reported():
     # In the 0.5 profile max_num_sequences exists; the legacy enum value is still refused.
     with pytest.raises(ParameterError) as exc05:
         validate_user_values("trtllm-0.5", values, source="--set")
-    assert [l.split(":")[0] for l in problems(exc05)] == ["tokenizer_type", "batch_scheduler_policy"]
+    assert [line.split(":")[0] for line in problems(exc05)] == ["tokenizer_type", "batch_scheduler_policy"]
 
 
 def test_config_key_and_renamed_names_point_to_the_parameter():

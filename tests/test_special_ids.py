@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import asset
 from transformers import AutoTokenizer
 
-from conftest import asset
 from repo_builder.runtime.special_ids import resolve_special_ids
 
 

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-
 from engine_fakes import FakeRequest, engine_model_config, fake_pb_utils, init_args, req_inputs, unary
+
 from repo_builder.runtime import synthetic
 from repo_builder.runtime.engine_core import EngineLoadError, TritonEngineModel
 from repo_builder.runtime.synthetic import SyntheticBackend, read_spec, synthetic_token_ids

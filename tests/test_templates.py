@@ -9,17 +9,15 @@ import pytest
 from google.protobuf import text_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from render_support import template_values
 from tritonclient.grpc import model_config_pb2
 
 from repo_builder.contract import MODEL_NAMES, list_profiles, load_contract
 from repo_builder.errors import TemplateError
 from repo_builder.paths import templates_dir
 from repo_builder.pbtxt import dtype_name, parse_model_config
-from repo_builder.render import (RESERVED_TEMPLATE_VARS, make_environment, render_configs,
-                                 template_parameter_names)
+from repo_builder.render import RESERVED_TEMPLATE_VARS, make_environment, render_configs, template_parameter_names
 from repo_builder.schema import load_schema, validate_user_values
-
-from render_support import template_values
 
 PROFILES = ["trtllm-1.2", "trtllm-0.5"]
 # Fixed keys a template writes by itself (not parameters): the C++ backend's input placement and worker
@@ -187,7 +185,8 @@ def test_list_values_render_as_one_string():
     assert p["max_attention_window_size"] == "4096,2048"
 
 
-NASTY = ['/models/tok"enizer', "C:\\models\\tok", "/a/b\nparameters: { key: \"evil\" }", 'x" } } parameters { key: "evil',
+NASTY = ['/models/tok"enizer', "C:\\models\\tok", "/a/b\nparameters: { key: \"evil\" }",
+         'x" } } parameters { key: "evil',
          "/tab\there", "/bell\x07\x01", "/ünïcødé/токенизатор/模型", "/trailing\\", "${tokenizer_dir}x"[2:]]
 
 

@@ -5,11 +5,18 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
+from _text_support import sentencepiece
+from _text_support import tokenizer as load
 from conftest import HF_TOKENIZERS, asset
-from _text_support import sentencepiece, tokenizer as load
-from repo_builder.runtime.text import (TokenizerLoadError, check_lengths, decode_ids, encode_prompt,
-                                       load_tokenizer, render_chat)
+
+from repo_builder.runtime.text import (
+    TokenizerLoadError,
+    check_lengths,
+    decode_ids,
+    encode_prompt,
+    load_tokenizer,
+    render_chat,
+)
 from repo_builder.runtime.triton_io import RequestError
 
 # ---- loading: local directories only ---------------------------------------------------------------

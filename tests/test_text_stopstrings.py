@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from _text_support import tokenizer as load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _text_support import tokenizer as load
 from repo_builder.runtime.detokenizer import DetokenizerFactory
 from repo_builder.runtime.stopstrings import StopStringMatcher, find_stop, trim_at_stop
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import HF_TOKENIZERS, asset
+
 from repo_builder.errors import TokenizerError
 from repo_builder.tokenizer import inspect_tokenizer
-
 
 
 def _sentencepiece_facts(name: str) -> tuple[int, int, int, bool]:

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import ENGINES, PROJECT, REPOS, asset
+
 from repo_builder.validate import validate_repository
 
 MINI = PROJECT / "tests" / "fixtures" / "pbtxt" / "mini"
@@ -77,7 +77,8 @@ def test_required_step_input_not_fed(mini):
     edit(mini, "ensemble", '      input_map { key: "input_lengths" value: "_REQUEST_INPUT_LEN" }\n', "")
     got = lines(validate_repository(mini))
     ln = line_of(mini, "ensemble", 'model_name: "tensorrt_llm"')
-    assert got == [f"ensemble/config.pbtxt:{ln}: step 'tensorrt_llm': required input 'input_lengths' is not fed by input_map"]
+    assert got == [f"ensemble/config.pbtxt:{ln}: step 'tensorrt_llm': required input 'input_lengths' is not fed by "
+                   "input_map"]
 
 
 def test_optional_step_input_may_stay_unfed(mini):
@@ -268,7 +269,8 @@ def test_hayleyhu_batch_size_above_the_engine(engine_copy):
     got = _engine_problems(repo, engine_copy(PAIRS[repo.name]))
     ln = line_of(repo, "tensorrt_llm", "max_batch_size: 64")
     # B08: a warning, as resolve() warns for the same value at render time
-    assert got == [f"tensorrt_llm/config.pbtxt:{ln}: warning: max_batch_size: 64 is above the engine's max_batch_size 32: "
+    assert got == [f"tensorrt_llm/config.pbtxt:{ln}: warning: max_batch_size: 64 is above the engine's "
+                   "max_batch_size 32: "
                    "the engine runs at most 32 requests at once; a larger batch needs `trtllm-build --max_batch_size` "
                    "(B08)"]
 
@@ -349,7 +351,8 @@ def test_kv_cache_reuse_with_beam_search(mini, engine_copy):
 def test_chunked_context_needs_paged_context_fmha(mini, engine_copy):
     _add_param(mini, "tensorrt_llm", "enable_chunked_context", "true")
     got = _engine_lines(mini, engine_copy("old-llama2-7b-tp4"))
-    assert len(got) == 1 and "enable_chunked_context: needs an engine built with `trtllm-build --use_paged_context_fmha" in got[0]
+    assert len(got) == 1
+    assert "enable_chunked_context: needs an engine built with `trtllm-build --use_paged_context_fmha" in got[0]
 
 
 def test_inflight_batching_without_paged_kv_cache(mini, engine_copy):
@@ -358,6 +361,7 @@ def test_inflight_batching_without_paged_kv_cache(mini, engine_copy):
     cfg["plugin_config"]["paged_kv_cache"] = False
     (engine / "config.json").write_text(json.dumps(cfg))
     got = _engine_lines(mini, engine)
-    assert len(got) == 1 and "gpt_model_type: in-flight batching (inflight_fused_batching)" in got[0] and "paged KV cache" in got[0]
+    assert len(got) == 1
+    assert "gpt_model_type: in-flight batching (inflight_fused_batching)" in got[0] and "paged KV cache" in got[0]
     edit(mini, "tensorrt_llm", "inflight_fused_batching", "V1")
     assert _engine_lines(mini, engine) == []

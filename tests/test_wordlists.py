@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _text_support import sentencepiece
+from _text_support import tokenizer as load
 
-from _text_support import sentencepiece, tokenizer as load
 from repo_builder.runtime.triton_io import RequestError
 from repo_builder.runtime.wordlists import WordEncoder, parse_token_ids
 

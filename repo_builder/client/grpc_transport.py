@@ -6,7 +6,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class GrpcTransport(_Connection):
         return self._grpc
 
     # -- gRPC ------------------------------------------------------------------------------------------
-    def _ensure_router(self) -> "_GrpcRouter":
+    def _ensure_router(self) -> _GrpcRouter:
         with self._lock:
             if self._router is None:
                 self._router = _GrpcRouter(self._grpc_client())
@@ -84,10 +85,10 @@ def _grpc_inputs(info: ModelInfo, arrays: dict[str, np.ndarray]) -> list[Any]:
 class _Handle:
     """The per-request side of :class:`_GrpcRouter`: a queue of responses for one request id."""
 
-    def __init__(self, router: "_GrpcRouter", result: GenerateResult) -> None:
+    def __init__(self, router: _GrpcRouter, result: GenerateResult) -> None:
         self.router = router
         self.result = result
-        self.queue: "queue.Queue[tuple[str, Any, int]]" = queue.Queue()
+        self.queue: queue.Queue[tuple[str, Any, int]] = queue.Queue()
         self.done = False
 
     def events(self, timeout_s: float) -> Iterator[StreamEvent]:
@@ -169,10 +170,10 @@ class _GrpcRouter:
                 message = error.message() if hasattr(error, "message") else str(error)
                 status = error.status() if hasattr(error, "status") else None
                 if status:  # the stream itself failed (gRPC status): every request in flight is lost
-                    for rid, handle in list(self.handles.items()):
-                        err = ClientError(f"model '{handle.result.model}': gRPC stream failed: {status} {message}",
+                    for lost in list(self.handles.values()):
+                        err = ClientError(f"model '{lost.result.model}': gRPC stream failed: {status} {message}",
                                           key="--url")
-                        handle.queue.put(("error", err, now))
+                        lost.queue.put(("error", err, now))
                     self.handles.clear()
                     return
                 self.orphans.append(_server_error("?", message))
@@ -228,4 +229,4 @@ class _GrpcOutputs(Mapping[str, Any]):
 def _event_from_grpc(index: int, now: int, result: Any, final: bool) -> StreamEvent:
     outputs = _GrpcOutputs(result)
     return StreamEvent(index, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")),
-                       outputs, final)  # type: ignore[arg-type]
+                       outputs, final)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +111,8 @@ class HttpTransport(_Connection):
 
         body = {"id": rid, "inputs": [
             {"name": name, "shape": list(arr.shape), "datatype": info.inputs[name].wire_type,
-             "data": [b.decode("utf-8") for b in arr.reshape(-1)] if arr.dtype == np.object_ else arr.reshape(-1).tolist()}
+             "data": ([b.decode("utf-8") for b in arr.reshape(-1)] if arr.dtype == np.object_
+                      else arr.reshape(-1).tolist())}
             for name, arr in arrays.items()]}
         res.start_ns = time.perf_counter_ns()
         try:
@@ -124,7 +126,8 @@ class HttpTransport(_Connection):
         if resp.status_code != 200 or "error" in payload:
             res.error = _server_error(info.name, payload.get("error", resp.text))
             return
-        outputs = {o["name"]: np.asarray(o.get("data", [])).reshape(o.get("shape", [-1])) for o in payload.get("outputs", [])}
+        outputs = {o["name"]: np.asarray(o.get("data", [])).reshape(o.get("shape", [-1]))
+                   for o in payload.get("outputs", [])}
         res.events.append(StreamEvent(0, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")),
                                       outputs, final=True))
 

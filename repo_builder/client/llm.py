@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class LLMClient(HttpTransport, GrpcTransport):
         self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def __enter__(self) -> "LLMClient":
+    def __enter__(self) -> LLMClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class ModelInfo:
     parameters: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "ModelInfo":
+    def from_config(cls, config: dict[str, Any]) -> ModelInfo:
         """Build from the JSON model config (HTTP ``/config`` or gRPC ``get_model_config(as_json=True)``)."""
         inputs = {}
         for item in config.get("input", []):
@@ -254,7 +255,7 @@ class GenerateResult:
             return count_tokens(self.text)
         return None
 
-    def raise_for_error(self) -> "GenerateResult":
+    def raise_for_error(self) -> GenerateResult:
         """Raise the stored :class:`ClientError`, if any; return self otherwise."""
         if self.error is not None:
             raise self.error

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -80,21 +80,22 @@ def _print_plan(result: Any, console: Any) -> None:
 @app.command()
 @report_errors
 def render(
-    engine_dir: Optional[Path] = typer.Option(None, "--engine-dir",
+    engine_dir: Path | None = typer.Option(None, "--engine-dir",
                                               help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."),
-    tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer-dir", help="Local Hugging Face tokenizer directory."),
-    model: Optional[list[str]] = typer.Option(None, "--model", help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several "
-                                              "LLMs in the repository (repeat; instead of --engine-dir/--tokenizer-dir)."
-                                              " Its models are NAME_preprocessing, NAME_tensorrt_llm, NAME_ensemble, "
+    tokenizer_dir: Path | None = typer.Option(None, "--tokenizer-dir", help="Local Hugging Face tokenizer directory."),
+    model: list[str] | None = typer.Option(None, "--model", help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several "
+                                              "LLMs in the repository (repeat; instead of "
+                                              "--engine-dir/--tokenizer-dir). Its models are NAME_preprocessing, "
+                                              "NAME_tensorrt_llm, NAME_ensemble, "
                                               "..."),
     output: Path = typer.Option(..., "--output", "-o", help="Repository directory to create."),
     profile: str = typer.Option("trtllm-1.2", "--profile", help="Template profile (see `repo-builder params`)."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE parameter (repeatable; wins over --values)."),
-    values: Optional[Path] = typer.Option(None, "--values", help="YAML file of parameter: value."),
+    set_: list[str] | None = typer.Option(None, "--set", help="KEY=VALUE parameter (repeatable; wins over --values)."),
+    values: Path | None = typer.Option(None, "--values", help="YAML file of parameter: value."),
     engine_mode: str = typer.Option("copy", "--engine-mode", help="copy | hardlink | symlink | reference."),
-    streaming: Optional[bool] = typer.Option(None, "--streaming/--no-streaming",
+    streaming: bool | None = typer.Option(None, "--streaming/--no-streaming",
                                              help="Decoupled (streaming) tensorrt_llm and BLS."),
-    serve_path: Optional[Path] = typer.Option(None, "--serve-path",
+    serve_path: Path | None = typer.Option(None, "--serve-path",
                                               help="Absolute path the server sees the repository at (container mount); "
                                                    "engine_dir is written under it."),
     force: bool = typer.Option(False, "--force", help="Replace an existing repository that repo-builder rendered "
@@ -113,7 +114,8 @@ def render(
     from ..errors import RenderError
     from ..render import render_multi_repository, render_repository
 
-    common = dict(profile=profile, user_values=_parse_sets(set_), values_file=values, engine_mode=engine_mode,
+    common: dict[str, Any] = dict(
+                  profile=profile, user_values=_parse_sets(set_), values_file=values, engine_mode=engine_mode,
                   streaming=streaming, force=force, dry_run=dry_run, serve_path=serve_path, progress=not dry_run,
                   delete_unlisted=delete_unlisted)
     if model:
@@ -122,8 +124,9 @@ def render(
                               hint="give every LLM as --model NAME=ENGINE_DIR,TOKENIZER_DIR")
         result = render_multi_repository([_parse_model(m) for m in model], output, **common)
     else:
-        missing = [flag for flag, v in (("--engine-dir", engine_dir), ("--tokenizer-dir", tokenizer_dir)) if v is None]
-        if missing:
+        if engine_dir is None or tokenizer_dir is None:
+            missing = [flag for flag, v in (("--engine-dir", engine_dir), ("--tokenizer-dir", tokenizer_dir))
+                       if v is None]
             raise RenderError(f"missing {' and '.join(missing)}", key=missing[0],
                               hint="give --engine-dir and --tokenizer-dir, or --model NAME=ENGINE_DIR,TOKENIZER_DIR "
                                    "for each of several LLMs")
@@ -162,7 +165,7 @@ def _parse_model(text: str) -> tuple[str, Path, Path]:
 @report_errors
 def validate(
     repo: Path = typer.Argument(..., help="Model repository to check."),
-    engine_dir: Optional[Path] = typer.Option(None, "--engine-dir", help="Engine dir to cross-check against."),
+    engine_dir: Path | None = typer.Option(None, "--engine-dir", help="Engine dir to cross-check against."),
 ) -> None:
     """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
     from ..validate import validate_repository

@@ -7,7 +7,6 @@ transformers, matplotlib) happen inside the command functions so ``repo-builder 
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
@@ -18,7 +17,7 @@ from ..cli import app, report_errors
 @report_errors
 def generate(
     text: str = typer.Option(..., "--text", help="The prompt (text_input)."),
-    url: Optional[str] = typer.Option(None, "--url", help="host:port; default localhost:8000 (http) or "
+    url: str | None = typer.Option(None, "--url", help="host:port; default localhost:8000 (http) or "
                                                           "localhost:8001 (grpc)."),
     protocol: str = typer.Option("http", "--protocol", help="http (/generate, /generate_stream) or grpc "
                                                             "(stream API)."),
@@ -26,20 +25,20 @@ def generate(
     stream: bool = typer.Option(False, "--stream/--no-stream", help="Stream one response per step "
                                                                     "(needs a decoupled model)."),
     max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate (max_tokens)."),
-    stop_word: Optional[list[str]] = typer.Option(None, "--stop-word", help="A stop word (repeatable)."),
-    bad_word: Optional[list[str]] = typer.Option(None, "--bad-word", help="A banned word (repeatable)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature"),
-    top_k: Optional[int] = typer.Option(None, "--top-k"),
-    top_p: Optional[float] = typer.Option(None, "--top-p"),
-    beam_width: Optional[int] = typer.Option(None, "--beam-width"),
-    min_tokens: Optional[int] = typer.Option(None, "--min-tokens"),
-    seed: Optional[int] = typer.Option(None, "--seed"),
-    end_id: Optional[int] = typer.Option(None, "--end-id"),
-    pad_id: Optional[int] = typer.Option(None, "--pad-id"),
-    exclude_input: Optional[bool] = typer.Option(None, "--exclude-input/--include-input",
+    stop_word: list[str] | None = typer.Option(None, "--stop-word", help="A stop word (repeatable)."),
+    bad_word: list[str] | None = typer.Option(None, "--bad-word", help="A banned word (repeatable)."),
+    temperature: float | None = typer.Option(None, "--temperature"),
+    top_k: int | None = typer.Option(None, "--top-k"),
+    top_p: float | None = typer.Option(None, "--top-p"),
+    beam_width: int | None = typer.Option(None, "--beam-width"),
+    min_tokens: int | None = typer.Option(None, "--min-tokens"),
+    seed: int | None = typer.Option(None, "--seed"),
+    end_id: int | None = typer.Option(None, "--end-id"),
+    pad_id: int | None = typer.Option(None, "--pad-id"),
+    exclude_input: bool | None = typer.Option(None, "--exclude-input/--include-input",
                                                  help="exclude_input_in_output (not sent unless given)."),
-    request_id: Optional[str] = typer.Option(None, "--request-id", help="Request id (default: a fresh number)."),
-    tokenizer_dir: Optional[str] = typer.Option(None, "--tokenizer-dir",
+    request_id: str | None = typer.Option(None, "--request-id", help="Request id (default: a fresh number)."),
+    tokenizer_dir: str | None = typer.Option(None, "--tokenizer-dir",
                                                 help="Count generated tokens with this tokenizer (one "
                                                      "tokenization of the whole text)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for the request."),
@@ -82,7 +81,7 @@ def generate(
 @app.command()
 @report_errors
 def bench(
-    url: Optional[str] = typer.Option(None, "--url", help="host:port; default localhost:8000 (http) or "
+    url: str | None = typer.Option(None, "--url", help="host:port; default localhost:8000 (http) or "
                                                           "localhost:8001 (grpc)."),
     protocol: str = typer.Option("http", "--protocol", help="http or grpc."),
     model: str = typer.Option("ensemble", "--model", help="ensemble or tensorrt_llm_bls."),
@@ -92,9 +91,9 @@ def bench(
     requests: int = typer.Option(32, "--requests", help="Requests per concurrency level."),
     input_tokens: int = typer.Option(128, "--input-tokens", help="Synthetic prompt length (tokens)."),
     output_tokens: int = typer.Option(64, "--output-tokens", help="Tokens to generate per request."),
-    prompts: Optional[str] = typer.Option(None, "--prompts", help='JSONL file, lines like {"text": "...", '
+    prompts: str | None = typer.Option(None, "--prompts", help='JSONL file, lines like {"text": "...", '
                                                                   '"output_tokens": 64}.'),
-    tokenizer_dir: Optional[str] = typer.Option(None, "--tokenizer-dir", help="Sizes prompts and counts "
+    tokenizer_dir: str | None = typer.Option(None, "--tokenizer-dir", help="Sizes prompts and counts "
                                                                               "output tokens."),
     output: str = typer.Option("bench-results", "--output", help="Folder for bench.json, bench.csv, "
                                                                   "bench.png, requests.jsonl."),
@@ -102,7 +101,7 @@ def bench(
     min_tokens: bool = typer.Option(True, "--min-tokens/--no-min-tokens", help="Send min_tokens = "
                                                                                "--output-tokens when the "
                                                                                "model has it."),
-    end_id: Optional[int] = typer.Option(None, "--end-id", help="Send this end_id (e.g. -1: never stop at "
+    end_id: int | None = typer.Option(None, "--end-id", help="Send this end_id (e.g. -1: never stop at "
                                                                 "end-of-sequence, where supported)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic prompts."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per request."),

@@ -7,7 +7,6 @@ and tokenizer paths) comes from the repository's lock file, so it cannot disagre
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -28,24 +27,24 @@ def kubernetes(
     image: str = typer.Option(..., "--image", help="Container image with tritonserver, e.g. "
                                                    "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3."),
     nodes: int = typer.Option(1, "--nodes", help="Nodes (pods) one replica spans; > 1 gives a LeaderWorkerSet."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs (ranks) per node. Default: "
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs (ranks) per node. Default: "
                                                 "world size / nodes. nodes x GPUs must equal the world size."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", "-n", help="metadata.namespace of every object."),
-    name: Optional[str] = typer.Option(None, "--name", help="Base name of the objects. Default: the repository "
+    namespace: str | None = typer.Option(None, "--namespace", "-n", help="metadata.namespace of every object."),
+    name: str | None = typer.Option(None, "--name", help="Base name of the objects. Default: the repository "
                                                             "folder's name."),
-    pvc: Optional[str] = typer.Option(None, "--pvc", help="PersistentVolumeClaim holding the repository (mounted "
+    pvc: str | None = typer.Option(None, "--pvc", help="PersistentVolumeClaim holding the repository (mounted "
                                                           "read-only at the serve path)."),
     baked: bool = typer.Option(False, "--baked", help="The repository is baked into the image at the serve path."),
-    openai_port: Optional[int] = typer.Option(None, "--openai-port", help="Add the OpenAI-compatible front end "
+    openai_port: int | None = typer.Option(None, "--openai-port", help="Add the OpenAI-compatible front end "
                                               "(`repo-builder openai`) as a sidecar on this port."),
-    openai_image: Optional[str] = typer.Option(None, "--openai-image", help="Image of the OpenAI sidecar (needs "
+    openai_image: str | None = typer.Option(None, "--openai-image", help="Image of the OpenAI sidecar (needs "
                                                "repo-builder). Default: --image."),
     replicas: int = typer.Option(1, "--replicas", help="Model replicas (Deployment replicas / LWS groups)."),
-    shm_size: Optional[str] = typer.Option(None, "--shm-size", help="Override the /dev/shm size limit (e.g. 4Gi). "
+    shm_size: str | None = typer.Option(None, "--shm-size", help="Override the /dev/shm size limit (e.g. 4Gi). "
                                            "Default: what the pod's ranks' Python models need."),
     startup_seconds: int = typer.Option(1800, "--startup-seconds", help="Time the startup probe allows for "
                                         "loading (and, multi-node, for the workers to start)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write one YAML file per object into this "
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write one YAML file per object into this "
                                           "folder instead of a multi-document stream on stdout."),
 ) -> None:
     """Kubernetes manifests: Deployment + Service (one node) or LeaderWorkerSet + RBAC + Service (several)."""
@@ -84,24 +83,24 @@ def _write_files(folder: Path, files: dict[str, str]) -> None:
 def slurm(
     repo: Path = typer.Argument(..., help="Rendered repository (holds repo-builder.lock.json)."),
     nodes: int = typer.Option(..., "--nodes", help="Nodes of the allocation."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs (= tasks = ranks) per node. "
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs (= tasks = ranks) per node. "
                                                 "Default: world size / nodes. nodes x GPUs must equal the world size."),
-    name: Optional[str] = typer.Option(None, "--name", help="Job name. Default: the repository folder's name."),
+    name: str | None = typer.Option(None, "--name", help="Job name. Default: the repository folder's name."),
     gres: bool = typer.Option(True, "--gres/--no-gres", help="Request the GPUs (#SBATCH --gpus-per-node)."),
     mpi: str = typer.Option("pmix", "--mpi", help="srun --mpi plugin (pmix; none for world size 1 without MPI)."),
-    partition: Optional[str] = typer.Option(None, "--partition", help="#SBATCH --partition."),
-    time: Optional[str] = typer.Option(None, "--time", help="#SBATCH --time (e.g. 04:00:00)."),
-    account: Optional[str] = typer.Option(None, "--account", help="#SBATCH --account."),
-    container_image: Optional[str] = typer.Option(None, "--container-image", help="Run the ranks in this image "
+    partition: str | None = typer.Option(None, "--partition", help="#SBATCH --partition."),
+    time: str | None = typer.Option(None, "--time", help="#SBATCH --time (e.g. 04:00:00)."),
+    account: str | None = typer.Option(None, "--account", help="#SBATCH --account."),
+    container_image: str | None = typer.Option(None, "--container-image", help="Run the ranks in this image "
                                                   "(pyxis: srun --container-image; the repository is mounted)."),
-    tritonserver: Optional[str] = typer.Option(None, "--tritonserver", help="tritonserver on the nodes (checked "
+    tritonserver: str | None = typer.Option(None, "--tritonserver", help="tritonserver on the nodes (checked "
                                                "here; a nvidia-pytriton binary brings its environment). Default: "
                                                "/opt/tritonserver/bin/tritonserver, unchecked."),
-    http_port: Optional[int] = typer.Option(None, "--http-port", help="Rank 0's HTTP port (default 8000)."),
-    grpc_port: Optional[int] = typer.Option(None, "--grpc-port", help="Rank 0's gRPC port (default 8001)."),
-    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Rank 0's metrics port (default 8002)."),
+    http_port: int | None = typer.Option(None, "--http-port", help="Rank 0's HTTP port (default 8000)."),
+    grpc_port: int | None = typer.Option(None, "--grpc-port", help="Rank 0's gRPC port (default 8001)."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", help="Rank 0's metrics port (default 8002)."),
     ready_timeout: int = typer.Option(1800, "--ready-timeout", help="Seconds the job waits for readiness."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the script to this file (mode 755) "
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the script to this file (mode 755) "
                                           "instead of stdout."),
 ) -> None:
     """An sbatch script: one srun task per GPU (--multi-prog ranks, MPI via PMIx), readiness wait, clean stop."""

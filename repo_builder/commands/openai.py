@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,21 +20,21 @@ def openai(
     grpc_url: str = typer.Option("localhost:8001", "--grpc-url", help="Triton's gRPC endpoint, HOST:PORT."),
     port: int = typer.Option(9000, "--port", min=1, max=65535, help="Port of the OpenAI-compatible HTTP API."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 = every interface)."),
-    served_model_name: Optional[str] = typer.Option(
+    served_model_name: str | None = typer.Option(
         None, "--served-model-name", help="Model id clients send. Default: the engine directory's name from the "
                                           "lock file. Single-LLM repositories only (several LLMs are served "
                                           "under their render --model names)."),
-    api_key: Optional[str] = typer.Option(
+    api_key: str | None = typer.Option(
         None, "--api-key", help=f"Require 'Authorization: Bearer KEY' on /v1 requests (401 otherwise). Default: "
                                 f"${API_KEY_ENV}; unset = no key."),
     triton_model: str = typer.Option("ensemble", "--triton-model",
                                      help="Triton model to send requests to: ensemble or tensorrt_llm_bls."),
-    tokenizer_dir: Optional[Path] = typer.Option(
+    tokenizer_dir: Path | None = typer.Option(
         None, "--tokenizer-dir", help="Tokenizer directory for chat templates. Default: the lock file's."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."),
-    watch_pid: Optional[str] = typer.Option(None, "--watch-pid", hidden=True,
+    watch_pid: str | None = typer.Option(None, "--watch-pid", hidden=True,
                                             help="PID[:START]: shut down when that process exits (used by launch)."),
-    launch_id: Optional[str] = typer.Option(None, "--launch-id", hidden=True,
+    launch_id: str | None = typer.Option(None, "--launch-id", hidden=True,
                                             help="The launch this front end belongs to (marks its command line)."),
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /health) in front of

@@ -6,8 +6,8 @@ the dashed spellings are accepted too. Help texts come from :class:`repo_builder
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -23,35 +23,39 @@ def _help(field: str) -> str:
 def _default(field: str) -> object:
     from ..server.options import DEFAULTS
 
-    return DEFAULTS[field]
+    defaults: Mapping[str, object] = DEFAULTS
+    return defaults[field]
 
 
 def launch(
-    repo: Optional[Path] = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
-    model_repo: Optional[Path] = typer.Option(None, "--model_repo", "--model-repo", help=_help("model_repo")),
-    world_size: Optional[int] = typer.Option(None, "--world_size", "--world-size", help=_help("world_size")),
-    tritonserver: Optional[str] = typer.Option(None, "--tritonserver", help=_help("tritonserver")),
+    repo: Path | None = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
+    model_repo: Path | None = typer.Option(None, "--model_repo", "--model-repo", help=_help("model_repo")),
+    world_size: int | None = typer.Option(None, "--world_size", "--world-size", help=_help("world_size")),
+    tritonserver: str | None = typer.Option(None, "--tritonserver", help=_help("tritonserver")),
     http_port: int = typer.Option(_default("http_port"), "--http_port", "--http-port", help=_help("http_port")),
     grpc_port: int = typer.Option(_default("grpc_port"), "--grpc_port", "--grpc-port", help=_help("grpc_port")),
-    metrics_port: int = typer.Option(_default("metrics_port"), "--metrics_port", "--metrics-port", help=_help("metrics_port")),
-    http_address: str = typer.Option(_default("http_address"), "--http-address", "--http_address", help=_help("http_address")),
+    metrics_port: int = typer.Option(_default("metrics_port"), "--metrics_port", "--metrics-port",
+                                     help=_help("metrics_port")),
+    http_address: str = typer.Option(_default("http_address"), "--http-address", "--http_address",
+                                     help=_help("http_address")),
     log: bool = typer.Option(False, "--log", help=_help("log")),
-    log_file: Optional[Path] = typer.Option(None, "--log-file", "--log_file", help=_help("log_file")),
+    log_file: Path | None = typer.Option(None, "--log-file", "--log_file", help=_help("log_file")),
     force: bool = typer.Option(False, "--force", "-f", help=_help("force")),
     multi_model: bool = typer.Option(False, "--multi-model", "--multi_model", help=_help("multi_model")),
     no_mpi: bool = typer.Option(False, "--no-mpi", "--no_mpi", help=_help("no_mpi")),
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help=_help("oversubscribe")),
-    tensorrt_llm_model_name: Optional[str] = typer.Option(
+    tensorrt_llm_model_name: str | None = typer.Option(
         None, "--tensorrt_llm_model_name", "--tensorrt-llm-model-name", help=_help("tensorrt_llm_model_name")),
     detach: bool = typer.Option(False, "--detach", "-d", help=_help("detach")),
-    pid_file: Optional[Path] = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
+    pid_file: Path | None = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
     timeout: float = typer.Option(_default("timeout"), "--timeout", help=_help("timeout")),
     stop_timeout: float = typer.Option(_default("stop_timeout"), "--stop-timeout", help=_help("stop_timeout")),
-    exit_timeout: int = typer.Option(_default("exit_timeout"), "--exit_timeout", "--exit-timeout", help=_help("exit_timeout")),
-    server_arg: Optional[list[str]] = typer.Option(None, "--server-arg", help=_help("server_args") +
+    exit_timeout: int = typer.Option(_default("exit_timeout"), "--exit_timeout", "--exit-timeout",
+                                     help=_help("exit_timeout")),
+    server_arg: list[str] | None = typer.Option(None, "--server-arg", help=_help("server_args") +
                                                    " Repeat for several, e.g. --server-arg=--log-info=false."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help=_help("hostfile")),
-    openai_port: Optional[int] = typer.Option(None, "--openai_port", "--openai-port", help=_help("openai_port")),
+    hostfile: Path | None = typer.Option(None, "--hostfile", help=_help("hostfile")),
+    openai_port: int | None = typer.Option(None, "--openai_port", "--openai-port", help=_help("openai_port")),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight checks and print the command; start "
                                                           "nothing."),
@@ -79,7 +83,9 @@ def launch(
                               http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                               http_address=http_address, log=log, log_file=log_file, force=force,
                               multi_model=multi_model, no_mpi=no_mpi, oversubscribe=oversubscribe,
-                              tensorrt_llm_model_name=tensorrt_llm_model_name, detach=detach, pid_file=pid_file,
+                              # a comma list: LaunchConfig's before-validator splits it into list[str]
+                              tensorrt_llm_model_name=tensorrt_llm_model_name,  # type: ignore[arg-type]
+                              detach=detach, pid_file=pid_file,
                               timeout=timeout, stop_timeout=stop_timeout, exit_timeout=exit_timeout,
                               server_args=list(server_arg or []), hostfile=hostfile, openai_port=openai_port)
     except PydanticValidationError as exc:
@@ -91,9 +97,9 @@ def launch(
 
 
 def stop(
-    repo: Optional[Path] = typer.Argument(None, help="Repository a detached launch serves (its default pid file).",
+    repo: Path | None = typer.Argument(None, help="Repository a detached launch serves (its default pid file).",
                                           show_default=False),
-    pid_file: Optional[Path] = typer.Option(None, "--pid-file", "--pid_file",
+    pid_file: Path | None = typer.Option(None, "--pid-file", "--pid_file",
                                             help="Pid file written by `repo-builder launch --detach`."),
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for a graceful stop before SIGKILL."),
 ) -> None:

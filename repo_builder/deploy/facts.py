@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 from ..errors import RepoBuilderError
 from ..lockfile import LOCK_NAME, lock_llms, read_launch, require_lock
@@ -118,6 +119,12 @@ class DeploymentFacts:
         return gpus_per_node
 
 
+def _section(entry: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``entry[key]`` when it is a mapping (a lock-file section), else an empty dict."""
+    value = entry.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _models(files: dict) -> tuple[str, ...]:
     return tuple(sorted({rel.split("/", 1)[0] for rel in files if rel.count("/") == 1
                          and rel.endswith("/config.pbtxt")}))
@@ -155,16 +162,16 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
     llms = lock_llms(lock)
     engine_dirs, tokenizer_dirs = [], []
     for llm in llms:
-        engine = llm.get("engine") if isinstance(llm.get("engine"), dict) else {}
+        engine = _section(llm, "engine")
         engine_dir = engine.get("engine_dir") or engine.get("dir")
         if not isinstance(engine_dir, str) or not engine_dir:
             raise DeployError("the lock file names no engine directory", path=path, key="engine.engine_dir",
                               hint="re-render the repository")
         engine_dirs.append(engine_dir)
-        tokenizer = llm.get("tokenizer") if isinstance(llm.get("tokenizer"), dict) else {}
+        tokenizer = _section(llm, "tokenizer")
         if isinstance(tokenizer.get("dir"), str) and tokenizer["dir"]:
             tokenizer_dirs.append(tokenizer["dir"])
-    first_engine = llms[0].get("engine") if isinstance(llms[0].get("engine"), dict) else {}
+    first_engine = _section(llms[0], "engine")
     serve_path = lock.get("serve_path") or str(root.absolute())
     defaults = LaunchConfig.model_fields
     return DeploymentFacts(

@@ -202,7 +202,8 @@ def manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str,
         container = {"name": "triton", "image": opts.image, "command": command, "ports": _ports(facts, opts),
                      "resources": gpu_limits, "volumeMounts": mounts, **_probes(opts)}
         pod = {"metadata": {"labels": _labels(opts), "annotations": _pod_annotations(facts, opts)},
-               "spec": {"containers": [container, *_openai_sidecar(facts, opts)], "volumes": volumes, "terminationGracePeriodSeconds": 60}}
+               "spec": {"containers": [container, *_openai_sidecar(facts, opts)], "volumes": volumes,
+                        "terminationGracePeriodSeconds": 60}}
         deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(opts.name, opts),
                       "spec": {"replicas": opts.replicas, "selector": {"matchLabels": _selector(opts)},
                                "template": pod}}
@@ -240,11 +241,13 @@ def _leader_worker_set(facts: DeploymentFacts, opts: KubernetesOptions, gpus: in
                        gpu_limits: dict[str, Any]) -> list[dict[str, Any]]:
     sa = f"{opts.name}-mpi"
     env = [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-           {"name": "GROUP_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_INDEX_LABEL}']"}}},
+           {"name": "GROUP_INDEX",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_INDEX_LABEL}']"}}},
            {"name": "GROUP_KEY", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_KEY_LABEL}']"}}}]
     leader_volumes, leader_mounts = _volumes(facts, opts, range(gpus))
     worker_volumes, worker_mounts = _volumes(facts, opts, range(gpus, 2 * gpus))
-    leader = {"name": "leader", "image": opts.image, "command": ["/bin/sh", "-c", _leader_script(facts, opts, gpus, ranks)],
+    leader = {"name": "leader", "image": opts.image,
+              "command": ["/bin/sh", "-c", _leader_script(facts, opts, gpus, ranks)],
               "env": env, "ports": _ports(facts, opts), "resources": gpu_limits, "volumeMounts": leader_mounts,
               **_probes(opts)}
     worker = {"name": "worker", "image": opts.image, "command": ["sleep", "infinity"], "resources": gpu_limits,

@@ -114,7 +114,8 @@ def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
     srun = ["srun", f"--nodes={opts.nodes}", f"--ntasks={world}", f"--ntasks-per-node={gpus}", f"--mpi={opts.mpi}",
             "--kill-on-bad-exit=1"]
     if opts.container_image:
-        srun += [f"--container-image={opts.container_image}", f"--container-mounts={facts.serve_path}:{facts.serve_path}"]
+        srun += [f"--container-image={opts.container_image}",
+                 f"--container-mounts={facts.serve_path}:{facts.serve_path}"]
     srun += ["--multi-prog", '"$CONF"']
     env_lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(binary.env.items())]
     text = [

@@ -42,8 +42,10 @@ Several LLMs (a repository rendered with ``render --model NAME=ENGINE_DIR,TOKENI
 (``NAME_ensemble``, or ``NAME_tensorrt_llm_bls`` with ``--triton-model tensorrt_llm_bls``), tokenizer (chat
 template) and engine limits (``max_seq_len``, ``max_input_len``) from the lock file's ``llms[]`` serve it
 (:func:`routing_table`). ``--served-model-name`` and ``--tokenizer-dir`` name one model, so they are refused
-there (a :class:`~repo_builder.errors.RepoBuilderError` naming the option). Errors never carry a traceback: bad requests are 400
-(404 for an unknown model), a missing or wrong API key 401, Triton unreachable 503.
+there (a :class:`~repo_builder.errors.RepoBuilderError` naming the option).
+
+Errors never carry a traceback: bad requests are 400 (404 for an unknown model), a missing or wrong API key
+401, Triton unreachable 503.
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -65,8 +68,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response as _Response
 
 from .backend import BackendError, Chunk, GenerationStream, TritonBackend
-from .protocol import (APIError, ChatCompletionRequest, CompletionRequest, SamplingFields, parse_request,
-                       unsupported)
+from .protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields, parse_request, unsupported
 
 log = logging.getLogger("repo_builder.openai")
 
@@ -152,7 +154,7 @@ def load_served_models(config: FrontEndConfig) -> list[ServedModel]:
         except TokenizerLoadError as exc:
             raise RepoBuilderError(str(exc), key="--tokenizer-dir") from None
 
-        def as_int(name: str) -> int | None:
+        def as_int(name: str, info: Any = info) -> int | None:
             value = info.value(name)
             return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -343,8 +345,8 @@ async def _wait_disconnect(receive: Callable[[], Any]) -> None:
             return
 
 
-def _on_disconnect(watcher: "asyncio.Future[None]", stream: GenerationStream) -> None:
-    def callback(fut: "asyncio.Future[None]") -> None:
+def _on_disconnect(watcher: asyncio.Future[None], stream: GenerationStream) -> None:
+    def callback(fut: asyncio.Future[None]) -> None:
         if not fut.cancelled() and fut.exception() is None:
             stream.cancel()
 
@@ -518,13 +520,15 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
     async def completions(request: Request) -> Any:
         req, route = await body_of(request, CompletionRequest)
         served, triton = route.served, route.backend
-        prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
+        # body_of -> parse_request already refused token-id prompts and lists of more than one prompt
+        prompt = req.prompt if isinstance(req.prompt, str) else cast(str, req.prompt[0])
         if not prompt:
             raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
         max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
         limit_max_tokens(served, max_tokens, "max_tokens")
         job = _job("cmpl", req, prompt, max_tokens, "max_tokens", triton, request_id(request))
-        return await run(request, route, job, bool(req.stream), CompletionRenderer(served.name, job, bool(req.echo), prompt))
+        return await run(request, route, job, bool(req.stream),
+                         CompletionRenderer(served.name, job, bool(req.echo), prompt))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
@@ -644,7 +648,8 @@ class CompletionRenderer:
         yield (prefix + b'""' + b',"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
                + (b',"usage":null' if usage else b"") + b"}\n\n")
         if usage:
-            yield b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode() + b"}\n\n"
+            yield (b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode()
+                   + b"}\n\n")
         yield DONE
 
 
@@ -676,7 +681,8 @@ class ChatRenderer:
         yield (start + b'{},"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
                + (b',"usage":null' if usage else b"") + b"}\n\n")
         if usage:
-            yield b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode() + b"}\n\n"
+            yield (b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode()
+                   + b"}\n\n")
         yield DONE
 
 
@@ -692,7 +698,7 @@ class SSEResponse(_Response):
     at the next write.
     """
 
-    def __init__(self, chunks: AsyncIterator[bytes], watcher: "asyncio.Future[None]", stream: GenerationStream) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], watcher: asyncio.Future[None], stream: GenerationStream) -> None:
         self.chunks = chunks
         self.watcher = watcher
         self.stream = stream

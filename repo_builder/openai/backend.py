@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import re
 import struct
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any
 
 import numpy as np
 

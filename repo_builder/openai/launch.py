@@ -16,8 +16,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import LaunchError
 
@@ -50,7 +51,7 @@ class FrontEnd:
                 "--grpc-url", self.server.grpc_url, "--host", cfg.http_address, "--port", str(self.port),
                 "--watch-pid", watch, "--log-level", "warning", f"--launch-id={self.server.launch_id}"]
 
-    def start(self, *, detach: bool = False) -> "FrontEnd":
+    def start(self, *, detach: bool = False) -> FrontEnd:
         with open(self.server.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=detach)

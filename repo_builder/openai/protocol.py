@@ -16,7 +16,7 @@ carries the HTTP status; :func:`validation_error` turns a pydantic error into on
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -52,8 +52,8 @@ class APIError(Exception):
 class ErrorInfo(BaseModel):
     message: str
     type: str
-    param: Optional[str] = None
-    code: Optional[str] = None
+    param: str | None = None
+    code: str | None = None
 
 
 class ErrorResponse(BaseModel):
@@ -101,7 +101,7 @@ def validation_error(exc: ValidationError) -> APIError:
 
 # ---------------------------------------------------------------------------------------------- requests
 
-Float = Union[StrictInt, float]  # JSON 1 and 1.0 alike; strings and booleans are refused
+Float = StrictInt | float  # JSON 1 and 1.0 alike; strings and booleans are refused
 
 
 def _float(lo: float | None = None, hi: float | None = None, *, gt: float | None = None) -> Any:
@@ -116,30 +116,30 @@ class StreamOptions(_Request):
     """``stream_options``: ``include_usage`` adds a last chunk with ``usage`` and empty ``choices``."""
 
     include_usage: StrictBool = False
-    include_obfuscation: Optional[StrictBool] = None  # accepted, ignored (no obfuscation padding)
+    include_obfuscation: StrictBool | None = None  # accepted, ignored (no obfuscation padding)
 
 
 class SamplingFields(_Request):
     """Fields shared by completions and chat completions."""
 
     model: StrictStr
-    max_tokens: Optional[StrictInt] = Field(None, ge=1)
-    temperature: Optional[float] = _float(0.0, 2.0)
-    top_p: Optional[float] = _float(0.0, 1.0)
-    n: Optional[StrictInt] = Field(None, ge=1)
-    stream: Optional[StrictBool] = False
-    stream_options: Optional[StreamOptions] = None
-    stop: Optional[Union[StrictStr, list[StrictStr]]] = None
-    presence_penalty: Optional[float] = _float(-2.0, 2.0)
-    frequency_penalty: Optional[float] = _float(-2.0, 2.0)
-    seed: Optional[StrictInt] = Field(None, ge=0, le=2**64 - 1)
-    logit_bias: Optional[dict[StrictStr, float]] = None
-    user: Optional[StrictStr] = None
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    temperature: float | None = _float(0.0, 2.0)
+    top_p: float | None = _float(0.0, 1.0)
+    n: StrictInt | None = Field(None, ge=1)
+    stream: StrictBool | None = False
+    stream_options: StreamOptions | None = None
+    stop: StrictStr | list[StrictStr] | None = None
+    presence_penalty: float | None = _float(-2.0, 2.0)
+    frequency_penalty: float | None = _float(-2.0, 2.0)
+    seed: StrictInt | None = Field(None, ge=0, le=2**64 - 1)
+    logit_bias: dict[StrictStr, float] | None = None
+    user: StrictStr | None = None
     # extensions (vLLM / trtllm-serve names)
-    top_k: Optional[StrictInt] = Field(None, ge=-1)
-    min_tokens: Optional[StrictInt] = Field(None, ge=0)
-    repetition_penalty: Optional[float] = _float(gt=0.0)
-    ignore_eos: Optional[StrictBool] = None
+    top_k: StrictInt | None = Field(None, ge=-1)
+    min_tokens: StrictInt | None = Field(None, ge=0)
+    repetition_penalty: float | None = _float(gt=0.0)
+    ignore_eos: StrictBool | None = None
 
     def stop_list(self) -> list[str]:
         """``stop`` as a list without empty strings."""
@@ -155,11 +155,11 @@ class SamplingFields(_Request):
 class CompletionRequest(SamplingFields):
     """``POST /v1/completions``. ``prompt`` is one string (or a list holding one string)."""
 
-    prompt: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
-    echo: Optional[StrictBool] = False
-    logprobs: Optional[StrictInt] = Field(None, ge=0, le=5)
-    best_of: Optional[StrictInt] = Field(None, ge=1)
-    suffix: Optional[StrictStr] = None
+    prompt: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
+    echo: StrictBool | None = False
+    logprobs: StrictInt | None = Field(None, ge=0, le=5)
+    best_of: StrictInt | None = Field(None, ge=1)
+    suffix: StrictStr | None = None
 
 
 class TextPart(_Request):
@@ -180,11 +180,11 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: Optional[Union[StrictStr, list[Union[TextPart, OtherPart]]]] = None
-    name: Optional[StrictStr] = None
-    tool_calls: Optional[list[Any]] = None
-    tool_call_id: Optional[StrictStr] = None
-    refusal: Optional[StrictStr] = None
+    content: StrictStr | list[TextPart | OtherPart] | None = None
+    name: StrictStr | None = None
+    tool_calls: list[Any] | None = None
+    tool_call_id: StrictStr | None = None
+    refusal: StrictStr | None = None
 
     def text(self) -> str:
         """The message content as one string (text parts joined)."""
@@ -199,20 +199,20 @@ class ChatCompletionRequest(SamplingFields):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Optional[StrictInt] = Field(None, ge=1)
-    logprobs: Optional[StrictBool] = None
-    top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
-    response_format: Optional[dict[str, Any]] = None
-    tools: Optional[list[Any]] = None
-    tool_choice: Optional[Union[StrictStr, dict[str, Any]]] = None
-    parallel_tool_calls: Optional[StrictBool] = None
-    functions: Optional[list[Any]] = None
-    function_call: Optional[Union[StrictStr, dict[str, Any]]] = None
-    store: Optional[StrictBool] = None
-    metadata: Optional[dict[str, StrictStr]] = None
-    service_tier: Optional[StrictStr] = None
-    modalities: Optional[list[StrictStr]] = None
-    reasoning_effort: Optional[StrictStr] = None
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool | None = None
+    functions: list[Any] | None = None
+    function_call: StrictStr | dict[str, Any] | None = None
+    store: StrictBool | None = None
+    metadata: dict[str, StrictStr] | None = None
+    service_tier: StrictStr | None = None
+    modalities: list[StrictStr] | None = None
+    reasoning_effort: StrictStr | None = None
 
     def requested_max_tokens(self) -> tuple[int | None, str]:
         """(``max_completion_tokens`` or else ``max_tokens``, the field it came from)."""
@@ -318,7 +318,7 @@ class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     logprobs: None = None
-    finish_reason: Optional[Literal["stop", "length"]] = None
+    finish_reason: Literal["stop", "length"] | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -328,7 +328,7 @@ class CompletionResponse(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage
-    system_fingerprint: Optional[str] = None
+    system_fingerprint: str | None = None
 
 
 class AssistantMessage(BaseModel):
@@ -341,7 +341,7 @@ class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     logprobs: None = None
-    finish_reason: Optional[Literal["stop", "length"]] = None
+    finish_reason: Literal["stop", "length"] | None = None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -351,7 +351,7 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
-    system_fingerprint: Optional[str] = None
+    system_fingerprint: str | None = None
 
 
 class ModelCard(BaseModel):

@@ -16,7 +16,7 @@ from ..errors import RepoBuilderError
 from .app import FrontEndConfig
 
 #: Seconds uvicorn waits for open streams on shutdown before closing them.
-GRACEFUL_S = 5.0
+GRACEFUL_S = 5
 
 
 def _pid_alive(pid: int, start_time: int | None) -> bool:

@@ -33,16 +33,38 @@ at commit c2e65b8; string stop words from v0.19.0), see ../shared/docs/upstream-
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from .bls_request import (BATCH_INDEX, BEAM_WIDTH, EXCLUDE_INPUT, MAX_TOKENS, NUM_DRAFT_TOKENS, NUM_RETURN_SEQUENCES,
-                          SEQUENCE_INDEX, STOP_WORDS, STREAM, TEXT_INPUT, BLSRequestError, BLSSettings, RequestPlan,
-                          parse_request, parse_word_list)
-from .bls_responses import (MERGE_RULES, StopStringFilter, _sequence_runs, can_merge, merge_responses, stack_rows,
-                            truncate_at_stop)
+from .bls_request import (
+    BATCH_INDEX,
+    BEAM_WIDTH,
+    EXCLUDE_INPUT,
+    MAX_TOKENS,
+    NUM_DRAFT_TOKENS,
+    NUM_RETURN_SEQUENCES,
+    SEQUENCE_INDEX,
+    STOP_WORDS,
+    STREAM,
+    TEXT_INPUT,
+    BLSRequestError,
+    BLSSettings,
+    RequestPlan,
+    parse_request,
+    parse_word_list,
+)
+from .bls_responses import (
+    MERGE_RULES,
+    StopStringFilter,
+    _sequence_runs,
+    can_merge,
+    merge_responses,
+    stack_rows,
+    truncate_at_stop,
+)
 from .bls_wiring import ENGINE_STEP_MODEL, Step, Wiring, WiringError
 from .errors import StepError
 
@@ -166,6 +188,7 @@ class BLSCore:
             outs = tuple(o for o in outs if o in req)
         names = tuple(outs)
         rid_base = f"{request_id}:" if request_id else "bls-"
+        rows: list[Mapping[str, np.ndarray]]
         if plan.batch_size > 1:
             rows = [{k: v[i:i + 1] if v.ndim and v.shape[0] == plan.batch_size else v for k, v in inputs.items()}
                     for i in range(plan.batch_size)]
@@ -314,12 +337,12 @@ class BLSCore:
             return
         items = [(t, seq_id, text) for t, lst in tail.items() for seq_id, text in lst]
         for k, (tname, seq_id, text) in enumerate(items):
-            outputs: dict[str, np.ndarray] = {}
+            response: dict[str, np.ndarray] = {}
             if tname in names:
-                outputs[tname] = np.array([text.encode("utf-8")], dtype=object)  # 1-D, like postprocessing's
+                response[tname] = np.array([text.encode("utf-8")], dtype=object)  # 1-D, like postprocessing's
             if SEQUENCE_INDEX in names:
-                outputs[SEQUENCE_INDEX] = np.array([[seq_id]], dtype=np.int32)
-            send(outputs, k == len(items) - 1)
+                response[SEQUENCE_INDEX] = np.array([[seq_id]], dtype=np.int32)
+            send(response, k == len(items) - 1)
 
     @staticmethod
     def _all_stopped(seqs: Mapping[Any, _SeqState], plan: RequestPlan) -> bool:

@@ -4,7 +4,7 @@ streamed engine responses (:func:`merge_responses`, :data:`MERGE_RULES`). See :m
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .errors import ModelLoadError
 
@@ -60,7 +61,7 @@ class Wiring:
 
     @classmethod
     def from_data(cls, data: Any, *, source: str = "wiring.json",
-                  inputs: Iterable[str] | None = None, outputs: Iterable[str] | None = None) -> "Wiring":
+                  inputs: Iterable[str] | None = None, outputs: Iterable[str] | None = None) -> Wiring:
         """Build from plain data: either a list of steps (``ProfileContract.wiring()``) or a dict
         ``{"steps": [...], "inputs": [...], "outputs": [...]}`` whose inputs/outputs are names or
         tensor dicts with a ``name``. ``inputs``/``outputs`` given here win (e.g. the BLS's own
@@ -114,7 +115,7 @@ class Wiring:
         return cls(steps=tuple(steps), inputs=in_names, outputs=out_names, engine_index=engine[0])
 
     @classmethod
-    def load(cls, path: str | Path, **kwargs: Any) -> "Wiring":
+    def load(cls, path: str | Path, **kwargs: Any) -> Wiring:
         """Read ``wiring.json``. Raises WiringError naming the file."""
         p = Path(path)
         try:

@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -94,9 +95,9 @@ def _rust_decoder(tokenizer: Any, skip_special_tokens: bool) -> Any:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not getattr(tokenizer, "is_fast", False) or not hasattr(backend, "decode"):
         return None
-    base = next((c for c in type(tokenizer).__mro__ if c.__module__.startswith("transformers.tokenization_utils")
+    base: Any = next((c for c in type(tokenizer).__mro__ if c.__module__.startswith("transformers.tokenization_utils")
                  and "_decode" in c.__dict__), None)
-    if base is None or type(tokenizer)._decode is not base._decode:
+    if base is None or getattr(type(tokenizer), "_decode", None) is not base._decode:
         return None
     try:
         probes = [tokenizer.encode(_PROBE_TEXT, add_special_tokens=True), list(range(min(512, len(tokenizer)))),
@@ -154,7 +155,7 @@ class IncrementalDetokenizer:
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, skip_special_tokens: bool = True, **kwargs: Any
-                      ) -> "IncrementalDetokenizer":
+                      ) -> IncrementalDetokenizer:
         """Build one for a Hugging Face tokenizer (clean-up probed once per call; prefer
         :class:`DetokenizerFactory` when making many)."""
         return DetokenizerFactory(tokenizer, skip_special_tokens, **kwargs)()

@@ -44,16 +44,28 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from .engine_outputs import GenerationBackend, RequestGroup, ResponseSink, Sequence, build_outputs
-from .engine_request import (UNSUPPORTED_FLAGS, UNSUPPORTED_INPUTS, EngineLimits, EngineLoadError, GenerationRequest,
-                             ModelIO, ParsedRequest, RequestError, SamplingParams, parse_request, parse_word_list)
+from .engine_request import (
+    UNSUPPORTED_FLAGS,
+    UNSUPPORTED_INPUTS,
+    EngineLimits,
+    EngineLoadError,
+    GenerationRequest,
+    ModelIO,
+    ParsedRequest,
+    RequestError,
+    SamplingParams,
+    parse_request,
+    parse_word_list,
+)
 from .engine_scheduler import Scheduler
 from .params import ModelParams
-from .triton_io import error_response, triton_error
+from .triton_io import triton_error
 
 __all__ = ["UNSUPPORTED_FLAGS", "UNSUPPORTED_INPUTS", "BackendFactory", "CollectingSink", "EngineLimits",
            "EngineLoadError", "GenerationBackend", "GenerationRequest", "ModelIO", "ParsedRequest", "RequestError",
@@ -83,7 +95,7 @@ class CollectingSink:
 
 
 class _DecoupledSink:
-    def __init__(self, model: "TritonEngineModel", sender: Any) -> None:
+    def __init__(self, model: TritonEngineModel, sender: Any) -> None:
         self.model = model
         self.sender = sender
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterable, Protocol, Sequence as Seq
+from collections.abc import Iterable
+from collections.abc import Sequence as Seq
+from typing import Any, Protocol
 
 import numpy as np
 
 from .engine_request import GenerationRequest, ModelIO, ParsedRequest
 from .triton_io import IOSpec
-
 
 # --------------------------------------------------------------------------------------------------
 # Sequences and the backend protocol
@@ -29,9 +30,9 @@ class GenerationBackend(Protocol):
 
     vocab_size: int
 
-    def step(self, seqs: Seq["Sequence"]) -> list[tuple[int, float]]: ...
+    def step(self, seqs: Seq[Sequence]) -> list[tuple[int, float]]: ...
 
-    def release(self, seq: "Sequence") -> None: ...
+    def release(self, seq: Sequence) -> None: ...
 
 
 class Sequence:
@@ -40,7 +41,7 @@ class Sequence:
     __slots__ = ("req", "group", "tokens", "log_probs", "sent", "finished", "state", "first_scheduled_ns",
                  "first_token_ns", "last_token_ns", "_max_stop")
 
-    def __init__(self, req: GenerationRequest, group: "RequestGroup") -> None:
+    def __init__(self, req: GenerationRequest, group: RequestGroup) -> None:
         self.req = req
         self.group = group
         self.tokens: list[int] = []
@@ -156,10 +157,11 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
         elif name == "output_log_probs":
             width = max(max((len(r) for r in lp_rows), default=0), 1)
             arr = np.zeros((batch, 1, width), dtype=dt)
-            for i, (s, row) in enumerate(zip(seqs, lp_rows)):
-                if s.req.return_log_probs and row:
-                    arr[i, 0, :len(row)] = row
+            for i, (s, lps) in enumerate(zip(seqs, lp_rows)):
+                if s.req.return_log_probs and lps:
+                    arr[i, 0, :len(lps)] = lps
         else:
+            col: list[float]  # one value per sequence (ints, or log-probabilities)
             if name == "sequence_length":
                 col = [len(r) for r in token_rows]
             elif name == "cum_log_probs":

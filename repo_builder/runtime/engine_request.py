@@ -6,8 +6,9 @@ into per-row :class:`GenerationRequest` s (:func:`parse_request`). Semantics: se
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class ModelIO:
     outputs: dict[str, IOSpec]
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | str) -> "ModelIO":
+    def from_config(cls, config: Mapping[str, Any] | str) -> ModelIO:
         """Read ``input``/``output`` entries (``name``, ``data_type``, ``dims``, ``optional``)."""
         cfg = json.loads(config) if isinstance(config, str) else config
 
@@ -333,9 +334,9 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
                 raise RequestError("embedding_bias", f"has {bias.size} values, expected vocab size "
                                                      f"{limits.vocab_size} (or none)")
 
-        def num(name: str, kind: Callable[[Any], Any]) -> Any:
+        def num(name: str | None, kind: Callable[[Any], Any], b: int = b) -> Any:
             v = _scalar(tensors, name, b, batch)
-            if v is None:
+            if v is None or name is None:
                 return None
             return kind(_checked(name, v)) if name in LIMITS else kind(v)
 

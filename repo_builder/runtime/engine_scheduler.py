@@ -6,11 +6,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable
-
+from collections.abc import Callable
+from typing import Any
 
 from .engine_outputs import GenerationBackend, RequestGroup, Sequence
-
 
 # --------------------------------------------------------------------------------------------------
 # Scheduler
@@ -37,7 +36,7 @@ class Scheduler:
         self.cancel_check_period_s = cancel_check_period_s
         self.log = log or (lambda _msg: None)
         self.info = info or (lambda _msg: None)
-        self._inbox: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._waiting: list[Sequence] = []
         self._active: list[Sequence] = []
         self._groups: list[RequestGroup] = []
@@ -156,8 +155,9 @@ class Scheduler:
         if not self._active:
             return
         batch = list(self._active)
+        results: list[tuple[int, float] | None]
         try:
-            results = self.backend.step(batch)
+            results = list(self.backend.step(batch))
         except Exception as exc:  # noqa: BLE001 - isolate the failing sequence(s)
             results = self._step_isolated(batch, exc)
         self.steps += 1

@@ -7,8 +7,10 @@ placeholder (a hand-filled repository) means "unset". Errors name the parameter 
 
 from __future__ import annotations
 
+import builtins
 import json
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .errors import ModelLoadError
 
@@ -61,33 +63,33 @@ class ModelParams:
             raise ParameterValueError(
                 f"model '{self.model_name}': parameter '{key}' = {value!r} is not {kind}") from exc
 
-    def str(self, key: str, default: str | None = None) -> str | None:
+    def str(self, key: builtins.str, default: builtins.str | None = None) -> builtins.str | None:
         """String parameter ``key`` or ``default``."""
         return self._typed(key, default, str, "a string")
 
-    def int(self, key: str, default: int | None = None) -> int | None:
+    def int(self, key: builtins.str, default: builtins.int | None = None) -> builtins.int | None:
         """Integer parameter ``key`` or ``default``; raises ParameterValueError naming the key."""
         return self._typed(key, default, lambda s: int(s.strip()), "an integer")
 
-    def float(self, key: str, default: float | None = None) -> float | None:
+    def float(self, key: builtins.str, default: builtins.float | None = None) -> builtins.float | None:
         """Float parameter ``key`` or ``default``; raises ParameterValueError naming the key."""
         return self._typed(key, default, lambda s: float(s.strip()), "a number")
 
-    def bool(self, key: str, default: bool | None = None) -> bool | None:
+    def bool(self, key: builtins.str, default: builtins.bool | None = None) -> builtins.bool | None:
         """Boolean parameter ``key`` or ``default``; raises ParameterValueError naming the key."""
         return self._typed(key, default, parse_bool, "a boolean (true/false)")
 
-    def int_list(self, key: str, default: list[int] | None = None) -> list[int] | None:
+    def int_list(self, key: builtins.str, default: list[builtins.int] | None = None) -> list[builtins.int] | None:
         """Comma-separated integers (e.g. ``"2,32000"``) or ``default``."""
         return self._typed(key, default, lambda s: [int(x) for x in s.split(",") if x.strip()],
                            "a comma-separated list of integers")
 
     @property
-    def decoupled(self) -> bool:
+    def decoupled(self) -> builtins.bool:
         """True when the model's transaction policy is decoupled (streaming)."""
         return bool(self.config.get("model_transaction_policy", {}).get("decoupled", False))
 
     @property
-    def max_batch_size(self) -> int:
+    def max_batch_size(self) -> builtins.int:
         """The model's Triton ``max_batch_size`` (0 = no batch dimension)."""
         return int(self.config.get("max_batch_size", 0))

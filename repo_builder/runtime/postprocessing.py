@@ -23,8 +23,8 @@ Which responses belong to one request decides between two paths:
   step, and which the BLS makes unique per client request) together with the engine's
   ``ARRIVAL_TIME_NS`` output (repo-builder's preprocessing always asks for perf metrics). Whenever that
   key is non-empty the incremental path is used (one state per request, batch row -- ``BATCH_INDEX``,
-  else the row's position in the response --, sequence and beam), for streaming and non-streaming requests alike: fed all
-  ids at once it returns the whole text.
+  else the row's position in the response --, sequence and beam), for streaming and non-streaming requests
+  alike: fed all ids at once it returns the whole text.
 * No key at all, or a repository whose engine is not decoupled (parameter ``decoupled_mode`` false: no
   response can be a stream chunk): each response is decoded whole. That also keeps a client that
   reuses request ids (NVIDIA's ``end_to_end_test.py`` sends ``request_id=str(i)`` again and again) from
@@ -41,7 +41,8 @@ in the text, B27).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -21,20 +21,28 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from .limits import check
 from .params import ModelParams
 from .special_ids import resolve_special_ids
-from .text import (TokenizerLoadError, WordEncoder, check_lengths, encode_prompt, has_chat_template,
-                   tokenizer_from_params)
+from .text import (
+    TokenizerLoadError,
+    WordEncoder,
+    check_lengths,
+    encode_prompt,
+    has_chat_template,
+    tokenizer_from_params,
+)
 from .triton_io import RequestError, output_dtypes, strings
 
 # model input -> client-facing ensemble field (for error messages)
 FIELDS = {
-    "QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
+    "QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
+    "BAD_WORDS_DICT": "bad_words",
     "STOP_WORDS_DICT": "stop_words", "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
     "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights", "END_ID": "end_id", "PAD_ID": "pad_id",
     "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
@@ -56,7 +64,7 @@ class KeySource:
     def take(self, n: int = 1) -> list[int]:
         """``n`` fresh keys."""
         with self._lock:
-            keys = []
+            keys: list[int] = []
             while len(keys) < n:
                 self._next = (self._next + 1) & 0xFFFFFFFFFFFFFFFF
                 if self._next:
@@ -137,7 +145,7 @@ class Preprocessor:
 
     def _special(self, rows: list[np.ndarray] | None, default: int | None, field: str, batch: int) -> list[int]:
         if rows is not None:
-            return [check(field, _ints(r, field)[0]) if r.size else self._require(default, field) for r in rows]
+            return [int(check(field, _ints(r, field)[0])) if r.size else self._require(default, field) for r in rows]
         return [self._require(default, field)] * batch
 
     def _require(self, value: int | None, field: str) -> int:
@@ -180,12 +188,12 @@ class Preprocessor:
         out_len_rows = _rows(inputs.get("REQUEST_OUTPUT_LEN"), batch)
         if out_len_rows is None:
             raise RequestError("max_tokens", "is missing", "send max_tokens > 0")
-        max_tokens = []
+        max_tokens: list[int] = []
         for row in out_len_rows:
             values = _ints(row, "max_tokens")
             if len(values) != 1:
                 raise RequestError("max_tokens", f"must be one value per batch row, got {len(values)}")
-            max_tokens.append(check("max_tokens", values[0]))
+            max_tokens.append(int(check("max_tokens", values[0])))
 
         end_ids = self._special(_rows(inputs.get("END_ID"), batch), self.end_id, "end_id", batch)
         pad_ids = self._special(_rows(inputs.get("PAD_ID"), batch), self.pad_id, "pad_id", batch)
@@ -229,8 +237,9 @@ class Preprocessor:
             # "" elements mean "no word" (v0.5 clients must send bad_words/stop_words: "")
             return [[w for w in _strings(r, FIELDS[name]) if w != ""] for r in rows]
 
-        stop_rows = word_rows("STOP_WORDS_DICT") or [None] * batch
-        bad_rows = word_rows("BAD_WORDS_DICT") or [None] * batch
+        no_words: list[list[str] | None] = [None] * batch
+        stop_rows: list[list[str]] | list[list[str] | None] = word_rows("STOP_WORDS_DICT") or no_words
+        bad_rows: list[list[str]] | list[list[str] | None] = word_rows("BAD_WORDS_DICT") or no_words
         stop_words = self.words.word_list(stop_rows, "stop_words", self.stop_token_ids)
         bad_words = self.words.word_list(bad_rows, "bad_words")
 

@@ -18,8 +18,9 @@ seed is 0, so unseeded requests sample the same way).
 
 from __future__ import annotations
 
+from collections.abc import Sequence as Seq
 from pathlib import Path
-from typing import Any, Sequence as Seq
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,7 @@ class ReferenceBackend:
         self._mask: Any = None                                            # their attention mask [B, len]
 
     @classmethod
-    def from_params(cls, params: ModelParams, io: ModelIO) -> "ReferenceBackend":
+    def from_params(cls, params: ModelParams, io: ModelIO) -> ReferenceBackend:
         """Build from the model parameters (``engine_dir``; see docs/design.md)."""
         engine_dir = params.str("engine_dir") or params.str("gpt_model_path")
         if not engine_dir:
@@ -139,7 +140,7 @@ class ReferenceBackend:
                 out[id(seq)] = self._decode_one(seq)
         return [out[id(seq)] for seq in seqs]
 
-    def _finish(self, seq: Sequence, st: "_SeqState", logits: Any) -> tuple[int, float]:
+    def _finish(self, seq: Sequence, st: _SeqState, logits: Any) -> tuple[int, float]:
         token, logprob = self.choose(logits.float(), seq, st)
         if token != seq.req.end_id:
             st.counts[token] = st.counts.get(token, 0) + 1
@@ -186,7 +187,8 @@ class ReferenceBackend:
         try:
             return DynamicCache(ddp_cache_data=layers)
         except TypeError:                                     # transformers 4.x
-            return DynamicCache.from_legacy_cache(tuple(layers))
+            # gone from transformers 5 (the installed stubs); this branch only runs on 4.x
+            return DynamicCache.from_legacy_cache(tuple(layers))  # type: ignore[attr-defined]
 
     def _unstack(self) -> None:
         """Give every sequence of the stacked batch its own cache again (padding dropped)."""

@@ -20,9 +20,10 @@ B20) get their end id from ``generation_config.json``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 MODEL_FILES = ("generation_config.json", "config.json")
 

@@ -13,9 +13,9 @@ text. Upstream's BLS does this from v0.19.0 (``check_stop_words``, upstream-refe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from bisect import bisect_left
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def find_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[int, str | None]:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
+from collections.abc import Sequence as Seq
 from pathlib import Path
-from typing import Iterable, Sequence as Seq
 
 from .engine_outputs import Sequence
 from .engine_request import EngineLoadError, ModelIO
@@ -121,7 +122,7 @@ class SyntheticBackend:
         self._next_due = 0.0
 
     @classmethod
-    def from_params(cls, params: ModelParams, io: ModelIO) -> "SyntheticBackend":
+    def from_params(cls, params: ModelParams, io: ModelIO) -> SyntheticBackend:
         """Build from ``engine_dir`` and ``synthetic_token_delay_ms`` (docs/design.md)."""
         engine_dir = params.str("engine_dir") or params.str("gpt_model_path")
         if not engine_dir:

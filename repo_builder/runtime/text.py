@@ -16,16 +16,22 @@ Only the standard library, numpy and transformers are used; no ``repo_builder`` 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from .detokenizer import (REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory,  # noqa: F401
-                          IncrementalDetokenizer, cleanup_active, decode_fn)
+from .detokenizer import (  # noqa: F401
+    REPLACEMENT_CHAR,
+    DetokenizerCache,
+    DetokenizerFactory,
+    IncrementalDetokenizer,
+    cleanup_active,
+    decode_fn,
+)
+from .errors import ModelLoadError, RequestError
 from .stopstrings import StopResult, StopStringMatcher, find_stop, trim_at_stop  # noqa: F401
 from .tokenizer_files import TOKENIZER_FILES, describe_tokenizer_files, has_tokenizer_files  # noqa: F401
-from .errors import ModelLoadError, RequestError
 from .wordlists import WordEncoder, parse_token_ids  # noqa: F401
-
 
 
 class TokenizerLoadError(ModelLoadError):

@@ -15,8 +15,9 @@ module as their ``pb`` argument, so this file stays importable (and testable) wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

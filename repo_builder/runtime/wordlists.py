@@ -31,7 +31,8 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -137,7 +138,8 @@ class WordEncoder:
         (the Rust ``encode_batch``: one Python round trip for thousands of words)."""
         if not texts:
             return []
-        backend = getattr(self.tokenizer, "backend_tokenizer", None) if getattr(self.tokenizer, "is_fast", False) else None
+        is_fast = getattr(self.tokenizer, "is_fast", False)
+        backend = getattr(self.tokenizer, "backend_tokenizer", None) if is_fast else None
         if backend is None or len(texts) < 8:
             return [self._enc(t) for t in texts]
         # One ordinary encode first: it puts the Rust tokenizer in the state encode() uses (no truncation or
@@ -246,7 +248,8 @@ class WordEncoder:
             ids: list[int] = []
             offsets: list[int] = []
 
-            def add(seq: Sequence[int]) -> None:
+            def add(seq: Sequence[int], seen: set[tuple[int, ...]] = seen, ids: list[int] = ids,
+                    offsets: list[int] = offsets) -> None:
                 key = tuple(seq)
                 if key and key not in seen:
                     seen.add(key)
@@ -295,7 +298,8 @@ class WordEncoder:
         any_word = False
         for b in range(batch):
             words = list(words_rows[b] or []) if b < len(words_rows) else []
-            weights = list(weights_rows[b] if weights_rows[b] is not None else []) if b < len(weights_rows) else []
+            weights_row = weights_rows[b] if b < len(weights_rows) else None
+            weights = list(weights_row) if weights_row is not None else []
             if len(words) != len(weights):
                 raise RequestError("embedding_bias_words",
                                    f"has {len(words)} element(s) but embedding_bias_weights has "

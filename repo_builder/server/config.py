@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -105,7 +104,7 @@ class RepositoryInfo:
 def _python_instances(cfg: object) -> int:
     from ..pbtxt import python_instances
 
-    return python_instances(cfg)  # type: ignore[arg-type]
+    return python_instances(cfg)
 
 
 #: ``parameters`` keys of a tensorrtllm-backend model that name its engine directory (``gpt_model_path`` before
@@ -228,9 +227,10 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
     else the lock file's names, else every tensorrtllm-backend model, else ``tensorrt_llm``.
 
     Raises:
-        LaunchError: world size contradicts the lock file or the engine; ``--no-mpi`` or ``--multi-model`` with world size > 1;
-            a bad ``--hostfile`` (see :mod:`.hostfile`), too few slots, or its first host is not this machine;
-            a ``--tensorrt_llm_model_name`` is not in the repository; mpirun is needed but not installed.
+        LaunchError: world size contradicts the lock file or the engine; ``--no-mpi`` or ``--multi-model``
+            with world size > 1; a bad ``--hostfile`` (see :mod:`.hostfile`), too few slots, or its first host
+            is not this machine; a ``--tensorrt_llm_model_name`` is not in the repository; mpirun is needed but
+            not installed.
     """
     notes: list[str] = list(repo.warnings)
     engine_sizes = {ws for ws, _ in repo.engine_world_sizes.values()}

@@ -1,11 +1,27 @@
-"""Help text and defaults of every launch option, shared by :class:`~repo_builder.server.config.LaunchConfig` and the CLI.
+"""Help text and defaults of every launch option, shared by :class:`~repo_builder.server.config.LaunchConfig`
+and the CLI.
 
-Kept free of imports so ``repo-builder --help`` does not pay for pydantic.
+Kept free of heavy imports (only ``typing``) so ``repo-builder --help`` does not pay for pydantic.
 """
+
+from typing import TypedDict
+
+
+class LaunchDefaults(TypedDict):
+    """Types of :data:`DEFAULTS` (ports and seconds as LaunchConfig declares them)."""
+
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    http_address: str
+    timeout: float
+    stop_timeout: float
+    exit_timeout: int
+
 
 #: Defaults of the launch options that have one other than None/False/empty: read by
 #: :class:`~repo_builder.server.config.LaunchConfig` and by the CLI's ``typer.Option`` declarations alike.
-DEFAULTS: dict[str, int | float | str] = {
+DEFAULTS: LaunchDefaults = {
     "http_port": 8000,
     "grpc_port": 8001,
     "metrics_port": 8002,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import LaunchError
 from . import procs
@@ -37,7 +37,8 @@ def check_ports(address: str, ports: dict[str, int]) -> list[str]:
     seen: dict[int, str] = {}
     for flag, port in ports.items():
         if port in seen:
-            raise LaunchError(f"{flag} and {seen[port]} are both {port}", key=flag, hint="give each endpoint its own port")
+            raise LaunchError(f"{flag} and {seen[port]} are both {port}", key=flag,
+                              hint="give each endpoint its own port")
         seen[port] = flag
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     notes: list[str] = []
@@ -66,7 +67,7 @@ def check_ports(address: str, ports: dict[str, int]) -> list[str]:
 
 
 def shm_requirement(repo: RepositoryInfo, trtllm_models: list[str], world_size: int,
-                    ranks: "Iterable[int] | None" = None) -> tuple[int, int]:
+                    ranks: Iterable[int] | None = None) -> tuple[int, int]:
     """``(stub count, bytes needed in /dev/shm)`` for the ranks of a launch that share one ``/dev/shm``.
 
     Rank 0 starts one stub per Python-backend model instance; every rank > 0 those of ``trtllm_models``.

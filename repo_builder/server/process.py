@@ -24,8 +24,9 @@ import subprocess
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import LaunchError
 from . import procs
@@ -33,6 +34,7 @@ from .binary import TritonBinary, find_tritonserver
 from .command import launch_argv, rank_argv, shm_prefix
 from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan_repository
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
+
 
 class LaunchInterrupted(LaunchError):
     """A signal arrived while waiting for the server; everything started was stopped.
@@ -223,7 +225,8 @@ class TritonServer:
             check_installed()
             ports["--openai_port"] = cfg.openai_port
         self.notes += check_ports(cfg.http_address, ports)
-        local = None if plan.rank_hosts is None else [r for r, h in enumerate(plan.rank_hosts) if h == plan.rank_hosts[0]]
+        hosts = plan.rank_hosts
+        local = None if hosts is None else [r for r, h in enumerate(hosts) if h == hosts[0]]
         stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size, ranks=local)
         check_shm(stubs, needed)
         repo_path = Path(os.path.abspath(cfg.model_repo))
@@ -243,7 +246,7 @@ class TritonServer:
         return self.argv
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "TritonServer":
+    def start(self) -> TritonServer:
         """Preflight (:meth:`prepare`) and start the processes; returns immediately (see :meth:`wait_ready`).
 
         Raises:
@@ -474,7 +477,7 @@ class TritonServer:
                     return None
                 for pid, entry in self.model_processes().items():
                     watched.setdefault(pid, entry)
-                for name, pid in dead:
+                for _name, pid in dead:
                     watched.pop(pid, None)
             time.sleep(POLL_S)
         return self.returncode
@@ -496,8 +499,8 @@ class TritonServer:
         found: dict[int, procs.ProcInfo] = {}
         if self._launcher_pid is not None:
             # the session id outlives the launched process: ranks and stubs keep it
-            for info in procs.session_members(self._launcher_pid):
-                found[info.pid] = info
+            for member in procs.session_members(self._launcher_pid):
+                found[member.pid] = member
         # stubs and ranks carry our prefix on their command line even if a process left the session
         for pid in procs.all_pids():
             if pid in found:
@@ -588,7 +591,7 @@ class TritonServer:
         except OSError:
             return ""
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         self.start()
         self.wait_ready()
         return self
@@ -601,9 +604,11 @@ class TritonServer:
         """What ``--detach`` writes to the pid file (JSON): pids with start times, prefix, URLs, log path."""
         return {"launch_id": self.launch_id, "launcher_pid": self._launcher_pid, "launcher_start": self._launcher_start,
                 "ranks": {str(r): list(ps) for r, ps in self.rank_pids().items()},
-                "use_mpi": bool(self.plan and self.plan.use_mpi), "world_size": self.plan.world_size if self.plan else 1,
+                "use_mpi": bool(self.plan and self.plan.use_mpi),
+                "world_size": self.plan.world_size if self.plan else 1,
                 "model_repo": os.path.abspath(self.config.model_repo), "http_url": self.http_url,
-                "grpc_url": self.grpc_url, "log_file": str(self.log_path), "config": self.config.model_dump(mode="json")}
+                "grpc_url": self.grpc_url, "log_file": str(self.log_path),
+                "config": self.config.model_dump(mode="json")}
 
     def write_pid_file(self, path: Path, extra: dict[str, Any] | None = None) -> Path:
         """Write :meth:`pid_record` (plus ``extra``) to ``path`` atomically; returns the path."""
@@ -615,7 +620,7 @@ class TritonServer:
         return path
 
     @classmethod
-    def attach(cls, pid_file: Path) -> "TritonServer":
+    def attach(cls, pid_file: Path) -> TritonServer:
         """A :class:`TritonServer` for a launch recorded by ``--detach`` (only :meth:`stop` and friends make sense).
 
         Raises:

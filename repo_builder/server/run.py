@@ -15,13 +15,13 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import LaunchError
 from .config import LaunchConfig
-from .process import LaunchInterrupted, TritonServer, default_pid_file, log_follower
 from .preflight import servers_on_repository
+from .process import LaunchInterrupted, TritonServer, default_pid_file, log_follower
 
 
 def _exit_code(code: int | None, fallback: int) -> int:

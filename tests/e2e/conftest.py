@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 

@@ -34,7 +34,7 @@ class Stream:
 
     def __init__(self, server) -> None:
         self.client = grpcclient.InferenceServerClient(server.grpc_url)
-        self.events: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
+        self.events: queue.Queue[tuple[Any, Any]] = queue.Queue()
         self.client.start_stream(callback=lambda result, error: self.events.put((result, error)))
 
     def send(self, model: str, inputs: list[Any], request_id: str, outputs: list[str] | None = None) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import asset
 from e2e_support import Stream, grpc_input, http_generate, texts
 

@@ -23,7 +23,6 @@ import time
 
 import numpy as np
 import pytest
-
 from e2e_support import grpc_input
 
 pytestmark = pytest.mark.server
@@ -64,7 +63,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 def cancelled_grpc_stream(server, model: str, request_id: str) -> None:
     """Start a LONG-token stream, wait for its first token, then cancel it from the client side."""
-    events: "queue.Queue[tuple[object, object]]" = queue.Queue()
+    events: queue.Queue[tuple[object, object]] = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: events.put((result, error)))
     inputs = [grpc_input("text_input", np.array([[b"Tell me a long story"]], dtype=object)),

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import PROJECT, free_ports
 from e2e_support import grpc_input
 
@@ -118,7 +117,7 @@ class LongStream:
     """One gRPC stream with a ``LONG``-token ensemble request in flight."""
 
     def __init__(self, launch: Launch, model: str = "ensemble") -> None:
-        self.events: "queue.Queue[tuple[object, object]]" = queue.Queue()
+        self.events: queue.Queue[tuple[object, object]] = queue.Queue()
         self.client = grpcclient.InferenceServerClient(f"127.0.0.1:{launch.grpc}")
         self.client.start_stream(callback=lambda result, error: self.events.put((result, error)))
         inputs = [grpc_input("text_input", np.array([[b"Tell me a long story"]], dtype=object)),

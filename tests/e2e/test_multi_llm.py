@@ -124,7 +124,6 @@ def test_each_llm_answers_with_its_own_weights_and_tokenizer(server, llms, entry
 def front_end(request, server, repo, tmp_path_factory):
     """`repo-builder openai --repo REPO --triton-model ROLE` in front of the module's tritonserver."""
     import httpx
-
     from conftest import free_ports
 
     (port,) = free_ports(1)

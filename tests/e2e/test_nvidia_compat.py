@@ -91,7 +91,7 @@ def e2e_grpc_inputs(prompt: str, output_len: int, *, streaming: bool, int_dtype=
 
 def stream_collect(server, model: str, inputs: list[Any], request_id: str = "1", timeout: float = 120) -> list[Any]:
     """start_stream / async_stream_infer / stop_stream, as the v0.19.0 clients do; the results in order."""
-    results: "queue.Queue[Any]" = queue.Queue()
+    results: queue.Queue[Any] = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: results.put(error or result))
     client.async_stream_infer(model, inputs, request_id=request_id)
@@ -177,7 +177,8 @@ def test_end_to_end_test_manual_pipeline_equals_ensemble_and_bls_v019(unary_12):
     post = c.infer("postprocessing", [tensor(httpclient, "TOKENS_BATCH", ids.astype(np.int32)),
                                       tensor(httpclient, "SEQUENCE_LENGTH", seq_len)], request_id="0")
     manual = post.as_numpy("OUTPUT")
-    text_inputs = [tensor(httpclient, "text_input", q), tensor(httpclient, "max_tokens", np.ones_like(q).astype(np.int32) * 12),
+    text_inputs = [tensor(httpclient, "text_input", q),
+                   tensor(httpclient, "max_tokens", np.ones_like(q).astype(np.int32) * 12),
                    tensor(httpclient, "bad_words", np.array([[""]], dtype=object)),
                    tensor(httpclient, "stop_words", np.array([[""]], dtype=object))]
     for model in ("ensemble", "tensorrt_llm_bls"):  # the same request id again, as the script does
@@ -265,12 +266,13 @@ def test_stop_request_stops_a_unary_request(unary_12):
     """inflight_batcher_llm_client.py --stop-after-ms without --streaming: async_infer, then a stop request
     with the same id; the first request ends early, the stop request gets an empty response."""
     c = grpcclient.InferenceServerClient(unary_12.grpc_url)
-    done: "queue.Queue[Any]" = queue.Queue()
+    done: queue.Queue[Any] = queue.Queue()
     inputs = [tensor(grpcclient, "input_ids", np.array([[1, 415, 5565, 302]], np.int32)),
               tensor(grpcclient, "input_lengths", np.array([[4]], np.int32)),
               tensor(grpcclient, "request_output_len", np.array([[480]], np.int32)),
               tensor(grpcclient, "streaming", np.array([[False]], bool))]
-    c.async_infer("tensorrt_llm", inputs, callback=lambda result, error: done.put(error or result), request_id="stop-me")
+    c.async_infer("tensorrt_llm", inputs, callback=lambda result, error: done.put(error or result),
+                  request_id="stop-me")
     time.sleep(0.3)
     stop = [tensor(grpcclient, "input_ids", np.array([[0]], np.int32)),
             tensor(grpcclient, "input_lengths", np.array([[0]], np.int32)),

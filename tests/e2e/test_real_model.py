@@ -8,7 +8,8 @@ on the same checkpoint in this process (fp32, one torch thread like the served e
 put through the tokenizer's chat template by transformers itself:
 
 * ensemble and BLS, over HTTP /generate (prompt echoed by default, and not with the request's
-  ``exclude_input_in_output``) and over a gRPC stream: the text equals the offline greedy text token for token (the tensorrt_llm model's own ``output_ids`` are compared id for id; the text
+  ``exclude_input_in_output``) and over a gRPC stream: the text equals the offline greedy text token for token
+  (the tensorrt_llm model's own ``output_ids`` are compared id for id; the text
   models return only text and token counts);
 * the chat template is applied once: preprocessing's ``INPUT_ID`` equals transformers' templated ids,
   with one ``<|im_start|>`` per turn (three: system, user, assistant) and none doubled at the start;
@@ -24,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from e2e_support import Stream, grpc_input, http_generate
 
 pytestmark = pytest.mark.server

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from e2e_support import grpc_input, http_generate
 
 pytestmark = pytest.mark.server
@@ -105,7 +104,8 @@ VALID = {
 }
 #: per field: left out, a usual value, or (one time in ten) anything of the input's JSON type
 CHOICE = st.sampled_from(["absent"] * 9 + ["valid"] * 9 + ["wild"] * 2)
-PROMPTS = st.one_of(st.sampled_from(["Hello", "What is machine learning?", "Tell me about forests", "日本語のテキスト"]),
+PROMPTS = st.one_of(st.sampled_from(["Hello", "What is machine learning?", "Tell me about forests",
+                                     "日本語のテキスト"]),
                     st.text(min_size=1, max_size=30),
                     st.sampled_from(["", " ", "\n", "🙂" * 5, "word " * 40]))
 
@@ -164,7 +164,7 @@ def test_nan_over_grpc_is_refused_naming_the_field(served, model, field):
               grpc_input("max_tokens", np.array([[4]], np.int32))]
     nan = grpcclient.InferInput(field, [1, 1], "FP32")
     nan.set_data_from_numpy(np.array([[np.nan]], np.float32))
-    events: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
+    events: queue.Queue[tuple[Any, Any]] = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         client.start_stream(callback=lambda result, error: events.put((result, error)))
         client.async_stream_infer(model, [*inputs, nan], request_id=f"nan-{field}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import queue
-import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -110,7 +109,7 @@ class Stream:
 
     def __init__(self, server) -> None:
         self.client = grpcclient.InferenceServerClient(server.grpc_url)
-        self.events: "queue.Queue[tuple[str, Any, Any]]" = queue.Queue()
+        self.events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
         self.order: list[str] = []  # request ids in the order their final response arrived
         self.client.start_stream(callback=self._callback)
 
@@ -273,7 +272,7 @@ def test_long_request_does_not_block_a_short_one(server, tok, offline, stream):
 def test_bad_request_fails_alone_naming_the_input(server, tok, offline, stream):
     stream.send("ensemble", text_inputs(PROMPTS[1], N_TOKENS, stream=True), "good")
     stream.send("ensemble", text_inputs(PROMPTS[1], N_TOKENS, stream=False, beam_width=2), "bad")
-    errors, finals = [], {}
+    errors = []
     pending = {"good", "bad"}
     texts: list[str] = []
     while pending:
