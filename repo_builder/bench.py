@@ -110,10 +110,16 @@ class BenchSettings:
     def check(self) -> None:
         """Raise :class:`ClientError` naming the option for values out of range."""
         if not self.concurrency or any(c < 1 for c in self.concurrency):
-            raise ClientError(f"concurrency levels must be positive integers, got {self.concurrency}",
-                              key="--concurrency", hint="e.g. --concurrency 1,4,16")
-        for key, value in (("--requests", self.requests), ("--input-tokens", self.input_tokens),
-                           ("--output-tokens", self.output_tokens)):
+            raise ClientError(
+                f"concurrency levels must be positive integers, got {self.concurrency}",
+                key="--concurrency",
+                hint="e.g. --concurrency 1,4,16",
+            )
+        for key, value in (
+            ("--requests", self.requests),
+            ("--input-tokens", self.input_tokens),
+            ("--output-tokens", self.output_tokens),
+        ):
             if value < 1:
                 raise ClientError(f"must be at least 1, got {value}", key=key)
         if self.warmup < 0:
@@ -127,8 +133,9 @@ def parse_concurrency(text: str) -> list[int]:
     try:
         levels = [int(part) for part in text.replace(" ", "").split(",") if part]
     except ValueError:
-        raise ClientError(f"not a comma-separated list of integers: {text!r}", key="--concurrency",
-                          hint="e.g. --concurrency 1,4,16") from None
+        raise ClientError(
+            f"not a comma-separated list of integers: {text!r}", key="--concurrency", hint="e.g. --concurrency 1,4,16"
+        ) from None
     if not levels or any(c < 1 for c in levels):
         raise ClientError(f"concurrency levels must be positive integers, got {text!r}", key="--concurrency")
     return levels
@@ -183,8 +190,12 @@ def load_prompts(path: str | Path) -> list[Prompt]:
             raise ClientError(f"line {number} is not a JSON object", key="--prompts", path=file)
         text = item.get("text", item.get("prompt", item.get("text_input")))
         if not isinstance(text, str) or not text:
-            raise ClientError(f"line {number} has no 'text' string", key="--prompts", path=file,
-                              hint='each line looks like {"text": "...", "output_tokens": 64}')
+            raise ClientError(
+                f"line {number} has no 'text' string",
+                key="--prompts",
+                path=file,
+                hint='each line looks like {"text": "...", "output_tokens": 64}',
+            )
         out = item.get("output_tokens", item.get("max_tokens"))
         prompts.append(Prompt(text, int(out) if out is not None else None))
     if not prompts:
@@ -218,8 +229,13 @@ class _Done:
     result: GenerateResult
 
 
-def _run_level(settings: BenchSettings, info: ModelInfo, prompts: list[Prompt], concurrency: int,
-               on_done: Callable[[], None] | None) -> tuple[list[_Done], int, float]:
+def _run_level(
+    settings: BenchSettings,
+    info: ModelInfo,
+    prompts: list[Prompt],
+    concurrency: int,
+    on_done: Callable[[], None] | None,
+) -> tuple[list[_Done], int, float]:
     """Send ``settings.requests`` requests with ``concurrency`` in flight. Returns (done, wall ns, client CPU s)."""
     lock = threading.Lock()
     counter = iter(range(settings.requests))
@@ -261,7 +277,7 @@ def _run_level(settings: BenchSettings, info: ModelInfo, prompts: list[Prompt], 
 def _generated_text(done: _Done, info: ModelInfo) -> str:
     text = done.result.text
     if not info.accepts("exclude_input_in_output") and not done.result.stream and text.startswith(done.prompt.text):
-        text = text[len(done.prompt.text):]
+        text = text[len(done.prompt.text) :]
     return text
 
 
@@ -273,13 +289,15 @@ def _records(done: list[_Done], info: ModelInfo, count: Callable[[str], int] | N
         if r.ok:
             ids = r.token_ids
             tokens = len(ids) if ids is not None else (count(_generated_text(d, info)) if count else None)
-        records.append(RequestRecord(r.start_ns, tuple(r.chunk_times_ns), r.end_ns, tokens,
-                                     None if r.ok else str(r.error)))
+        records.append(
+            RequestRecord(r.start_ns, tuple(r.chunk_times_ns), r.end_ns, tokens, None if r.ok else str(r.error))
+        )
     return records
 
 
-def run_bench(settings: BenchSettings, progress: bool = True,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_bench(
+    settings: BenchSettings, progress: bool = True, log: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Run every concurrency level and return the report (a JSON-serialisable dict).
 
     The report holds ``settings``, ``server`` (model name, decoupled, max_batch_size), ``prompts`` (source and
@@ -301,8 +319,11 @@ def run_bench(settings: BenchSettings, progress: bool = True,
         info = probe.model_info()
         server_version = probe.server_version()
         if settings.stream and not info.decoupled:
-            raise ClientError(f"model '{info.name}' is not decoupled, so it cannot stream", key="--stream",
-                              hint="drop --stream or serve a streaming repository")
+            raise ClientError(
+                f"model '{info.name}' is not decoupled, so it cannot stream",
+                key="--stream",
+                hint="drop --stream or serve a streaming repository",
+            )
         if settings.prompts_file:
             prompts = load_prompts(settings.prompts_file)
             source = str(settings.prompts_file)
@@ -312,8 +333,11 @@ def run_bench(settings: BenchSettings, progress: bool = True,
         for i in range(settings.warmup):  # loads lazy state in the server (first-request costs)
             warm = probe.generate(build_request(settings, info, prompts[i % len(prompts)]))
             if warm.error is not None:
-                raise ClientError(f"warm-up request failed: {warm.error}", key="--model",
-                                  hint="check the server log; the benchmark stops before measuring")
+                raise ClientError(
+                    f"warm-up request failed: {warm.error}",
+                    key="--model",
+                    hint="check the server log; the benchmark stops before measuring",
+                )
     prompt_tokens = [count(p.text) for p in prompts] if count else None
     if not settings.min_tokens or not info.accepts("min_tokens"):
         say("note: the model has no min_tokens input (or --no-min-tokens); requests may end early at end_id")
@@ -326,8 +350,13 @@ def run_bench(settings: BenchSettings, progress: bool = True,
     if progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        bar = Progress(TextColumn("[bold]c={task.fields[c]}[/bold]"), BarColumn(), MofNCompleteColumn(),
-                       TimeElapsedColumn(), transient=False)
+        bar = Progress(
+            TextColumn("[bold]c={task.fields[c]}[/bold]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            transient=False,
+        )
         bar.start()
     try:
         for c in settings.concurrency:
@@ -339,13 +368,22 @@ def run_bench(settings: BenchSettings, progress: bool = True,
             level = stats.to_dict()
             level["client_cpu_s"] = cpu
             level["client_cpu_ms_per_request"] = cpu * 1000 / max(1, len(done))
-            level["chunks_per_request"] = (sum(len(r.chunk_ns) for r in records if r.ok) / stats.completed
-                                           if stats.completed else None)
+            level["chunks_per_request"] = (
+                sum(len(r.chunk_ns) for r in records if r.ok) / stats.completed if stats.completed else None
+            )
             levels.append(level)
             for rec, d in zip(records, done):
-                all_records.append({"concurrency": c, "request_id": d.result.request_id,
-                                    "start_ns": rec.start_ns, "chunk_ns": list(rec.chunk_ns), "end_ns": rec.end_ns,
-                                    "output_tokens": rec.output_tokens, "error": rec.error})
+                all_records.append(
+                    {
+                        "concurrency": c,
+                        "request_id": d.result.request_id,
+                        "start_ns": rec.start_ns,
+                        "chunk_ns": list(rec.chunk_ns),
+                        "end_ns": rec.end_ns,
+                        "output_tokens": rec.output_tokens,
+                        "error": rec.error,
+                    }
+                )
     finally:
         if bar:
             bar.stop()
@@ -353,14 +391,24 @@ def run_bench(settings: BenchSettings, progress: bool = True,
         "tool": "repo-builder bench",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": asdict(settings),
-        "server": {"url": settings.url, "protocol": settings.protocol, "version": server_version, "model": info.name,
-                   "decoupled": info.decoupled, "max_batch_size": info.max_batch_size,
-                   "min_tokens_sent": bool(settings.min_tokens and info.accepts("min_tokens")),
-                   "exclude_input_in_output_sent": info.accepts("exclude_input_in_output"),
-                   "outputs_requested": build_request(settings, info, prompts[0]).outputs or "all"},
-        "prompts": {"source": source, "count": len(prompts), "words_per_token": WORDS_PER_TOKEN,
-                    "input_tokens_mean": (sum(prompt_tokens) / len(prompt_tokens)) if prompt_tokens else None,
-                    "token_count_method": "tokenizer" if count else "returned ids or unknown"},
+        "server": {
+            "url": settings.url,
+            "protocol": settings.protocol,
+            "version": server_version,
+            "model": info.name,
+            "decoupled": info.decoupled,
+            "max_batch_size": info.max_batch_size,
+            "min_tokens_sent": bool(settings.min_tokens and info.accepts("min_tokens")),
+            "exclude_input_in_output_sent": info.accepts("exclude_input_in_output"),
+            "outputs_requested": build_request(settings, info, prompts[0]).outputs or "all",
+        },
+        "prompts": {
+            "source": source,
+            "count": len(prompts),
+            "words_per_token": WORDS_PER_TOKEN,
+            "input_tokens_mean": (sum(prompt_tokens) / len(prompt_tokens)) if prompt_tokens else None,
+            "token_count_method": "tokenizer" if count else "returned ids or unknown",
+        },
         "levels": levels,
         "records": all_records,
     }
@@ -377,8 +425,12 @@ def write_report(report: dict[str, Any], output_dir: str | Path) -> dict[str, Pa
     into ``output_dir``. Returns the paths by kind."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "bench.json", "csv": out / "bench.csv", "png": out / "bench.png",
-             "requests": out / "requests.jsonl"}
+    paths = {
+        "json": out / "bench.json",
+        "csv": out / "bench.csv",
+        "png": out / "bench.png",
+        "requests": out / "requests.jsonl",
+    }
     summary = {k: v for k, v in report.items() if k != "records"}
     paths["json"].write_text(json.dumps(summary, indent=2) + "\n")
     with paths["csv"].open("w", newline="") as fh:
@@ -392,8 +444,12 @@ def write_report(report: dict[str, Any], output_dir: str | Path) -> dict[str, Pa
     with paths["requests"].open("w") as fh:
         for rec in report.get("records", []):
             fh.write(json.dumps(rec) + "\n")
-    plot_levels(report["levels"], paths["png"], title=f"{report['server']['model']} "
-                f"({report['settings']['protocol']}, {'stream' if report['settings']['stream'] else 'no stream'})")
+    plot_levels(
+        report["levels"],
+        paths["png"],
+        title=f"{report['server']['model']} "
+        f"({report['settings']['protocol']}, {'stream' if report['settings']['stream'] else 'no stream'})",
+    )
     return paths
 
 
@@ -420,8 +476,13 @@ def plot_levels(levels: list[dict[str, Any]], path: str | Path, title: str = "")
         return [float("nan") if lv[metric][key] is None else lv[metric][key] for lv in levels]
 
     fig, (ax_lat, ax_thr) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for metric, key, style in (("ttft_ms", "p50", "o-"), ("ttft_ms", "p99", "o--"), ("itl_ms", "p50", "s-"),
-                               ("e2e_ms", "p50", "^-"), ("e2e_ms", "p99", "^--")):
+    for metric, key, style in (
+        ("ttft_ms", "p50", "o-"),
+        ("ttft_ms", "p99", "o--"),
+        ("itl_ms", "p50", "s-"),
+        ("e2e_ms", "p50", "^-"),
+        ("e2e_ms", "p99", "^--"),
+    ):
         ax_lat.plot(xs, series(metric, key), style, label=f"{metric[:-3].upper()} {key}")
     ax_lat.set_xlabel("concurrency (requests in flight)")
     ax_lat.set_ylabel("latency (ms)")
@@ -458,17 +519,35 @@ def format_table(report: dict[str, Any]) -> Any:
     def f(v: Any, digits: int = 1) -> str:
         return "-" if v is None else f"{v:.{digits}f}"
 
-    table = Table(title=f"{report['server']['model']} over {report['settings']['protocol']}"
-                        f"{' (stream)' if report['settings']['stream'] else ''}")
-    for col in ("conc", "ok/err", "TTFT ms p50/90/99", "ITL ms p50/90/99", "E2E ms p50/90/99",
-                "out tok/s", "req/s", "client CPU ms/req"):
+    table = Table(
+        title=f"{report['server']['model']} over {report['settings']['protocol']}"
+        f"{' (stream)' if report['settings']['stream'] else ''}"
+    )
+    for col in (
+        "conc",
+        "ok/err",
+        "TTFT ms p50/90/99",
+        "ITL ms p50/90/99",
+        "E2E ms p50/90/99",
+        "out tok/s",
+        "req/s",
+        "client CPU ms/req",
+    ):
         table.add_column(col, justify="right", no_wrap=True)
     for lv in report["levels"]:
+
         def trio(name: str, lv: dict = lv) -> str:
             d = lv[name]
             return f"{f(d['p50'])}/{f(d['p90'])}/{f(d['p99'])}"
 
-        table.add_row(str(lv["concurrency"]), f"{lv['completed']}/{lv['errors']}", trio("ttft_ms"), trio("itl_ms"),
-                      trio("e2e_ms"), f(lv["output_tokens_per_s"]), f(lv["requests_per_s"], 2),
-                      f(lv["client_cpu_ms_per_request"], 2))
+        table.add_row(
+            str(lv["concurrency"]),
+            f"{lv['completed']}/{lv['errors']}",
+            trio("ttft_ms"),
+            trio("itl_ms"),
+            trio("e2e_ms"),
+            f(lv["output_tokens_per_s"]),
+            f(lv["requests_per_s"], 2),
+            f(lv["client_cpu_ms_per_request"], 2),
+        )
     return table

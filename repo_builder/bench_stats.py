@@ -98,8 +98,15 @@ class Distribution:
         vals = list(values)
         if not vals:
             return cls(0, None, None, None, None, None, None)
-        return cls(len(vals), sum(vals) / len(vals), percentile(vals, 50), percentile(vals, 90),
-                   percentile(vals, 99), min(vals), max(vals))
+        return cls(
+            len(vals),
+            sum(vals) / len(vals),
+            percentile(vals, 50),
+            percentile(vals, 90),
+            percentile(vals, 99),
+            min(vals),
+            max(vals),
+        )
 
 
 @dataclass(frozen=True)
@@ -172,27 +179,64 @@ def summarize(records: Sequence[RequestRecord], concurrency: int, wall: int | No
     for r in failed:
         if r.error not in messages and len(messages) < 5:
             messages.append(str(r.error))
-    return LevelStats(concurrency=concurrency, requests=len(records), completed=len(ok), errors=len(failed),
-                      error_messages=messages, wall_s=wall_s, ttft_ms=Distribution.of(ttfts),
-                      itl_ms=Distribution.of(gaps), e2e_ms=Distribution.of(e2es), output_tokens=total,
-                      output_tokens_per_request=per_req, output_tokens_per_s=tok_s,
-                      requests_per_s=(len(ok) / wall_s) if wall_s > 0 else 0.0)
+    return LevelStats(
+        concurrency=concurrency,
+        requests=len(records),
+        completed=len(ok),
+        errors=len(failed),
+        error_messages=messages,
+        wall_s=wall_s,
+        ttft_ms=Distribution.of(ttfts),
+        itl_ms=Distribution.of(gaps),
+        e2e_ms=Distribution.of(e2es),
+        output_tokens=total,
+        output_tokens_per_request=per_req,
+        output_tokens_per_s=tok_s,
+        requests_per_s=(len(ok) / wall_s) if wall_s > 0 else 0.0,
+    )
 
 
-CSV_COLUMNS = ["concurrency", "requests", "completed", "errors", "wall_s",
-               "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "ttft_mean_ms",
-               "itl_p50_ms", "itl_p90_ms", "itl_p99_ms", "itl_mean_ms",
-               "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms", "e2e_mean_ms",
-               "output_tokens", "output_tokens_per_request", "output_tokens_per_s", "requests_per_s"]
+CSV_COLUMNS = [
+    "concurrency",
+    "requests",
+    "completed",
+    "errors",
+    "wall_s",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "ttft_mean_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "itl_p99_ms",
+    "itl_mean_ms",
+    "e2e_p50_ms",
+    "e2e_p90_ms",
+    "e2e_p99_ms",
+    "e2e_mean_ms",
+    "output_tokens",
+    "output_tokens_per_request",
+    "output_tokens_per_s",
+    "requests_per_s",
+]
 
 
 def csv_row(stats: LevelStats) -> dict[str, object]:
     """One flat CSV row (columns :data:`CSV_COLUMNS`; empty string for unknown values)."""
-    row: dict[str, object] = {"concurrency": stats.concurrency, "requests": stats.requests,
-                              "completed": stats.completed, "errors": stats.errors, "wall_s": stats.wall_s}
+    row: dict[str, object] = {
+        "concurrency": stats.concurrency,
+        "requests": stats.requests,
+        "completed": stats.completed,
+        "errors": stats.errors,
+        "wall_s": stats.wall_s,
+    }
     for name, dist in (("ttft", stats.ttft_ms), ("itl", stats.itl_ms), ("e2e", stats.e2e_ms)):
         for key in ("p50", "p90", "p99", "mean"):
             row[f"{name}_{key}_ms"] = getattr(dist, key)
-    row.update(output_tokens=stats.output_tokens, output_tokens_per_request=stats.output_tokens_per_request,
-               output_tokens_per_s=stats.output_tokens_per_s, requests_per_s=stats.requests_per_s)
+    row.update(
+        output_tokens=stats.output_tokens,
+        output_tokens_per_request=stats.output_tokens_per_request,
+        output_tokens_per_s=stats.output_tokens_per_s,
+        requests_per_s=stats.requests_per_s,
+    )
     return {k: ("" if v is None else v) for k, v in row.items()}

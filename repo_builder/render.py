@@ -46,13 +46,29 @@ RESERVED_TEMPLATE_VARS = {
 }
 
 #: Python model source kind per repository model (model_templates/python_models/<kind>/model.py).
-PYTHON_MODEL_KINDS = {"preprocessing": "preprocessing", "postprocessing": "postprocessing",
-                      "tensorrt_llm_bls": "tensorrt_llm_bls"}
+PYTHON_MODEL_KINDS = {
+    "preprocessing": "preprocessing",
+    "postprocessing": "postprocessing",
+    "tensorrt_llm_bls": "tensorrt_llm_bls",
+}
 ENGINE_MODEL_KINDS = {"hf": "reference_engine", "synthetic": "synthetic_engine"}
 RUNTIME_FOLDER = "repo_builder_runtime"
-TRITON_DTYPES = ("TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8",
-                 "TYPE_INT16", "TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32", "TYPE_FP64",
-                 "TYPE_STRING", "TYPE_BF16")
+TRITON_DTYPES = (
+    "TYPE_BOOL",
+    "TYPE_UINT8",
+    "TYPE_UINT16",
+    "TYPE_UINT32",
+    "TYPE_UINT64",
+    "TYPE_INT8",
+    "TYPE_INT16",
+    "TYPE_INT32",
+    "TYPE_INT64",
+    "TYPE_FP16",
+    "TYPE_FP32",
+    "TYPE_FP64",
+    "TYPE_STRING",
+    "TYPE_BF16",
+)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -194,8 +210,14 @@ def _param_formatters(profile: str) -> dict[str, Any]:
     return {p.key: p for p in _schema_params(profile)}
 
 
-def render_configs(profile: str, values: Mapping[str, Any], *, engine_kind: str,
-                   contract: ProfileContract | None = None, names: Mapping[str, str] | None = None) -> dict[str, str]:
+def render_configs(
+    profile: str,
+    values: Mapping[str, Any],
+    *,
+    engine_kind: str,
+    contract: ProfileContract | None = None,
+    names: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Render, tidy and parse the ``config.pbtxt`` of every model of ``profile``.
 
     Args:
@@ -218,17 +240,23 @@ def render_configs(profile: str, values: Mapping[str, Any], *, engine_kind: str,
     for model in MODEL_NAMES:
         path = template_path(profile, model)
         if not path.is_file():
-            raise TemplateError("template missing", path=path,
-                                hint=f"every profile needs a config.pbtxt.j2 for each of {', '.join(MODEL_NAMES)}")
+            raise TemplateError(
+                "template missing",
+                path=path,
+                hint=f"every profile needs a config.pbtxt.j2 for each of {', '.join(MODEL_NAMES)}",
+            )
         variables = model_template_vars(profile, model, values, engine_kind)
-        variables.update(contract=contract.models[model], model_name=(names or {}).get(model, model),
-                         engine_kind=engine_kind)
+        variables.update(
+            contract=contract.models[model], model_name=(names or {}).get(model, model), engine_kind=engine_kind
+        )
         try:
             text = env.get_template(f"{profile}/{model}/config.pbtxt.j2").render(**variables)
         except jinja2.UndefinedError as exc:
-            raise TemplateError(f"template uses an undefined variable: {exc.message}", path=path,
-                                hint="add the parameter to model_templates/parameters.yaml or fix the template",
-                                ) from exc
+            raise TemplateError(
+                f"template uses an undefined variable: {exc.message}",
+                path=path,
+                hint="add the parameter to model_templates/parameters.yaml or fix the template",
+            ) from exc
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"line {exc.lineno}: template syntax error: {exc.message}", path=path) from exc
         except TemplateError as exc:
@@ -291,8 +319,11 @@ class RenderResult:
 def _python_model_source(kind: str) -> bytes:
     path = templates_dir() / "python_models" / kind / "model.py"
     if not path.is_file():
-        raise TemplateError("Python model source missing", path=path,
-                            hint=f"model_templates/python_models/{kind}/model.py must exist to render this model")
+        raise TemplateError(
+            "Python model source missing",
+            path=path,
+            hint=f"model_templates/python_models/{kind}/model.py must exist to render this model",
+        )
     return path.read_bytes()
 
 
@@ -321,8 +352,12 @@ def wiring_data(contract: ProfileContract, values: Mapping[str, Any]) -> dict[st
         dtype = spec.data_type if spec.data_type is not None else values.get(spec.data_type_param)
         return {"name": spec.name, "data_type": dtype, "dims": list(spec.dims), "optional": spec.optional}
 
-    return {"profile": contract.profile, "steps": contract.wiring(),
-            "inputs": [tensor(s) for s in bls.inputs], "outputs": [tensor(s) for s in bls.outputs]}
+    return {
+        "profile": contract.profile,
+        "steps": contract.wiring(),
+        "inputs": [tensor(s) for s in bls.inputs],
+        "outputs": [tensor(s) for s in bls.outputs],
+    }
 
 
 def _load_values_file(values_file: str | Path) -> dict[str, Any]:
@@ -342,23 +377,43 @@ def _load_values_file(values_file: str | Path) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()}
 
 
-def _check_output(output: Path, engine_dir: Path, tokenizer_dir: Path, *, force: bool, dry_run: bool,
-                  placement: str, delete_unlisted: bool = False) -> bool:
+def _check_output(
+    output: Path,
+    engine_dir: Path,
+    tokenizer_dir: Path,
+    *,
+    force: bool,
+    dry_run: bool,
+    placement: str,
+    delete_unlisted: bool = False,
+) -> bool:
     """Refuse outputs that would clobber something; returns whether ``output`` exists."""
     exists = output.exists() or output.is_symlink()
     if exists and not output.is_dir():
         raise RenderError("output exists and is not a directory", path=output, key="--output")
     for src, what in ((engine_dir, "engine"), (tokenizer_dir, "tokenizer")):
         if src == output or output in src.parents:
-            raise RenderError(f"the {what} directory lies inside the output repository; rendering there would "
-                              "replace it", path=output, key="--output", hint="choose another --output")
+            raise RenderError(
+                f"the {what} directory lies inside the output repository; rendering there would replace it",
+                path=output,
+                key="--output",
+                hint="choose another --output",
+            )
     if placement != "reference" and engine_dir in output.parents:
-        raise RenderError("the output repository lies inside the engine directory", path=output, key="--output",
-                          hint="choose an --output outside the engine directory")
+        raise RenderError(
+            "the output repository lies inside the engine directory",
+            path=output,
+            key="--output",
+            hint="choose an --output outside the engine directory",
+        )
     if exists and not dry_run:
         if not force:
-            raise RenderError("output already exists", path=output, key="--output",
-                              hint="pass --force to replace it, or --dry-run to see the difference")
+            raise RenderError(
+                "output already exists",
+                path=output,
+                key="--output",
+                hint="pass --force to replace it, or --dry-run to see the difference",
+            )
         if any(output.iterdir()):
             _check_replaceable(output, delete_unlisted=delete_unlisted)
     return exists
@@ -375,29 +430,51 @@ def _check_replaceable(output: Path, *, delete_unlisted: bool) -> None:
     from .lockfile import read_lock, unlisted_files
 
     if not ((output / LOCK_NAME).is_file() or (output / LOCK_NAME).is_symlink()):
-        raise RenderError(f"refusing to replace a directory that repo-builder did not render (no {LOCK_NAME})",
-                          path=output, key="--output", hint="remove it yourself or choose another --output")
+        raise RenderError(
+            f"refusing to replace a directory that repo-builder did not render (no {LOCK_NAME})",
+            path=output,
+            key="--output",
+            hint="remove it yourself or choose another --output",
+        )
     try:
         lock = read_lock(output)
     except RenderError as exc:
-        raise RenderError(f"refusing to replace the directory: its lock file does not prove repo-builder "
-                          f"rendered it ({LOCK_NAME}: {exc.message})", path=output, key="--output",
-                          hint="remove the directory yourself or choose another --output") from None
+        raise RenderError(
+            f"refusing to replace the directory: its lock file does not prove repo-builder "
+            f"rendered it ({LOCK_NAME}: {exc.message})",
+            path=output,
+            key="--output",
+            hint="remove the directory yourself or choose another --output",
+        ) from None
     assert lock is not None
     extra = unlisted_files(output, lock)
     if extra and not delete_unlisted:
         shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
-        raise RenderError(f"refusing to replace the repository: {len(extra)} file(s) in it were not rendered by "
-                          f"repo-builder (the lock file does not list them) and would be deleted: {shown}",
-                          path=output, key="--output",
-                          hint="move them out first, or pass --delete-unlisted to delete them with the old repository")
+        raise RenderError(
+            f"refusing to replace the repository: {len(extra)} file(s) in it were not rendered by "
+            f"repo-builder (the lock file does not list them) and would be deleted: {shown}",
+            path=output,
+            key="--output",
+            hint="move them out first, or pass --delete-unlisted to delete them with the old repository",
+        )
 
 
-def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str | Path, *,
-                profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
-                values_file: str | Path | None = None, engine_mode: str = "copy", streaming: bool | None = None,
-                serve_path: str | Path | None = None, force: bool = False, dry_run: bool = False,
-                delete_unlisted: bool = False, model_prefix: str = "") -> RenderPlan:
+def plan_render(
+    engine_dir: str | Path,
+    tokenizer_dir: str | Path,
+    output: str | Path,
+    *,
+    profile: str = "trtllm-1.2",
+    user_values: Mapping[str, Any] | None = None,
+    values_file: str | Path | None = None,
+    engine_mode: str = "copy",
+    streaming: bool | None = None,
+    serve_path: str | Path | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    delete_unlisted: bool = False,
+    model_prefix: str = "",
+) -> RenderPlan:
     """Inspect, resolve and render everything in memory (writes nothing). See :func:`render_repository`.
 
     ``model_prefix`` (one LLM of several in a repository, :func:`render_multi_repository`) prefixes every model
@@ -411,18 +488,31 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     from .tokenizer import check_tokenizer_dir, inspect_tokenizer
 
     if engine_mode not in PLACEMENT_MODES:
-        raise RenderError(f"unknown engine placement mode '{engine_mode}'", key="--engine-mode",
-                          hint=f"choose one of {', '.join(PLACEMENT_MODES)}")
+        raise RenderError(
+            f"unknown engine placement mode '{engine_mode}'",
+            key="--engine-mode",
+            hint=f"choose one of {', '.join(PLACEMENT_MODES)}",
+        )
     contract = load_contract(profile)
     output = Path(output).expanduser().absolute()
     engine_path = Path(engine_dir).expanduser().resolve()
     tokenizer_path = check_tokenizer_dir(str(tokenizer_dir))  # the raw text, so a hub id is named as one (B22)
-    _check_output(output, engine_path, tokenizer_path, force=force, dry_run=dry_run, placement=engine_mode,
-                  delete_unlisted=delete_unlisted)
+    _check_output(
+        output,
+        engine_path,
+        tokenizer_path,
+        force=force,
+        dry_run=dry_run,
+        placement=engine_mode,
+        delete_unlisted=delete_unlisted,
+    )
     serve_root = Path(serve_path) if serve_path is not None else output
     if not serve_root.is_absolute():
-        raise RenderError("the serve path must be absolute (the repository's path inside the server)",
-                          key="--serve-path", path=serve_root)
+        raise RenderError(
+            "the serve path must be absolute (the repository's path inside the server)",
+            key="--serve-path",
+            path=serve_root,
+        )
 
     checked: dict[str, Any] = {}
     if values_file is not None:
@@ -440,8 +530,9 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     if model_prefix:
         placement = _prefixed_placement(placement, model_prefix)
     engine_dir_value = placement.engine_dir_in(serve_root)
-    resolution = resolve(profile, engine, tokenizer, checked, streaming=streaming,
-                         engine_dir_in_repo=str(engine_dir_value))
+    resolution = resolve(
+        profile, engine, tokenizer, checked, streaming=streaming, engine_dir_in_repo=str(engine_dir_value)
+    )
     values = resolution.as_template_vars()
     render_contract = contract
     if model_prefix:
@@ -466,38 +557,66 @@ def plan_render(engine_dir: str | Path, tokenizer_dir: str | Path, output: str |
     files[f"{names['tensorrt_llm_bls']}/1/wiring.json"] = (json.dumps(wiring, indent=2) + "\n").encode()
     # The BLS runs postprocessing's code in-process (bls_local_postprocessing) with postprocessing's own config.
     post_config = backend_json(parse_model_config(configs["postprocessing"], path="postprocessing/config.pbtxt"))
-    files[f"{names['tensorrt_llm_bls']}/1/postprocessing_config.json"] = \
-        (json.dumps(post_config, indent=2, sort_keys=True) + "\n").encode()
+    files[f"{names['tensorrt_llm_bls']}/1/postprocessing_config.json"] = (
+        json.dumps(post_config, indent=2, sort_keys=True) + "\n"
+    ).encode()
     for rel in files:
         if placement.files and any(rel == f.target for f in placement.files):
             raise RenderError(f"engine file would overwrite a rendered file: {rel}", path=engine_path)
-    empty_dirs = [f"{names[m]}/1" for m in MODEL_NAMES if not any(r.startswith(f"{names[m]}/1/") for r in files)
-                  and not any(f.target.startswith(f"{names[m]}/1/") for f in placement.files)]
+    empty_dirs = [
+        f"{names[m]}/1"
+        for m in MODEL_NAMES
+        if not any(r.startswith(f"{names[m]}/1/") for r in files)
+        and not any(f.target.startswith(f"{names[m]}/1/") for f in placement.files)
+    ]
 
     lock = build_lock(
-        version=__version__, profile=profile,
-        engine={"dir": str(engine_path), "kind": kind, "placement": engine_mode,
-                "fingerprint": engine_fingerprint(engine), "engine_dir": str(engine_dir_value)},
+        version=__version__,
+        profile=profile,
+        engine={
+            "dir": str(engine_path),
+            "kind": kind,
+            "placement": engine_mode,
+            "fingerprint": engine_fingerprint(engine),
+            "engine_dir": str(engine_dir_value),
+        },
         tokenizer_dir=str(tokenizer_path),
         values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
         world_size=int(getattr(resolution, "world_size", 1) or 1),
         tensorrt_llm_model_names=[names["tensorrt_llm"]],
-        files=files, serve_path=serve_path, engine_files=[f.target for f in placement.files],
-        tp_size=engine.tp_size if kind == "trtllm" else 1, pp_size=engine.pp_size if kind == "trtllm" else 1,
+        files=files,
+        serve_path=serve_path,
+        engine_files=[f.target for f in placement.files],
+        tp_size=engine.tp_size if kind == "trtllm" else 1,
+        pp_size=engine.pp_size if kind == "trtllm" else 1,
         python_instances={names[m]: n for m, n in _python_instances(configs).items()},
     )
     files[LOCK_NAME] = dumps(lock)
-    return RenderPlan(output=output, serve_root=serve_root, profile=profile, engine=engine, tokenizer=tokenizer,
-                      resolution=resolution, placement=placement, files=files, empty_dirs=empty_dirs, lock=lock,
-                      warnings=list(getattr(resolution, "warnings", []) or []))
+    return RenderPlan(
+        output=output,
+        serve_root=serve_root,
+        profile=profile,
+        engine=engine,
+        tokenizer=tokenizer,
+        resolution=resolution,
+        placement=placement,
+        files=files,
+        empty_dirs=empty_dirs,
+        lock=lock,
+        warnings=list(getattr(resolution, "warnings", []) or []),
+    )
 
 
 def _prefixed_placement(placement: PlacementPlan, prefix: str) -> PlacementPlan:
     """``placement`` with the engine folder (``tensorrt_llm/1...``) moved to ``<prefix>tensorrt_llm/1...``."""
     if placement.engine_subdir is None:
         return placement
-    return PlacementPlan(placement.mode, placement.source_dir, prefix + placement.engine_subdir,
-                         [type(f)(f.source, prefix + f.target, f.size) for f in placement.files])
+    return PlacementPlan(
+        placement.mode,
+        placement.source_dir,
+        prefix + placement.engine_subdir,
+        [type(f)(f.source, prefix + f.target, f.size) for f in placement.files],
+    )
 
 
 def _prefixed_contract(contract: ProfileContract, names: Mapping[str, str]) -> ProfileContract:
@@ -533,8 +652,13 @@ def diff_against(plan: RenderPlan, existing: Path) -> str:
         engine_targets = {f.target for f in plan.placement.files}
         for path in sorted(existing.rglob("*")):
             rel = path.relative_to(existing).as_posix()
-            if path.is_file() and "__pycache__" not in rel and rel not in engine_targets \
-                    and not rel.startswith("tensorrt_llm/1/engine/") and not path.name.endswith(".engine"):
+            if (
+                path.is_file()
+                and "__pycache__" not in rel
+                and rel not in engine_targets
+                and not rel.startswith("tensorrt_llm/1/engine/")
+                and not path.name.endswith(".engine")
+            ):
                 old_files.add(rel)
     for rel in sorted(old_files | set(plan.files)):
         new = plan.files.get(rel)
@@ -547,9 +671,14 @@ def diff_against(plan: RenderPlan, existing: Path) -> str:
         except UnicodeDecodeError:
             chunks.append(f"Binary files a/{rel} and b/{rel} differ\n")
             continue
-        chunks.extend(difflib.unified_diff(old_lines, new_lines,
-                                           fromfile=f"a/{rel}" if old is not None else "/dev/null",
-                                           tofile=f"b/{rel}" if new is not None else "/dev/null"))
+        chunks.extend(
+            difflib.unified_diff(
+                old_lines,
+                new_lines,
+                fromfile=f"a/{rel}" if old is not None else "/dev/null",
+                tofile=f"b/{rel}" if new is not None else "/dev/null",
+            )
+        )
         if chunks and not chunks[-1].endswith("\n"):
             chunks[-1] += "\n"
     return "".join(chunks)
@@ -626,12 +755,22 @@ class _WriteSignals:
             raise self._interrupted()
 
 
-def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output: str | Path, *,
-                      profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
-                      values_file: str | Path | None = None, engine_mode: str = "copy",
-                      streaming: bool | None = None, force: bool = False, dry_run: bool = False,
-                      serve_path: str | Path | None = None, progress: bool = False,
-                      delete_unlisted: bool = False) -> RenderResult:
+def render_repository(
+    engine_dir: str | Path,
+    tokenizer_dir: str | Path,
+    output: str | Path,
+    *,
+    profile: str = "trtllm-1.2",
+    user_values: Mapping[str, Any] | None = None,
+    values_file: str | Path | None = None,
+    engine_mode: str = "copy",
+    streaming: bool | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    serve_path: str | Path | None = None,
+    progress: bool = False,
+    delete_unlisted: bool = False,
+) -> RenderResult:
     """Render a Triton model repository for an engine and a tokenizer.
 
     Args:
@@ -658,9 +797,20 @@ def render_repository(engine_dir: str | Path, tokenizer_dir: str | Path, output:
         RepoBuilderError subclasses naming the key or file: EngineError, TokenizerError, ParameterError,
         TemplateError, RenderError (output exists, placement failed, the rendered repository failed validation).
     """
-    plan = plan_render(engine_dir, tokenizer_dir, output, profile=profile, user_values=user_values,
-                       values_file=values_file, engine_mode=engine_mode, streaming=streaming,
-                       serve_path=serve_path, force=force, dry_run=dry_run, delete_unlisted=delete_unlisted)
+    plan = plan_render(
+        engine_dir,
+        tokenizer_dir,
+        output,
+        profile=profile,
+        user_values=user_values,
+        values_file=values_file,
+        engine_mode=engine_mode,
+        streaming=streaming,
+        serve_path=serve_path,
+        force=force,
+        dry_run=dry_run,
+        delete_unlisted=delete_unlisted,
+    )
     return write_plan(plan, dry_run=dry_run, progress=progress)
 
 
@@ -695,8 +845,11 @@ def write_plan(plan: RenderPlan, *, dry_run: bool = False, progress: bool = Fals
 
             problems = validate_repository(tmp, served_at=plan.serve_root)
             if problems:
-                raise RenderError("the rendered repository failed validation (a repo-builder bug):\n"
-                                  + "\n".join(str(p) for p in problems), path=out)
+                raise RenderError(
+                    "the rendered repository failed validation (a repo-builder bug):\n"
+                    + "\n".join(str(p) for p in problems),
+                    path=out,
+                )
             with signals.deferred(reraise=False):  # the swap is two renames: a signal waits until both are done
                 if existed:
                     old = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-old-", dir=out.parent))
@@ -714,8 +867,11 @@ def write_plan(plan: RenderPlan, *, dry_run: bool = False, progress: bool = Fals
                     shutil.rmtree(old, ignore_errors=True)
                     old = None
             if signals.received is not None:
-                raise Interrupted(signals.received, f"the signal came while the finished repository was being "
-                                                    f"moved into place; it is complete at {out}")
+                raise Interrupted(
+                    signals.received,
+                    f"the signal came while the finished repository was being "
+                    f"moved into place; it is complete at {out}",
+                )
         except BaseException as exc:
             with signals.deferred(reraise=False):  # cleanup is not cut short by a second signal
                 if tmp is not None:
@@ -735,12 +891,21 @@ def write_plan(plan: RenderPlan, *, dry_run: bool = False, progress: bool = Fals
 _LLM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-def render_multi_repository(llms: list[tuple[str, str | Path, str | Path]], output: str | Path, *,
-                            profile: str = "trtllm-1.2", user_values: Mapping[str, Any] | None = None,
-                            values_file: str | Path | None = None, engine_mode: str = "copy",
-                            streaming: bool | None = None, force: bool = False, dry_run: bool = False,
-                            serve_path: str | Path | None = None, progress: bool = False,
-                            delete_unlisted: bool = False) -> RenderResult:
+def render_multi_repository(
+    llms: list[tuple[str, str | Path, str | Path]],
+    output: str | Path,
+    *,
+    profile: str = "trtllm-1.2",
+    user_values: Mapping[str, Any] | None = None,
+    values_file: str | Path | None = None,
+    engine_mode: str = "copy",
+    streaming: bool | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    serve_path: str | Path | None = None,
+    progress: bool = False,
+    delete_unlisted: bool = False,
+) -> RenderResult:
     """Render one repository serving several LLMs: ``[(name, engine_dir, tokenizer_dir), ...]``.
 
     Each LLM gets its own five models named ``<name>_preprocessing``, ``<name>_tensorrt_llm``,
@@ -759,48 +924,94 @@ def render_multi_repository(llms: list[tuple[str, str | Path, str | Path]], outp
     from .lockfile import build_multi_lock
 
     if len(llms) < 2:
-        raise RenderError("several LLMs need at least two --model NAME=ENGINE_DIR,TOKENIZER_DIR", key="--model",
-                          hint="render one LLM with --engine-dir and --tokenizer-dir")
+        raise RenderError(
+            "several LLMs need at least two --model NAME=ENGINE_DIR,TOKENIZER_DIR",
+            key="--model",
+            hint="render one LLM with --engine-dir and --tokenizer-dir",
+        )
     seen: set[str] = set()
     for name, _, _ in llms:
         if not _LLM_NAME.match(name):
-            raise RenderError(f"'{name}' is not a model name: letters, digits, '_', '.', '-', starting with a "
-                              "letter or digit, at most 64 characters", key="--model")
+            raise RenderError(
+                f"'{name}' is not a model name: letters, digits, '_', '.', '-', starting with a "
+                "letter or digit, at most 64 characters",
+                key="--model",
+            )
         if name in seen:
             raise RenderError(f"the name '{name}' is given twice", key="--model")
         seen.add(name)
     plans: list[tuple[str, RenderPlan]] = []
     for name, engine_dir, tokenizer_dir in llms:
         try:
-            plan = plan_render(engine_dir, tokenizer_dir, output, profile=profile, user_values=user_values,
-                               values_file=values_file, engine_mode=engine_mode, streaming=streaming,
-                               serve_path=serve_path, force=force, dry_run=dry_run,
-                               delete_unlisted=delete_unlisted, model_prefix=f"{name}_")
+            plan = plan_render(
+                engine_dir,
+                tokenizer_dir,
+                output,
+                profile=profile,
+                user_values=user_values,
+                values_file=values_file,
+                engine_mode=engine_mode,
+                streaming=streaming,
+                serve_path=serve_path,
+                force=force,
+                dry_run=dry_run,
+                delete_unlisted=delete_unlisted,
+                model_prefix=f"{name}_",
+            )
         except RepoBuilderError as exc:
             exc.message = f"--model {name}: {exc.message}"
             raise
         plans.append((name, plan))
     sizes = {name: plan.lock["launch"]["world_size"] for name, plan in plans}
     if len(set(sizes.values())) > 1:
-        raise RenderError("the engines need different world sizes (one launch serves them all): "
-                          + ", ".join(f"{n} {ws}" for n, ws in sizes.items()), key="--model",
-                          hint="serve engines built with the same tp x pp together")
+        raise RenderError(
+            "the engines need different world sizes (one launch serves them all): "
+            + ", ".join(f"{n} {ws}" for n, ws in sizes.items()),
+            key="--model",
+            hint="serve engines built with the same tp x pp together",
+        )
     files: dict[str, bytes] = {}
     for _, plan in plans:
         files.update({rel: data for rel, data in plan.files.items() if rel != LOCK_NAME})
     first = plans[0][1]
-    lock = build_multi_lock(version=__version__, profile=profile, llms=[(n, p.lock) for n, p in plans],
-                            files=files, serve_path=serve_path)
+    lock = build_multi_lock(
+        version=__version__, profile=profile, llms=[(n, p.lock) for n, p in plans], files=files, serve_path=serve_path
+    )
     files[LOCK_NAME] = dumps(lock)
-    placement = PlacementPlan(first.placement.mode, first.placement.source_dir, first.placement.engine_subdir,
-                              [f for _, p in plans for f in p.placement.files])
-    combined = RenderPlan(output=first.output, serve_root=first.serve_root, profile=profile, engine=first.engine,
-                          tokenizer=first.tokenizer, resolution=first.resolution, placement=placement, files=files,
-                          empty_dirs=[d for _, p in plans for d in p.empty_dirs], lock=lock,
-                          warnings=[f"{n}: {w}" for n, p in plans for w in p.warnings])
+    placement = PlacementPlan(
+        first.placement.mode,
+        first.placement.source_dir,
+        first.placement.engine_subdir,
+        [f for _, p in plans for f in p.placement.files],
+    )
+    combined = RenderPlan(
+        output=first.output,
+        serve_root=first.serve_root,
+        profile=profile,
+        engine=first.engine,
+        tokenizer=first.tokenizer,
+        resolution=first.resolution,
+        placement=placement,
+        files=files,
+        empty_dirs=[d for _, p in plans for d in p.empty_dirs],
+        lock=lock,
+        warnings=[f"{n}: {w}" for n, p in plans for w in p.warnings],
+    )
     return write_plan(combined, dry_run=dry_run, progress=progress)
 
 
-__all__ = ["RenderPlan", "RenderResult", "RepoBuilderError", "diff_against", "make_environment", "param_text",
-           "plan_render", "render_configs", "render_multi_repository", "render_repository",
-           "template_parameter_names", "wiring_data", "write_plan"]
+__all__ = [
+    "RenderPlan",
+    "RenderResult",
+    "RepoBuilderError",
+    "diff_against",
+    "make_environment",
+    "param_text",
+    "plan_render",
+    "render_configs",
+    "render_multi_repository",
+    "render_repository",
+    "template_parameter_names",
+    "wiring_data",
+    "write_plan",
+]

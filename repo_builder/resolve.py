@@ -29,9 +29,14 @@ from .tokenizer import TokenizerInfo
 Origin = Literal["default", "engine", "tokenizer", "user"]
 
 #: Engine dtype names (torch style, as in config.json) -> Triton dtype names.
-TORCH_TO_TRITON = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16",
-                   "fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}
-
+TORCH_TO_TRITON = {
+    "float32": "TYPE_FP32",
+    "float16": "TYPE_FP16",
+    "bfloat16": "TYPE_BF16",
+    "fp32": "TYPE_FP32",
+    "fp16": "TYPE_FP16",
+    "bf16": "TYPE_BF16",
+}
 
 
 @dataclass(frozen=True)
@@ -119,8 +124,15 @@ def _tokenizer_value(param: Parameter, tokenizer: TokenizerInfo | None) -> Any:
     return raw
 
 
-def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, user_values: Mapping[str, Any], *,
-            streaming: bool | None = None, engine_dir_in_repo: str | None = None) -> Resolution:
+def resolve(
+    profile: str,
+    engine: EngineInfo,
+    tokenizer: TokenizerInfo | None,
+    user_values: Mapping[str, Any],
+    *,
+    streaming: bool | None = None,
+    engine_dir_in_repo: str | None = None,
+) -> Resolution:
     """Resolve every parameter of ``profile`` and cross-check it against the engine and tokenizer.
 
     Args:
@@ -143,16 +155,20 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
     warnings: list[str] = []
     values: dict[str, ResolvedValue] = {}
 
-    sources = {"engine": f"the engine ({engine.config_file})",
-               "tokenizer": f"the tokenizer ({tokenizer.dir if tokenizer is not None else '-'})"}
+    sources = {
+        "engine": f"the engine ({engine.config_file})",
+        "tokenizer": f"the tokenizer ({tokenizer.dir if tokenizer is not None else '-'})",
+    }
 
     def coerce_fact(name: str, param: Parameter, value: Any, origin: Origin) -> None:
         try:
             values[name] = ResolvedValue(param.coerce(value), origin)
         except ValueError as exc:  # a fact of the engine or tokenizer that the parameter cannot take
             values[name] = ResolvedValue(value, origin)  # kept so that no "unset" problem follows
-            problems.add(EngineError if origin == "engine" else TokenizerError,
-                         f"{name}: the value {value!r} from {sources[origin]} cannot be used: {exc}")
+            problems.add(
+                EngineError if origin == "engine" else TokenizerError,
+                f"{name}: the value {value!r} from {sources[origin]} cannot be used: {exc}",
+            )
 
     for name, param in params.items():
         if name in user:
@@ -185,18 +201,28 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
             set_("engine_dir", check_text_value(where), "engine")
         except ValueError as exc:
             set_("engine_dir", where, "engine")
-            problems.add(EngineError, f"engine_dir: the engine's path in the repository cannot be written: {exc} "
-                                      "(it comes from --engine-dir, --output or --serve-path)")
+            problems.add(
+                EngineError,
+                f"engine_dir: the engine's path in the repository cannot be written: {exc} "
+                "(it comes from --engine-dir, --output or --serve-path)",
+            )
     backend_default = "tensorrtllm" if engine.kind == "trtllm" else "python"
     if "triton_backend" in values and "triton_backend" not in user:
         set_("triton_backend", backend_default, "engine")
     if streaming is not None and "decoupled_mode" in values:
         if "decoupled_mode" in user and user["decoupled_mode"] is not bool(streaming):
-            problems.add(ParameterError, f"decoupled_mode: {user['decoupled_mode']} contradicts "
-                                         f"--{'streaming' if streaming else 'no-streaming'}; give only one of them")
+            problems.add(
+                ParameterError,
+                f"decoupled_mode: {user['decoupled_mode']} contradicts "
+                f"--{'streaming' if streaming else 'no-streaming'}; give only one of them",
+            )
         set_("decoupled_mode", bool(streaming), "user")
-    if "end_id" in user and tokenizer is not None and "pad_id" not in user \
-            and tokenizer.special_id_sources.get("pad_id") == "end_id":
+    if (
+        "end_id" in user
+        and tokenizer is not None
+        and "pad_id" not in user
+        and tokenizer.special_id_sources.get("pad_id") == "end_id"
+    ):
         set_("pad_id", user["end_id"], "user")  # the pad id follows the end id it was derived from
     if tokenizer is not None and tokenizer.end_id is None and val("end_id") is None and "end_id" in values:
         problems.add(TokenizerError, f"end_id: {tokenizer.special_ids_error or 'no end id found'} (B20)")
@@ -212,14 +238,17 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
     if is_trt and "enable_kv_cache_reuse" in values:
         why = []
         if not engine.use_paged_context_fmha:
-            why.append(f"the engine was built without paged context FMHA (rebuild with `{build} "
-                       "--use_paged_context_fmha enable`)")
+            why.append(
+                f"the engine was built without paged context FMHA (rebuild with `{build} "
+                "--use_paged_context_fmha enable`)"
+            )
         if beam > 1:
             why.append(f"block reuse is not supported with beam width > 1 (max_beam_width is {beam})")
         if why and val("enable_kv_cache_reuse") and values["enable_kv_cache_reuse"].origin != "user":
             set_("enable_kv_cache_reuse", False, "engine")  # an explicit true: refused by rules.kv_cache_reuse
-            warnings.append("enable_kv_cache_reuse set to false (the TRT-LLM >= 0.19 default is true): "
-                                + "; ".join(why))
+            warnings.append(
+                "enable_kv_cache_reuse set to false (the TRT-LLM >= 0.19 default is true): " + "; ".join(why)
+            )
 
     # ---------------------------------------------------------------- cross-checks (repo_builder.rules)
     from .rules import check as check_rules
@@ -234,28 +263,45 @@ def resolve(profile: str, engine: EngineInfo, tokenizer: TokenizerInfo | None, u
             problems.add(blame[finding.blame], f"{finding.key}: {finding.message}")
 
     if tokenizer is not None and engine.vocab_size is not None and tokenizer.vocab_size > engine.vocab_size:
-        problems.add(TokenizerError, f"tokenizer_dir: the tokenizer has {tokenizer.vocab_size} tokens but the engine's "
-                                     f"vocabulary is {engine.vocab_size}: ids above {engine.vocab_size - 1} would "
-                                     f"be out of range (wrong tokenizer for {engine.dir}?)")
+        problems.add(
+            TokenizerError,
+            f"tokenizer_dir: the tokenizer has {tokenizer.vocab_size} tokens but the engine's "
+            f"vocabulary is {engine.vocab_size}: ids above {engine.vocab_size - 1} would "
+            f"be out of range (wrong tokenizer for {engine.dir}?)",
+        )
 
     backend = val("triton_backend")
     if backend is not None:
         if is_trt and backend == "python" and not decoupled:
-            problems.add(ParameterError, "triton_backend: python with a TensorRT-LLM engine needs decoupled mode "
-                                         "(the Python backend model only runs decoupled); set --streaming or "
-                                         "triton_backend=tensorrtllm (B29)")
+            problems.add(
+                ParameterError,
+                "triton_backend: python with a TensorRT-LLM engine needs decoupled mode "
+                "(the Python backend model only runs decoupled); set --streaming or "
+                "triton_backend=tensorrtllm (B29)",
+            )
         if not is_trt and backend != "python":
-            problems.add(ParameterError, f"triton_backend: {backend} cannot serve a {engine.kind} engine; the "
-                                         "CPU reference / synthetic engines run on the python backend")
+            problems.add(
+                ParameterError,
+                f"triton_backend: {backend} cannot serve a {engine.kind} engine; the "
+                "CPU reference / synthetic engines run on the python backend",
+            )
 
     for name, param in params.items():
         if param.kind == "structural" and val(name) is None:
-            problems.add(ParameterError, f"{name}: has no value (structural: Triton cannot parse the config "
-                                         f"without it); expected {param.type_text()}")
+            problems.add(
+                ParameterError,
+                f"{name}: has no value (structural: Triton cannot parse the config "
+                f"without it); expected {param.type_text()}",
+            )
         elif param.required and val(name) is None:
             hint = "pass --tokenizer-dir" if name == "tokenizer_dir" else f"set {name}"
             problems.add(ParameterError, f"{name}: required but unset; {hint}")
 
     problems.raise_if_any(profile, engine)
-    return Resolution(profile=profile, values=values, warnings=warnings,
-                      world_size=engine.world_size if is_trt else 1, engine_kind=engine.kind)
+    return Resolution(
+        profile=profile,
+        values=values,
+        warnings=warnings,
+        world_size=engine.world_size if is_trt else 1,
+        engine_kind=engine.kind,
+    )

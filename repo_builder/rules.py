@@ -80,8 +80,9 @@ def rule(func: Rule) -> Rule:
     return func
 
 
-def check(engine: EngineInfo, values: Mapping[str, Any], *,
-          local_path: Callable[[str], Path] | None = None) -> list[Finding]:
+def check(
+    engine: EngineInfo, values: Mapping[str, Any], *, local_path: Callable[[str], Path] | None = None
+) -> list[Finding]:
     """Run every rule of :data:`RULES`; returns the findings (errors and warnings) in table order."""
     ctx = RuleContext(engine, values, local_path or Path)
     out: list[Finding] = []
@@ -118,9 +119,12 @@ def batch_size(ctx: RuleContext) -> Iterator[Finding]:
     tmbs = ctx.v("triton_max_batch_size")
     if isinstance(tmbs, int) and tmbs > ctx.engine.max_batch_size:
         n = ctx.engine.max_batch_size
-        yield Finding("triton_max_batch_size", f"{tmbs} is above the engine's max_batch_size {n}: the engine runs "
-                      f"at most {n} requests at once; a larger batch needs `{BUILD} --max_batch_size` (B08)",
-                      severity="warning")
+        yield Finding(
+            "triton_max_batch_size",
+            f"{tmbs} is above the engine's max_batch_size {n}: the engine runs "
+            f"at most {n} requests at once; a larger batch needs `{BUILD} --max_batch_size` (B08)",
+            severity="warning",
+        )
 
 
 @rule
@@ -128,8 +132,12 @@ def beam_width(ctx: RuleContext) -> Iterator[Finding]:
     """B07: the backend refuses to load with a beam width above the engine's."""
     beam = ctx.v("max_beam_width")
     if isinstance(beam, int) and beam > ctx.engine.max_beam_width:
-        yield Finding("max_beam_width", f"{beam} is above the engine's max_beam_width {ctx.engine.max_beam_width} "
-                      f"(rebuild with `{BUILD} --max_beam_width {beam}`) (B07)", blame="engine")
+        yield Finding(
+            "max_beam_width",
+            f"{beam} is above the engine's max_beam_width {ctx.engine.max_beam_width} "
+            f"(rebuild with `{BUILD} --max_beam_width {beam}`) (B07)",
+            blame="engine",
+        )
 
 
 @rule
@@ -137,9 +145,12 @@ def instance_count(ctx: RuleContext) -> Iterator[Finding]:
     """B10: one tensorrt_llm instance drives every GPU of the engine."""
     count = ctx.v("tensorrt_llm_instance_count")
     if isinstance(count, int) and count != 1:
-        yield Finding("tensorrt_llm_instance_count", f"{count} instances of tensorrt_llm are not supported (one "
-                      "instance drives all GPUs of the engine); for replicas set gpu_device_ids (e.g. \"0,1;2,3\") "
-                      "and participant_ids, or render one repository per replica (B10)")
+        yield Finding(
+            "tensorrt_llm_instance_count",
+            f"{count} instances of tensorrt_llm are not supported (one "
+            'instance drives all GPUs of the engine); for replicas set gpu_device_ids (e.g. "0,1;2,3") '
+            "and participant_ids, or render one repository per replica (B10)",
+        )
 
 
 @rule
@@ -150,9 +161,12 @@ def logits_dtype(ctx: RuleContext) -> Iterator[Finding]:
     want = triton_dtype(ctx.engine.logits_dtype)
     have = ctx.v("logits_datatype")
     if want is not None and have is not None and have != want:
-        yield Finding("logits_datatype", f"{have} contradicts the engine's logits dtype {ctx.engine.logits_dtype} "
-                      f"({want}); logits would be misread (B09) - drop the key to take it from the engine",
-                      blame="engine")
+        yield Finding(
+            "logits_datatype",
+            f"{have} contradicts the engine's logits dtype {ctx.engine.logits_dtype} "
+            f"({want}); logits would be misread (B09) - drop the key to take it from the engine",
+            blame="engine",
+        )
 
 
 # ------------------------------------------------------------------------------------------- batching
@@ -163,14 +177,22 @@ def inflight_batching(ctx: RuleContext) -> Iterator[Finding]:
     if not ctx.is_trt or strategy not in INFLIGHT:
         return
     e = ctx.engine
-    missing = [what for what, ok in (
-        (f"a paged KV cache (`{BUILD} --kv_cache_type paged`)", e.paged_kv_cache),
-        (f"packed inputs (`{BUILD} --remove_input_padding enable`)", e.remove_input_padding),
-        (f"the GPT attention plugin (`{BUILD} --gpt_attention_plugin auto`)", e.gpt_attention_plugin is not None),
-    ) if not ok]
+    missing = [
+        what
+        for what, ok in (
+            (f"a paged KV cache (`{BUILD} --kv_cache_type paged`)", e.paged_kv_cache),
+            (f"packed inputs (`{BUILD} --remove_input_padding enable`)", e.remove_input_padding),
+            (f"the GPT attention plugin (`{BUILD} --gpt_attention_plugin auto`)", e.gpt_attention_plugin is not None),
+        )
+        if not ok
+    ]
     if missing:
-        yield Finding("batching_strategy", f"in-flight batching ({strategy}) needs {', '.join(missing)}; rebuild the "
-                      "engine or set batching_strategy=V1", blame="engine")
+        yield Finding(
+            "batching_strategy",
+            f"in-flight batching ({strategy}) needs {', '.join(missing)}; rebuild the "
+            "engine or set batching_strategy=V1",
+            blame="engine",
+        )
 
 
 @rule
@@ -180,8 +202,9 @@ def kv_cache_reuse(ctx: RuleContext) -> Iterator[Finding]:
         return
     why = []
     if not ctx.engine.use_paged_context_fmha:
-        why.append(f"the engine was built without paged context FMHA (rebuild with `{BUILD} "
-                   "--use_paged_context_fmha enable`)")
+        why.append(
+            f"the engine was built without paged context FMHA (rebuild with `{BUILD} --use_paged_context_fmha enable`)"
+        )
     if ctx.beam > 1:
         why.append(f"block reuse is not supported with beam width > 1 (max_beam_width is {ctx.beam})")
     if why:
@@ -195,13 +218,20 @@ def chunked_context(ctx: RuleContext) -> Iterator[Finding]:
         return
     e = ctx.engine
     if ctx.v("enable_chunked_context") and not e.use_paged_context_fmha:
-        yield Finding("enable_chunked_context", f"needs an engine built with `{BUILD} --use_paged_context_fmha "
-                      "enable`", blame="engine")
+        yield Finding(
+            "enable_chunked_context",
+            f"needs an engine built with `{BUILD} --use_paged_context_fmha enable`",
+            blame="engine",
+        )
     elif not ctx.v("enable_chunked_context") and e.max_num_tokens is not None and e.max_num_tokens < e.max_input_len:
-        yield Finding("enable_chunked_context", f"off, but the engine's max_num_tokens {e.max_num_tokens} is below its "
-                      f"max_input_len {e.max_input_len}: prompts longer than {e.max_num_tokens} tokens will fail; "
-                      "set enable_chunked_context=true (needs paged context FMHA) or rebuild with a larger "
-                      "--max_num_tokens", severity="warning")
+        yield Finding(
+            "enable_chunked_context",
+            f"off, but the engine's max_num_tokens {e.max_num_tokens} is below its "
+            f"max_input_len {e.max_input_len}: prompts longer than {e.max_num_tokens} tokens will fail; "
+            "set enable_chunked_context=true (needs paged context FMHA) or rebuild with a larger "
+            "--max_num_tokens",
+            severity="warning",
+        )
 
 
 # ------------------------------------------------------------------------------------------- KV cache and lengths
@@ -213,18 +243,29 @@ def kv_cache_tokens(ctx: RuleContext) -> Iterator[Finding]:
     if not isinstance(cap, int):
         return
     tpb, blocks, need = _blocks_tokens(ctx)
-    how = (f"max_seq_len {ctx.engine.max_seq_len} in blocks of {tpb} tokens = {blocks} blocks = {blocks * tpb} "
-           f"tokens, x max_beam_width {ctx.beam}") if tpb > 1 else \
-        f"max_seq_len {ctx.engine.max_seq_len} x max_beam_width {ctx.beam}"
+    how = (
+        (
+            f"max_seq_len {ctx.engine.max_seq_len} in blocks of {tpb} tokens = {blocks} blocks = {blocks * tpb} "
+            f"tokens, x max_beam_width {ctx.beam}"
+        )
+        if tpb > 1
+        else f"max_seq_len {ctx.engine.max_seq_len} x max_beam_width {ctx.beam}"
+    )
     if cap < need:
-        yield Finding("max_tokens_in_paged_kv_cache", f"{cap} tokens cannot hold one full sequence ({how} = "
-                      f"{need} tokens); the minimum that works is {need}")
+        yield Finding(
+            "max_tokens_in_paged_kv_cache",
+            f"{cap} tokens cannot hold one full sequence ({how} = {need} tokens); the minimum that works is {need}",
+        )
         return
     batch = _batch(ctx)
     if cap < need * batch:
-        yield Finding("max_tokens_in_paged_kv_cache", f"{cap} tokens hold {cap // need} full sequence(s) ({how} = "
-                      f"{need} tokens each), fewer than the batch size {batch}: requests will wait for KV-cache "
-                      f"blocks; {need * batch} tokens hold a full batch", severity="warning")
+        yield Finding(
+            "max_tokens_in_paged_kv_cache",
+            f"{cap} tokens hold {cap // need} full sequence(s) ({how} = "
+            f"{need} tokens each), fewer than the batch size {batch}: requests will wait for KV-cache "
+            f"blocks; {need * batch} tokens hold a full batch",
+            severity="warning",
+        )
 
 
 @rule
@@ -241,11 +282,14 @@ def kv_cache_memory(ctx: RuleContext) -> Iterator[Finding]:
     if room < full:
         fits = int(room // (need * per_token))
         minimum = full / LARGEST_GPU_BYTES
-        yield Finding("kv_cache_free_gpu_mem_fraction", f"{fraction} of the free GPU memory leaves room for at most "
-                      f"{fits} full sequence(s) even on a {LARGEST_GPU_BYTES // 10**9} GB GPU ({need} tokens x "
-                      f"{per_token} bytes per token per GPU each), fewer than the batch size {batch}; a full batch "
-                      f"needs {full / 2**30:.2f} GiB, a fraction of at least {minimum:.4g} on such a GPU",
-                      severity="warning")
+        yield Finding(
+            "kv_cache_free_gpu_mem_fraction",
+            f"{fraction} of the free GPU memory leaves room for at most "
+            f"{fits} full sequence(s) even on a {LARGEST_GPU_BYTES // 10**9} GB GPU ({need} tokens x "
+            f"{per_token} bytes per token per GPU each), fewer than the batch size {batch}; a full batch "
+            f"needs {full / 2**30:.2f} GiB, a fraction of at least {minimum:.4g} on such a GPU",
+            severity="warning",
+        )
 
 
 @rule
@@ -255,14 +299,19 @@ def attention_window(ctx: RuleContext) -> Iterator[Finding]:
     sink = ctx.v("sink_token_length")
     windows = [w for w in (window or []) if isinstance(w, int)]
     if windows and max(windows) > ctx.engine.max_seq_len:
-        yield Finding("max_attention_window_size", f"{max(windows)} is above the engine's max_seq_len "
-                      f"{ctx.engine.max_seq_len}; the backend caps it there", severity="warning")
+        yield Finding(
+            "max_attention_window_size",
+            f"{max(windows)} is above the engine's max_seq_len {ctx.engine.max_seq_len}; the backend caps it there",
+            severity="warning",
+        )
     if isinstance(sink, int) and sink > 0:
         limit = min(windows) if windows else ctx.engine.max_seq_len
         if sink >= limit:
             what = "max_attention_window_size" if windows else "the engine's max_seq_len"
-            yield Finding("sink_token_length", f"{sink} sink tokens leave no room in the attention window ({what} "
-                          f"{limit}); use fewer than {limit}")
+            yield Finding(
+                "sink_token_length",
+                f"{sink} sink tokens leave no room in the attention window ({what} {limit}); use fewer than {limit}",
+            )
 
 
 # ------------------------------------------------------------------------------------------- streaming
@@ -270,11 +319,18 @@ def attention_window(ctx: RuleContext) -> Iterator[Finding]:
 def streaming_beam(ctx: RuleContext) -> Iterator[Finding]:
     """B30: TRT-LLM streams only with beam width 1; accumulation too."""
     if ctx.v("decoupled_mode") and ctx.beam > 1:
-        yield Finding("decoupled_mode", f"streaming with max_beam_width {ctx.beam}: streaming requests must use "
-                      "beam_width 1 (beam search is only returned whole) (B30)", severity="warning")
+        yield Finding(
+            "decoupled_mode",
+            f"streaming with max_beam_width {ctx.beam}: streaming requests must use "
+            "beam_width 1 (beam search is only returned whole) (B30)",
+            severity="warning",
+        )
     if ctx.v("accumulate_tokens") and ctx.beam > 1:
-        yield Finding("accumulate_tokens", f"with max_beam_width {ctx.beam}: accumulation works with beam_width 1 "
-                      "only (B30)", severity="warning")
+        yield Finding(
+            "accumulate_tokens",
+            f"with max_beam_width {ctx.beam}: accumulation works with beam_width 1 only (B30)",
+            severity="warning",
+        )
 
 
 @rule
@@ -282,8 +338,10 @@ def postprocessing_state(ctx: RuleContext) -> Iterator[Finding]:
     """The per-request incremental detokenizer lives in one postprocessing process."""
     post = ctx.v("postprocessing_instance_count")
     if ctx.v("decoupled_mode") and isinstance(post, int) and post > 1:
-        yield Finding("postprocessing_instance_count", f"{post} with streaming: the per-request incremental "
-                      "detokenizer state lives in one process; use 1")
+        yield Finding(
+            "postprocessing_instance_count",
+            f"{post} with streaming: the per-request incremental detokenizer state lives in one process; use 1",
+        )
 
 
 # ------------------------------------------------------------------------------------------- decoding features
@@ -291,11 +349,15 @@ def postprocessing_state(ctx: RuleContext) -> Iterator[Finding]:
 def lookahead(ctx: RuleContext) -> Iterator[Finding]:
     """The backend fails to load lookahead decoding without its three sizes."""
     if ctx.v("decoding_mode") == "lookahead":
-        missing = [k for k in ("lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")
-                   if ctx.v(k) is None]
+        missing = [
+            k
+            for k in ("lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")
+            if ctx.v(k) is None
+        ]
         if missing:
-            yield Finding("decoding_mode", f"lookahead needs {', '.join(missing)} (the backend fails to load without "
-                          "them)")
+            yield Finding(
+                "decoding_mode", f"lookahead needs {', '.join(missing)} (the backend fails to load without them)"
+            )
 
 
 #: Keys of the xgrammar tokenizer-info JSON the C++ backend reads (tensorrtllm_backend docs/guided_decoding.md,
@@ -310,14 +372,19 @@ def guided_decoding(ctx: RuleContext) -> Iterator[Finding]:
         return
     path = ctx.v("xgrammar_tokenizer_info_path")
     if not path:
-        yield Finding("xgrammar_tokenizer_info_path", "unset, but guided_decoding_backend is xgrammar: the backend "
-                      f"needs the tokenizer-info JSON ({', '.join(XGRAMMAR_KEYS)}); generate it with "
-                      "tensorrtllm_backend's tools/generate_xgrammar_tokenizer_info.py and set this path")
+        yield Finding(
+            "xgrammar_tokenizer_info_path",
+            "unset, but guided_decoding_backend is xgrammar: the backend "
+            f"needs the tokenizer-info JSON ({', '.join(XGRAMMAR_KEYS)}); generate it with "
+            "tensorrtllm_backend's tools/generate_xgrammar_tokenizer_info.py and set this path",
+        )
         return
     local = ctx.local_path(str(path))
     if not local.is_file():
-        yield Finding("xgrammar_tokenizer_info_path", f"'{path}' is not a file (guided decoding with xgrammar "
-                      "reads the tokenizer info from it)")
+        yield Finding(
+            "xgrammar_tokenizer_info_path",
+            f"'{path}' is not a file (guided decoding with xgrammar reads the tokenizer info from it)",
+        )
         return
     try:
         data = json.loads(local.read_text(encoding="utf-8"))
@@ -326,12 +393,19 @@ def guided_decoding(ctx: RuleContext) -> Iterator[Finding]:
         return
     missing = [k for k in XGRAMMAR_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
-        yield Finding("xgrammar_tokenizer_info_path", f"'{path}' lacks {', '.join(missing)} (expected the output of "
-                      "generate_xgrammar_tokenizer_info.py)")
+        yield Finding(
+            "xgrammar_tokenizer_info_path",
+            f"'{path}' lacks {', '.join(missing)} (expected the output of generate_xgrammar_tokenizer_info.py)",
+        )
 
 
-LORA_KEYS = ("lora_cache_optimal_adapter_size", "lora_cache_max_adapter_size", "lora_cache_gpu_memory_fraction",
-             "lora_cache_host_memory_bytes", "lora_prefetch_dir")
+LORA_KEYS = (
+    "lora_cache_optimal_adapter_size",
+    "lora_cache_max_adapter_size",
+    "lora_cache_gpu_memory_fraction",
+    "lora_cache_host_memory_bytes",
+    "lora_prefetch_dir",
+)
 
 
 def lora_adapter_bytes(engine: EngineInfo) -> int | None:
@@ -354,8 +428,12 @@ def lora(ctx: RuleContext) -> Iterator[Finding]:
     if not given:
         return
     if ctx.engine.lora_plugin is None:
-        yield Finding(given[0], f"the engine was built without the LoRA plugin, so {', '.join(given)} have no effect "
-                      f"(rebuild with `{BUILD} --lora_plugin auto --lora_dir ...`, or drop them)", severity="warning")
+        yield Finding(
+            given[0],
+            f"the engine was built without the LoRA plugin, so {', '.join(given)} have no effect "
+            f"(rebuild with `{BUILD} --lora_plugin auto --lora_dir ...`, or drop them)",
+            severity="warning",
+        )
     opt, mx = ctx.v("lora_cache_optimal_adapter_size"), ctx.v("lora_cache_max_adapter_size")
     if isinstance(opt, int) and isinstance(mx, int) and opt > mx:
         yield Finding("lora_cache_optimal_adapter_size", f"{opt} is above lora_cache_max_adapter_size {mx}")
@@ -363,17 +441,25 @@ def lora(ctx: RuleContext) -> Iterator[Finding]:
     one = lora_adapter_bytes(ctx.engine)
     if isinstance(host, int) and host > 0:
         if one is not None and host < one:
-            yield Finding("lora_cache_host_memory_bytes", f"{host} bytes cannot hold one adapter at the engine's "
-                          f"max_lora_rank {ctx.engine.max_lora_rank} ({one} bytes); the minimum that works is {one}")
+            yield Finding(
+                "lora_cache_host_memory_bytes",
+                f"{host} bytes cannot hold one adapter at the engine's "
+                f"max_lora_rank {ctx.engine.max_lora_rank} ({one} bytes); the minimum that works is {one}",
+            )
         elif one is None and host < 1 << 20:
-            yield Finding("lora_cache_host_memory_bytes", f"{host} bytes is too small for any LoRA adapter (use at "
-                          "least 1 MiB; the upstream docs suggest 1 GB)")
+            yield Finding(
+                "lora_cache_host_memory_bytes",
+                f"{host} bytes is too small for any LoRA adapter (use at least 1 MiB; the upstream docs suggest 1 GB)",
+            )
     prefetch = ctx.v("lora_prefetch_dir")
     if prefetch:
         local = ctx.local_path(str(prefetch))
         if not local.is_dir():
-            yield Finding("lora_prefetch_dir", f"'{prefetch}' is not an existing directory (the executor silently "
-                          "skips a missing one, so no adapter would be preloaded)")
+            yield Finding(
+                "lora_prefetch_dir",
+                f"'{prefetch}' is not an existing directory (the executor silently "
+                "skips a missing one, so no adapter would be preloaded)",
+            )
 
 
 @rule
@@ -381,10 +467,16 @@ def bls_companions(ctx: RuleContext) -> Iterator[Finding]:
     """Draft-model speculative decoding and multimodal encoders through the BLS are not implemented."""
     draft = ctx.v("tensorrt_llm_draft_model_name")
     if draft:
-        yield Finding("tensorrt_llm_draft_model_name", f"'{draft}': repo-builder's BLS has no draft-model loop (it "
-                      "refuses num_draft_tokens > 0); for draft/target speculative decoding use tensorrtllm_backend's "
-                      "own tensorrt_llm_bls, or engine-side modes (decoding_mode medusa, eagle, lookahead)")
+        yield Finding(
+            "tensorrt_llm_draft_model_name",
+            f"'{draft}': repo-builder's BLS has no draft-model loop (it "
+            "refuses num_draft_tokens > 0); for draft/target speculative decoding use tensorrtllm_backend's "
+            "own tensorrt_llm_bls, or engine-side modes (decoding_mode medusa, eagle, lookahead)",
+        )
     encoders = ctx.v("multimodal_encoders_name")
     if encoders:
-        yield Finding("multimodal_encoders_name", f"'{encoders}': repo-builder renders text-only repositories (no "
-                      "multimodal_encoders model, and multimodal serving is end of life in TRT-LLM 1.2)")
+        yield Finding(
+            "multimodal_encoders_name",
+            f"'{encoders}': repo-builder renders text-only repositories (no "
+            "multimodal_encoders model, and multimodal serving is end of life in TRT-LLM 1.2)",
+        )

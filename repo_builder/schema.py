@@ -36,16 +36,20 @@ from .errors import ParameterError, RepoBuilderError
 from .paths import templates_dir
 from .runtime.params import parse_bool
 
-ParamType = Literal["int", "float", "bool", "str", "path", "enum", "dtype", "int_list", "int_list_groups",
-                    "int_tuples"]
+ParamType = Literal["int", "float", "bool", "str", "path", "enum", "dtype", "int_list", "int_list_groups", "int_tuples"]
 Kind = Literal["structural", "runtime", "derived", "build_time"]
 ENGINE_KINDS = ("trtllm", "hf", "synthetic")
 
 #: Spellings accepted for Triton dtype values (case-insensitive), mapped to the Triton name.
 DTYPE_ALIASES = {
-    "fp32": "TYPE_FP32", "float32": "TYPE_FP32", "float": "TYPE_FP32",
-    "fp16": "TYPE_FP16", "float16": "TYPE_FP16", "half": "TYPE_FP16",
-    "bf16": "TYPE_BF16", "bfloat16": "TYPE_BF16",
+    "fp32": "TYPE_FP32",
+    "float32": "TYPE_FP32",
+    "float": "TYPE_FP32",
+    "fp16": "TYPE_FP16",
+    "float16": "TYPE_FP16",
+    "half": "TYPE_FP16",
+    "bf16": "TYPE_BF16",
+    "bfloat16": "TYPE_BF16",
 }
 
 #: Largest integer a parameter without an explicit ``max`` takes: the backends parse integer parameters
@@ -211,8 +215,10 @@ class Parameter(BaseModel):
                 return choice
         legacy = {k.lower(): v for k, v in self.legacy_values.items()}
         if stripped.lower() in legacy:
-            raise ValueError(f"'{stripped}' is an old spelling, renamed upstream to '{legacy[stripped.lower()]}' "
-                             f"(allowed: {', '.join(self.choices)})")
+            raise ValueError(
+                f"'{stripped}' is an old spelling, renamed upstream to '{legacy[stripped.lower()]}' "
+                f"(allowed: {', '.join(self.choices)})"
+            )
         close = difflib.get_close_matches(stripped, self.choices, n=1, cutoff=0.5)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ValueError(f"'{stripped}' is not one of {', '.join(self.choices)}{hint}")
@@ -241,11 +247,13 @@ class Parameter(BaseModel):
             if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
                 raise ValueError(f"{_num(number)} is out of range: expected {self.type_text()}")
             if self.type == "float" and abs(number) > FLOAT32_MAX:
-                raise ValueError(f"{_num(number)} is out of range: the backend reads it as a 32-bit float "
-                                 f"(|value| <= 3.4e38)")
+                raise ValueError(
+                    f"{_num(number)} is out of range: the backend reads it as a 32-bit float (|value| <= 3.4e38)"
+                )
             if self.type != "float" and self.max is None and number > INT32_MAX:
-                raise ValueError(f"{_num(number)} is out of range: the backend reads it as a 32-bit integer "
-                                 f"(<= {INT32_MAX})")
+                raise ValueError(
+                    f"{_num(number)} is out of range: the backend reads it as a 32-bit integer (<= {INT32_MAX})"
+                )
 
     def format_value(self, value: Any) -> str:
         """The text written into config.pbtxt for ``value`` (already coerced).
@@ -300,21 +308,28 @@ class Schema(BaseModel):
 
     def _profile(self, profile: str) -> str:
         if profile not in self.profiles:
-            raise ParameterError(f"unknown profile '{profile}'", key="profile",
-                                 hint=f"choose one of {', '.join(self.profiles)}")
+            raise ParameterError(
+                f"unknown profile '{profile}'", key="profile", hint=f"choose one of {', '.join(self.profiles)}"
+            )
         return profile
 
     def for_profile(self, profile: str, *, include_build_time: bool = False) -> dict[str, Parameter]:
         """The parameters that exist in ``profile`` (build-time keys only when asked)."""
         self._profile(profile)
-        return {n: p for n, p in self.parameters.items()
-                if profile in p.profiles and (include_build_time or p.kind != "build_time")}
+        return {
+            n: p
+            for n, p in self.parameters.items()
+            if profile in p.profiles and (include_build_time or p.kind != "build_time")
+        }
 
     def model_parameters(self, profile: str, model: str, engine_kind: str) -> list[Parameter]:
         """The ``string_value`` parameters (kinds runtime and derived) written into ``model``'s config
         for an engine of ``engine_kind``, in schema order."""
-        return [p for p in self.for_profile(profile).values()
-                if p.kind in ("runtime", "derived") and p.rendered_in(model, engine_kind)]
+        return [
+            p
+            for p in self.for_profile(profile).values()
+            if p.kind in ("runtime", "derived") and p.rendered_in(model, engine_kind)
+        ]
 
     def table(self, profile: str) -> list[dict[str, Any]]:
         """Rows for ``repo-builder params`` and the README: one dict per parameter of ``profile``.
@@ -325,22 +340,29 @@ class Schema(BaseModel):
         rows = []
         for p in self.for_profile(profile, include_build_time=True).values():
             default = p.default_for(profile) if p.kind != "build_time" else None
-            source = (f"engine: {p.engine_source}" if p.engine_source else
-                      f"tokenizer: {p.tokenizer_source}" if p.tokenizer_source else "")
-            rows.append({
-                "name": p.name,
-                "config_key": p.key,
-                "models": list(p.models),
-                "type": p.type or "",
-                "default": p.format_value(default) if default is not None else "",
-                "allowed": p.type_text() if p.type else "",
-                "kind": p.kind,
-                "source": source,
-                "description": p.description,
-                "build_flag": p.build_flag or "",
-                "upstream": p.upstream or "",
-                "other_profiles": [x for x in self.profiles if x != profile and x in p.profiles],
-            })
+            source = (
+                f"engine: {p.engine_source}"
+                if p.engine_source
+                else f"tokenizer: {p.tokenizer_source}"
+                if p.tokenizer_source
+                else ""
+            )
+            rows.append(
+                {
+                    "name": p.name,
+                    "config_key": p.key,
+                    "models": list(p.models),
+                    "type": p.type or "",
+                    "default": p.format_value(default) if default is not None else "",
+                    "allowed": p.type_text() if p.type else "",
+                    "kind": p.kind,
+                    "source": source,
+                    "description": p.description,
+                    "build_flag": p.build_flag or "",
+                    "upstream": p.upstream or "",
+                    "other_profiles": [x for x in self.profiles if x != profile and x in p.profiles],
+                }
+            )
         return rows
 
 
@@ -420,16 +442,21 @@ def validate_user_values(profile: str, values: Mapping[str, Any], *, source: str
         if param.kind in ("build_time", "derived"):
             problems.append(
                 f"{key}: a build-time setting of the engine, not a Triton parameter; rebuild the engine with "
-                f"`trtllm-build {param.build_flag}` ({param.description})")
+                f"`trtllm-build {param.build_flag}` ({param.description})"
+            )
             continue
         if not param.user_settable:
-            problems.append(f"{key}: set by repo-builder, not by {source}; "
-                            f"{_NOT_SETTABLE_HINT.get(key, 'drop the key')}")
+            problems.append(
+                f"{key}: set by repo-builder, not by {source}; {_NOT_SETTABLE_HINT.get(key, 'drop the key')}"
+            )
             continue
         if raw is None or (isinstance(raw, str) and raw.strip() == ""):
             if param.kind == "structural" or param.required:
-                why = "Triton cannot parse an empty value there" if param.kind == "structural" else \
-                    "the backend fails to load without it"
+                why = (
+                    "Triton cannot parse an empty value there"
+                    if param.kind == "structural"
+                    else "the backend fails to load without it"
+                )
                 problems.append(f"{key}: cannot be unset ({why}); expected {param.type_text()}")
                 continue
             out[key] = None
@@ -443,8 +470,7 @@ def validate_user_values(profile: str, values: Mapping[str, Any], *, source: str
     return out
 
 
-def problems_error(problems: list[str], *, source: str, cls: type[ParameterError] = ParameterError
-                   ) -> ParameterError:
+def problems_error(problems: list[str], *, source: str, cls: type[ParameterError] = ParameterError) -> ParameterError:
     """One error listing ``problems`` (one per line, each naming its key); ``.problems`` holds the lines."""
     exc = cls(f"{len(problems)} problem(s) in values from {source}:\n" + "\n".join(problems))
     exc.problems = list(problems)  # type: ignore[attr-defined]
@@ -464,8 +490,10 @@ def check_text_value(text: str) -> str:
     except UnicodeEncodeError:
         raise ValueError(f"{text!r} is not valid UTF-8 (config.pbtxt is UTF-8 text)") from None
     if "${" in text:
-        raise ValueError(f"{text!r} holds '${{', which Triton's tooling reads as an unfilled placeholder "
-                         "(the backends would treat the value as unset); remove it, or rename the path")
+        raise ValueError(
+            f"{text!r} holds '${{', which Triton's tooling reads as an unfilled placeholder "
+            "(the backends would treat the value as unset); remove it, or rename the path"
+        )
     return text
 
 

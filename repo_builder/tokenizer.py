@@ -107,18 +107,25 @@ def check_tokenizer_dir(tokenizer_dir: str | Path) -> Path:
         if _HUB_ID.match(text) and not text.startswith((".", "~")):
             raise TokenizerError(
                 f"'{text}' is not a local directory; it looks like a Hugging Face hub id, and repo-builder never "
-                "downloads", path=path,
-                hint=f"download it first (e.g. `huggingface-cli download {text} --local-dir DIR`) and pass DIR")
-        raise TokenizerError("tokenizer directory does not exist on this machine", path=path,
-                             hint="pass the local directory holding tokenizer.json / tokenizer.model / "
-                                  "tokenizer_config.json (the path the server will see)")
+                "downloads",
+                path=path,
+                hint=f"download it first (e.g. `huggingface-cli download {text} --local-dir DIR`) and pass DIR",
+            )
+        raise TokenizerError(
+            "tokenizer directory does not exist on this machine",
+            path=path,
+            hint="pass the local directory holding tokenizer.json / tokenizer.model / "
+            "tokenizer_config.json (the path the server will see)",
+        )
     if not path.is_dir():
         raise TokenizerError("not a directory", path=path, hint="pass the directory, not a file inside it")
     if not has_tokenizer_files(path):
         found = sorted(p.name for p in path.iterdir())[:8]
         raise TokenizerError(
             f"no tokenizer files in the directory (need one of {describe_tokenizer_files()})"
-            + (f"; found: {', '.join(found)}" if found else "; it is empty"), path=path)
+            + (f"; found: {', '.join(found)}" if found else "; it is empty"),
+            path=path,
+        )
     return path.resolve()
 
 
@@ -137,18 +144,25 @@ def load_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = False
         if not trust_remote_code:
             raise TokenizerError(
                 f"the tokenizer ({cls}) is not part of transformers and needs code shipped with the model; "
-                "trust_remote_code is off", path=path,
+                "trust_remote_code is off",
+                path=path,
                 hint="if you trust the code in this directory, set --set trust_remote_code=true"
-                     + (f" (the directory must contain {module})" if module else ""))
+                + (f" (the directory must contain {module})" if module else ""),
+            )
         if module is None:
             raise TokenizerError(
                 f"tokenizer_class {cls} is not part of transformers and no auto_map in tokenizer_config.json or "
-                "config.json points to its code", path=path,
-                hint="add the model's tokenization_*.py and an auto_map entry, or use a tokenizer.json export")
+                "config.json points to its code",
+                path=path,
+                hint="add the model's tokenization_*.py and an auto_map entry, or use a tokenizer.json export",
+            )
         if not (path / module).is_file():
-            raise TokenizerError(f"trust_remote_code is on but {module} (code of {cls}) is not in the directory; "
-                                 "repo-builder never downloads", path=path,
-                                 hint=f"copy {module} from the model repository into {path}")
+            raise TokenizerError(
+                f"trust_remote_code is on but {module} (code of {cls}) is not in the directory; "
+                "repo-builder never downloads",
+                path=path,
+                hint=f"copy {module} from the model repository into {path}",
+            )
     from .runtime.text import TokenizerLoadError
     from .runtime.text import load_tokenizer as load_as_served
 
@@ -165,8 +179,18 @@ def _int_or_none(value: Any) -> int | None:
 #: ``tokenizer_class`` values whose special tokens and vocabulary are exactly what the files say (transformers
 #: 4.x/5.x classes that take ``tokenizer.json`` as is). The LLaMA classes' defaults for a SentencePiece-only
 #: folder (bos ``<s>``, eos ``</s>``, unk ``<unk>``, BOS added) are those of transformers' ``LlamaTokenizer``.
-_FILE_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend", "LlamaTokenizer", "LlamaTokenizerFast",
-                           "GPT2Tokenizer", "GPT2TokenizerFast", "Qwen2Tokenizer", "Qwen2TokenizerFast"})
+_FILE_CLASSES = frozenset(
+    {
+        "PreTrainedTokenizerFast",
+        "TokenizersBackend",
+        "LlamaTokenizer",
+        "LlamaTokenizerFast",
+        "GPT2Tokenizer",
+        "GPT2TokenizerFast",
+        "Qwen2Tokenizer",
+        "Qwen2TokenizerFast",
+    }
+)
 _LLAMA_CLASSES = frozenset({"LlamaTokenizer", "LlamaTokenizerFast"})
 _LLAMA_DEFAULTS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
@@ -203,8 +227,11 @@ def inspect_tokenizer_files(path: Path) -> TokenizerInfo | None:
         return None
     specials = {**_json(path / "special_tokens_map.json"), **config}
     text = {name: _token_text(specials.get(name)) for name in ("bos_token", "eos_token", "pad_token", "unk_token")}
-    added = {int(k): _token_text(v) for k, v in (config.get("added_tokens_decoder") or {}).items()
-             if str(k).isdigit() and _token_text(v)}
+    added = {
+        int(k): _token_text(v)
+        for k, v in (config.get("added_tokens_decoder") or {}).items()
+        if str(k).isdigit() and _token_text(v)
+    }
     if (path / "tokenizer.json").is_file():
         from tokenizers import Tokenizer
 
@@ -236,8 +263,7 @@ def inspect_tokenizer_files(path: Path) -> TokenizerInfo | None:
         return None
     for token_id, content in added.items():
         vocab.setdefault(content, token_id)  # type: ignore[arg-type]
-    ids: dict[str, Any] = {name[:-6] + "_token_id": (to_id(t) if t is not None else None)
-                           for name, t in text.items()}
+    ids: dict[str, Any] = {name[:-6] + "_token_id": (to_id(t) if t is not None else None) for name, t in text.items()}
     if text["eos_token"] is not None and ids["eos_token_id"] is None:
         return None  # a special token missing from the vocabulary: let AutoTokenizer say what it does
     bos = ids["bos_token_id"]
@@ -250,13 +276,24 @@ def inspect_tokenizer_files(path: Path) -> TokenizerInfo | None:
     fields: dict[str, Any]
     try:
         resolved = resolve_special_ids(_FileTokenizer(ids["eos_token_id"], ids["pad_token_id"]), path)
-        fields = dict(end_id=resolved.end_id, pad_id=resolved.pad_id, stop_token_ids=resolved.stop_token_ids,
-                      special_id_sources=dict(resolved.sources))
+        fields = dict(
+            end_id=resolved.end_id,
+            pad_id=resolved.pad_id,
+            stop_token_ids=resolved.stop_token_ids,
+            special_id_sources=dict(resolved.sources),
+        )
     except ValueError as exc:
         fields = dict(special_ids_error=str(exc))
     chat = bool(config.get("chat_template")) or (path / "chat_template.jinja").is_file()
-    return TokenizerInfo(dir=path.resolve(), class_name=str(cls), vocab_size=len(set(vocab.values())),
-                         has_chat_template=chat, add_bos=add_bos, **ids, **fields)
+    return TokenizerInfo(
+        dir=path.resolve(),
+        class_name=str(cls),
+        vocab_size=len(set(vocab.values())),
+        has_chat_template=chat,
+        add_bos=add_bos,
+        **ids,
+        **fields,
+    )
 
 
 def inspect_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = False) -> TokenizerInfo:
@@ -284,13 +321,24 @@ def inspect_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = Fa
     fields: dict[str, Any] = {}
     try:
         ids_ = resolve_special_ids(tok, path)
-        fields = dict(end_id=ids_.end_id, pad_id=ids_.pad_id, stop_token_ids=ids_.stop_token_ids,
-                      special_id_sources=dict(ids_.sources))
+        fields = dict(
+            end_id=ids_.end_id,
+            pad_id=ids_.pad_id,
+            stop_token_ids=ids_.stop_token_ids,
+            special_id_sources=dict(ids_.sources),
+        )
     except ValueError as exc:
         fields = dict(special_ids_error=str(exc))
     return TokenizerInfo(
-        dir=path, class_name=type(tok).__name__, vocab_size=len(tok), bos_token_id=bos,
+        dir=path,
+        class_name=type(tok).__name__,
+        vocab_size=len(tok),
+        bos_token_id=bos,
         eos_token_id=_int_or_none(getattr(tok, "eos_token_id", None)),
         pad_token_id=_int_or_none(getattr(tok, "pad_token_id", None)),
         unk_token_id=_int_or_none(getattr(tok, "unk_token_id", None)),
-        has_chat_template=bool(chat), add_bos=add_bos, trust_remote_code=trust_remote_code, **fields)
+        has_chat_template=bool(chat),
+        add_bos=add_bos,
+        trust_remote_code=trust_remote_code,
+        **fields,
+    )

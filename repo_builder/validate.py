@@ -121,8 +121,9 @@ def _load_models(root: Path, problems: list[Problem]) -> dict[str, _Model]:
 def _check_model(m: _Model, problems: list[Problem]) -> None:
     c = m.cfg
     if c.name and c.name != m.name:
-        problems.append(Problem(m.rel, f"name '{c.name}' differs from the folder name '{m.name}'",
-                                m.line_of(r"^\s*name\s*:")))
+        problems.append(
+            Problem(m.rel, f"name '{c.name}' differs from the folder name '{m.name}'", m.line_of(r"^\s*name\s*:"))
+        )
     for section, items in (("input", c.input), ("output", c.output)):
         seen: set[str] = set()
         for t in items:
@@ -160,15 +161,25 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
         for out_name, tensor in step.output_map.items():
             spec = t_out.get(out_name)
             if spec is None:
-                problems.append(Problem(rel, f"output_map: '{step.model_name}' has no output '{out_name}'",
-                                        ens.line_of(r'key\s*:\s*"' + re.escape(out_name) + r'"') or line))
+                problems.append(
+                    Problem(
+                        rel,
+                        f"output_map: '{step.model_name}' has no output '{out_name}'",
+                        ens.line_of(r'key\s*:\s*"' + re.escape(out_name) + r'"') or line,
+                    )
+                )
                 continue
             tensor_dtype.setdefault(tensor, spec.data_type)
             if tensor in ens_out and ens_out[tensor].data_type != spec.data_type:
-                problems.append(Problem(rel, f"ensemble output '{tensor}' is {dtype_name(ens_out[tensor].data_type)} "
-                                             f"but '{step.model_name}' output '{out_name}' is "
-                                             f"{dtype_name(spec.data_type)}",
-                                        ens.tensor_line(tensor)))
+                problems.append(
+                    Problem(
+                        rel,
+                        f"ensemble output '{tensor}' is {dtype_name(ens_out[tensor].data_type)} "
+                        f"but '{step.model_name}' output '{out_name}' is "
+                        f"{dtype_name(spec.data_type)}",
+                        ens.tensor_line(tensor),
+                    )
+                )
     for step in steps:
         target = models.get(step.model_name)
         if target is None or target.config is None:
@@ -177,24 +188,39 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
         t_in, _ = _io_maps(target.config)
         for in_name, tensor in step.input_map.items():
             spec = t_in.get(in_name)
-            kline = ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"') \
-                or ens.line_of(r'"' + re.escape(in_name) + r'"') or line
+            kline = (
+                ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"')
+                or ens.line_of(r'"' + re.escape(in_name) + r'"')
+                or line
+            )
             if spec is None:
                 problems.append(Problem(rel, f"input_map: '{step.model_name}' has no input '{in_name}'", kline))
                 continue
             if tensor not in tensor_dtype:
-                problems.append(Problem(rel, f"input_map: '{tensor}' (for {step.model_name}.{in_name}) is neither an "
-                                             "ensemble input nor produced by a step", kline))
+                problems.append(
+                    Problem(
+                        rel,
+                        f"input_map: '{tensor}' (for {step.model_name}.{in_name}) is neither an "
+                        "ensemble input nor produced by a step",
+                        kline,
+                    )
+                )
                 continue
             if tensor_dtype[tensor] != spec.data_type:
-                problems.append(Problem(rel, f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
-                                             f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
-                                        kline))
+                problems.append(
+                    Problem(
+                        rel,
+                        f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
+                        f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
+                        kline,
+                    )
+                )
         fed = set(step.input_map)
         for name, spec in t_in.items():
             if not spec.optional and name not in fed:
-                problems.append(Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by "
-                                             "input_map", line))
+                problems.append(
+                    Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by input_map", line)
+                )
     for name in ens_out:
         count = len(producers.get(name, []))
         if count != 1:
@@ -202,8 +228,13 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
             problems.append(Problem(rel, f"ensemble output '{name}': {what}", ens.tensor_line(name)))
     for tensor, who in producers.items():
         if len(who) > 1 and tensor not in ens_out:
-            problems.append(Problem(rel, f"tensor '{tensor}' produced by {len(who)} steps ({', '.join(who)})",
-                                    ens.line_of(r'"' + re.escape(tensor) + r'"')))
+            problems.append(
+                Problem(
+                    rel,
+                    f"tensor '{tensor}' produced by {len(who)} steps ({', '.join(who)})",
+                    ens.line_of(r'"' + re.escape(tensor) + r'"'),
+                )
+            )
 
 
 def _map_path(value: str, served_at: Path | None, root: Path) -> Path:
@@ -225,35 +256,58 @@ def _check_paths(m: _Model, root: Path, served_at: Path | None, problems: list[P
         path = _map_path(value, served_at, root)
         if not path.is_dir():
             problems.append(Problem(m.rel, f"{key} '{value}' is not an existing directory", m.param_line(key)))
-        elif key in ("gpt_model_path", "engine_dir") and not (path / "config.json").is_file() \
-                and not (path / "synthetic_engine.json").is_file():
-            problems.append(Problem(m.rel, f"{key} '{value}' holds no config.json (not an engine directory)",
-                                    m.param_line(key)))
+        elif (
+            key in ("gpt_model_path", "engine_dir")
+            and not (path / "config.json").is_file()
+            and not (path / "synthetic_engine.json").is_file()
+        ):
+            problems.append(
+                Problem(m.rel, f"{key} '{value}' holds no config.json (not an engine directory)", m.param_line(key))
+            )
     value = params.get("tokenizer_dir")
     if _is_set(value):
         path = _map_path(value, served_at, root)
         if not path.is_dir():
-            problems.append(Problem(m.rel, f"tokenizer_dir '{value}' is not an existing directory (a hub id or a "
-                                           "path outside the server's filesystem?)", m.param_line("tokenizer_dir")))
+            problems.append(
+                Problem(
+                    m.rel,
+                    f"tokenizer_dir '{value}' is not an existing directory (a hub id or a "
+                    "path outside the server's filesystem?)",
+                    m.param_line("tokenizer_dir"),
+                )
+            )
         elif not has_tokenizer_files(path):
-            problems.append(Problem(m.rel, f"tokenizer_dir '{value}' holds no tokenizer files "
-                                           f"({describe_tokenizer_files()})", m.param_line("tokenizer_dir")))
+            problems.append(
+                Problem(
+                    m.rel,
+                    f"tokenizer_dir '{value}' holds no tokenizer files ({describe_tokenizer_files()})",
+                    m.param_line("tokenizer_dir"),
+                )
+            )
 
 
 def _trtllm_models(models: dict[str, _Model]) -> list[_Model]:
     """Models that serve an engine: backend ``tensorrtllm``, or the model called ``tensorrt_llm`` (repo-builder's
     Python engines use backend python)."""
-    return [m for m in models.values()
-            if m.config is not None and (m.config.backend == "tensorrtllm" or m.name == "tensorrt_llm")]
+    return [
+        m
+        for m in models.values()
+        if m.config is not None and (m.config.backend == "tensorrtllm" or m.name == "tensorrt_llm")
+    ]
 
 
 def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None:
     for m in _trtllm_models(models):
         total = sum(g.count or 1 for g in m.cfg.instance_group) if m.cfg.instance_group else 1
         if total > 1:
-            problems.append(Problem(m.rel, f"{total} instances of the TensorRT-LLM model; only one is supported "
-                                           "(use gpu_device_ids / participant_ids for replicas, case B10)",
-                                    m.line_of(r"^\s*count\s*:")))
+            problems.append(
+                Problem(
+                    m.rel,
+                    f"{total} instances of the TensorRT-LLM model; only one is supported "
+                    "(use gpu_device_ids / participant_ids for replicas, case B10)",
+                    m.line_of(r"^\s*count\s*:"),
+                )
+            )
     for m in models.values():
         if m.config is None:
             continue
@@ -261,8 +315,13 @@ def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None
         if _is_set(name):
             for target in (x.strip() for x in name.split(",")):
                 if target and target not in models:
-                    problems.append(Problem(m.rel, f"tensorrt_llm_model_name '{target}' is not a model of the "
-                                                   "repository", m.param_line("tensorrt_llm_model_name")))
+                    problems.append(
+                        Problem(
+                            m.rel,
+                            f"tensorrt_llm_model_name '{target}' is not a model of the repository",
+                            m.param_line("tensorrt_llm_model_name"),
+                        )
+                    )
 
 
 def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
@@ -279,13 +338,23 @@ def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
         if what == "missing":
             problems.append(Problem(rel, "listed in the lock file but missing"))
         else:
-            problems.append(Problem(rel, "changed since it was rendered (sha256 differs from the lock file; "
-                                         "re-render with `repo-builder render --force` or keep your edit knowingly)"))
+            problems.append(
+                Problem(
+                    rel,
+                    "changed since it was rendered (sha256 differs from the lock file; "
+                    "re-render with `repo-builder render --force` or keep your edit knowingly)",
+                )
+            )
     return lock
 
 
-def validate_repository(repo: str | Path, *, engine_dir: str | Path | None = None,
-                        served_at: str | Path | None = None, warnings: bool = False) -> list[Problem]:
+def validate_repository(
+    repo: str | Path,
+    *,
+    engine_dir: str | Path | None = None,
+    served_at: str | Path | None = None,
+    warnings: bool = False,
+) -> list[Problem]:
     """Lint the Triton model repository ``repo``; returns the problems found (empty = valid).
 
     Args:
@@ -331,8 +400,11 @@ def validate_repository(repo: str | Path, *, engine_dir: str | Path | None = Non
 
 
 #: How a structural parameter shows in config.pbtxt (for messages of validate).
-_STRUCTURAL_KEYS = {"triton_max_batch_size": "max_batch_size", "decoupled_mode": "decoupled",
-                    "tensorrt_llm_instance_count": "instance_group count"}
+_STRUCTURAL_KEYS = {
+    "triton_max_batch_size": "max_batch_size",
+    "decoupled_mode": "decoupled",
+    "tensorrt_llm_instance_count": "instance_group count",
+}
 
 
 def _schema_by_key() -> dict[str, Any]:
@@ -355,8 +427,9 @@ def _typed(param: Any, text: str | None) -> Any:
         return None
 
 
-def repository_values(models: dict[str, _Model],
-                      target: _Model) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
+def repository_values(
+    models: dict[str, _Model], target: _Model
+) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
     """The parameter values a repository gives the engine model ``target``, typed as resolve() types them, and
     where each was read ({name: (model, line)}): ``target``'s own parameters and structural fields, then the
     parameters of the other models (BLS, postprocessing) that are not the engine's."""
@@ -398,8 +471,13 @@ def repository_values(models: dict[str, _Model],
     return values, where
 
 
-def check_against_engine(models: dict[str, _Model] | str | Path, engine_dir: str | Path, *,
-                         root: str | Path | None = None, served_at: str | Path | None = None) -> list[Problem]:
+def check_against_engine(
+    models: dict[str, _Model] | str | Path,
+    engine_dir: str | Path,
+    *,
+    root: str | Path | None = None,
+    served_at: str | Path | None = None,
+) -> list[Problem]:
     """Contradictions between the repository's TRT-LLM model config(s) and the engine at ``engine_dir``.
 
     ``models`` is a repository path or the parsed models of :func:`validate_repository`. The values are read
@@ -418,8 +496,13 @@ def check_against_engine(models: dict[str, _Model] | str | Path, engine_dir: str
     engine = inspect_engine(engine_dir)
     targets = _trtllm_models(models)
     if not targets:
-        return [Problem(".", "no TensorRT-LLM model (backend tensorrtllm or a gpt_model_path parameter) to "
-                             f"check against the engine {engine_dir}")]
+        return [
+            Problem(
+                ".",
+                "no TensorRT-LLM model (backend tensorrtllm or a gpt_model_path parameter) to "
+                f"check against the engine {engine_dir}",
+            )
+        ]
     base = Path(root) if root is not None else Path(".")
     served = Path(served_at) if served_at is not None else (base.absolute() if root is not None else None)
     by_name = {p.name: p for p in _schema_by_key().values()}

@@ -19,9 +19,22 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
-          "tib": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "tib": 1 << 40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -60,8 +73,7 @@ def summary(values: Sequence[float]) -> dict[str, float | int | None]:
         return {"n": 0, "median": None, "min": None, "max": None, "spread": None}
     med = statistics.median(vals)
     lo, hi = min(vals), max(vals)
-    return {"n": len(vals), "median": med, "min": lo, "max": hi,
-            "spread": (hi - lo) / med if med else None}
+    return {"n": len(vals), "median": med, "min": lo, "max": hi, "spread": (hi - lo) / med if med else None}
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -84,7 +96,7 @@ def parse_proc_stat(line: str) -> tuple[int, int]:
     end = line.rfind(")")
     if end < 0:
         raise ValueError("not a /proc/<pid>/stat line (no ')')")
-    rest = line[end + 1:].split()
+    rest = line[end + 1 :].split()
     if len(rest) < 13:
         raise ValueError("not a /proc/<pid>/stat line (too few fields)")
     return int(rest[11]), int(rest[12])
@@ -127,8 +139,9 @@ def source_revision() -> str:
     if not (PROJECT / ".git").exists():
         return f"{PROJECT} (not a git checkout)"
     try:
-        out = subprocess.run(["git", "-C", str(PROJECT), "describe", "--always", "--dirty"], capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(PROJECT), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return out.stdout.strip() or "unknown"
@@ -144,10 +157,16 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu,
-            "cores": str(os.cpu_count()), "gpu": "none", "kernel": platform.release(),
-            "python": platform.python_version(), "source": source_revision(),
-            "load_average_start": load_average()}
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "gpu": "none",
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "source": source_revision(),
+        "load_average_start": load_average(),
+    }
 
 
 def fmt(v: float | None, digits: int = 3) -> str:

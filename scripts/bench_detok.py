@@ -40,8 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from repo_builder.runtime.detokenizer import DetokenizerFactory, IncrementalDetokenizer  # noqa: E402
 from repo_builder.runtime.text import load_tokenizer  # noqa: E402
 
-TEXT = ("Deep learning is a subset of machine learning that uses neural networks with many layers. "
-        "你有点聪明，迭代的模型很好。 Привет, как дела? 🧘\u200d♀️ 👨\u200d👩\u200d👧\u200d👦 The end.\n")
+TEXT = (
+    "Deep learning is a subset of machine learning that uses neural networks with many layers. "
+    "你有点聪明，迭代的模型很好。 Привет, как дела? 🧘\u200d♀️ 👨\u200d👩\u200d👧\u200d👦 The end.\n"
+)
 
 
 def token_stream(tok, n: int) -> list[int]:
@@ -69,7 +71,7 @@ def run_full(factory: DetokenizerFactory, ids: list[int]) -> tuple[float, str]:
     t0 = CLOCK()
     for i in range(1, len(ids) + 1):
         text = decode(ids[:i])
-        parts.append(text[len(prev):])
+        parts.append(text[len(prev) :])
         prev = text
     return CLOCK() - t0, "".join(parts)
 
@@ -111,10 +113,19 @@ def bench(tokenizer_dir: str, lengths: list[int], repeat: int, full_max: int, mi
                 best = seconds if best is None else min(best, seconds)
             timed = n * streams
             work = decoded_tokens_per_token(factory, ids) if method == "incremental" else (n + 1) / 2
-            rows.append({"tokenizer": Path(tokenizer_dir).name, "method": method, "tokens": n,
-                         "decoded_tokens_per_token": work,
-                         "streams_timed": streams, "seconds": best, "tokens_per_s": timed / best,
-                         "us_per_token": best / timed * 1e6, "text_equals_decode": exact})
+            rows.append(
+                {
+                    "tokenizer": Path(tokenizer_dir).name,
+                    "method": method,
+                    "tokens": n,
+                    "decoded_tokens_per_token": work,
+                    "streams_timed": streams,
+                    "seconds": best,
+                    "tokens_per_s": timed / best,
+                    "us_per_token": best / timed * 1e6,
+                    "text_equals_decode": exact,
+                }
+            )
     return rows
 
 
@@ -124,10 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", type=int, nargs="+", default=[64, 1024, 8192], help="generated tokens per stream")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest counts")
     ap.add_argument("--full-max", type=int, default=8192, help="skip full-decode above this many tokens")
-    ap.add_argument("--min-tokens", type=int, default=8192,
-                    help="time at least this many tokens per incremental measurement (short streams repeat)")
-    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
-                    help="cpu: process CPU time (robust on a shared machine); wall: perf_counter")
+    ap.add_argument(
+        "--min-tokens",
+        type=int,
+        default=8192,
+        help="time at least this many tokens per incremental measurement (short streams repeat)",
+    )
+    ap.add_argument(
+        "--clock",
+        choices=["cpu", "wall"],
+        default="cpu",
+        help="cpu: process CPU time (robust on a shared machine); wall: perf_counter",
+    )
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this file")
     args = ap.parse_args(argv)
     global CLOCK
@@ -138,16 +157,20 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(bench(d, args.lengths, args.repeat, args.full_max, args.min_tokens))
 
     print(f"clock: {args.clock}")
-    print(f"{'tokenizer':<22} {'method':<12} {'tokens':>7} {'tokens/s':>12} {'us/token':>10} {'vs first':>9} "
-          f"{'decoded/tok':>11} exact")
+    print(
+        f"{'tokenizer':<22} {'method':<12} {'tokens':>7} {'tokens/s':>12} {'us/token':>10} {'vs first':>9} "
+        f"{'decoded/tok':>11} exact"
+    )
     first: dict[tuple[str, str], float] = {}
     for r in rows:
         key = (r["tokenizer"], r["method"])
         first.setdefault(key, r["us_per_token"])
         r["ratio_to_shortest"] = r["us_per_token"] / first[key]
-        print(f"{r['tokenizer']:<22} {r['method']:<12} {r['tokens']:>7} {r['tokens_per_s']:>12.0f} "
-              f"{r['us_per_token']:>10.1f} {r['ratio_to_shortest']:>8.2f}x {r['decoded_tokens_per_token']:>11.1f} "
-              f"{r['text_equals_decode']}")
+        print(
+            f"{r['tokenizer']:<22} {r['method']:<12} {r['tokens']:>7} {r['tokens_per_s']:>12.0f} "
+            f"{r['us_per_token']:>10.1f} {r['ratio_to_shortest']:>8.2f}x {r['decoded_tokens_per_token']:>11.1f} "
+            f"{r['text_equals_decode']}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
         print(f"wrote {args.json}")

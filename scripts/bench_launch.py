@@ -126,16 +126,24 @@ def run_bare(repo: Path, ports: tuple[int, int, int], poll_s: float, timeout_s: 
     )
 
     http_port, grpc_port, metrics_port = ports
-    server = TritonServer(LaunchConfig(model_repo=repo, http_port=http_port, grpc_port=grpc_port,
-                                       metrics_port=metrics_port, no_mpi=True))
+    server = TritonServer(
+        LaunchConfig(model_repo=repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, no_mpi=True)
+    )
     argv = server.prepare()
     env = dict(os.environ)
     env.update(server.env)
     expected = set(server.repository.model_names) if server.repository else set()
     log = open(log_dir / f"bare-{server.launch_id}.log", "wb")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True, close_fds=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+    )
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -169,8 +177,16 @@ def run_api(repo: Path, ports: tuple[int, int, int], no_mpi: bool, timeout_s: fl
 
     http_port, grpc_port, metrics_port = ports
     t0 = time.perf_counter()
-    server = TritonServer(LaunchConfig(model_repo=repo, http_port=http_port, grpc_port=grpc_port,
-                                       metrics_port=metrics_port, no_mpi=no_mpi, timeout=timeout_s))
+    server = TritonServer(
+        LaunchConfig(
+            model_repo=repo,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+            no_mpi=no_mpi,
+            timeout=timeout_s,
+        )
+    )
     try:
         server.start()
         server.wait_ready()
@@ -186,9 +202,22 @@ def run_cli(repo: Path, ports: tuple[int, int, int], no_mpi: bool, timeout_s: fl
 
     http_port, grpc_port, metrics_port = ports
     pid_file = work / f"launch-{http_port}.pid.json"
-    cmd = [str(Path(sys.executable).parent / "repo-builder"), "launch", str(repo), "--detach",
-           "--pid-file", str(pid_file), "--http_port", str(http_port), "--grpc_port", str(grpc_port),
-           "--metrics_port", str(metrics_port), "--timeout", str(timeout_s)]
+    cmd = [
+        str(Path(sys.executable).parent / "repo-builder"),
+        "launch",
+        str(repo),
+        "--detach",
+        "--pid-file",
+        str(pid_file),
+        "--http_port",
+        str(http_port),
+        "--grpc_port",
+        str(grpc_port),
+        "--metrics_port",
+        str(metrics_port),
+        "--timeout",
+        str(timeout_s),
+    ]
     if no_mpi:
         cmd.append("--no-mpi")
     t0 = time.perf_counter()
@@ -205,8 +234,11 @@ def run_cli(repo: Path, ports: tuple[int, int, int], no_mpi: bool, timeout_s: fl
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repos", default="synthetic,tiny",
-                    help="synthetic (rendered), tiny (tests/fixtures/launcher/tiny) or repository paths")
+    ap.add_argument(
+        "--repos",
+        default="synthetic,tiny",
+        help="synthetic (rendered), tiny (tests/fixtures/launcher/tiny) or repository paths",
+    )
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--tokenizer-dir", default=str(PROJECT.parent / "shared" / "assets" / "llama2_tokenizer"))
@@ -222,8 +254,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="rb-bench-launch-", dir=args.workdir))
     info = machine()
     info["poll_interval_s"] = str(POLL_S)
-    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
-          f"source {info['source']}", flush=True)
+    print(
+        f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
+        f"source {info['source']}",
+        flush=True,
+    )
     ports = Ports(args.port_base)
     methods = [m for m in args.methods.split(",") if m]
     results: dict[str, dict] = {}
@@ -259,11 +294,18 @@ def main() -> int:
                             if attempt == args.retries:
                                 raise
                     times[method].append(s)
-                    print(f"{name:>10} rep {rep + 1}/{args.repeats}  {method:<10} {s:7.3f} s  "
-                          f"(load {os.getloadavg()[0]:.2f})", flush=True)
-            results[name] = {"repo": str(repo), "times_s": times, "failed_attempts": failures,
-                             "summary": {m: summary(v) for m, v in times.items()},
-                             "overhead_vs_bare_s": overheads(times)}
+                    print(
+                        f"{name:>10} rep {rep + 1}/{args.repeats}  {method:<10} {s:7.3f} s  "
+                        f"(load {os.getloadavg()[0]:.2f})",
+                        flush=True,
+                    )
+            results[name] = {
+                "repo": str(repo),
+                "times_s": times,
+                "failed_attempts": failures,
+                "summary": {m: summary(v) for m, v in times.items()},
+                "overhead_vs_bare_s": overheads(times),
+            }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info["load_average_end"] = load_average()
@@ -275,12 +317,14 @@ def main() -> int:
         for m in methods:
             s = res["summary"][m]
             over = res["overhead_vs_bare_s"].get(m)
-            print(f"| {m} | {fmt(s['median'])} | {fmt(s['min'])}-{fmt(s['max'])} | "
-                  f"{'' if m == 'bare' else fmt(over)} |")
+            print(
+                f"| {m} | {fmt(s['median'])} | {fmt(s['min'])}-{fmt(s['max'])} | {'' if m == 'bare' else fmt(over)} |"
+            )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "results": results},
-                                              indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"machine": info, "args": vars(args), "results": results}, indent=2) + "\n"
+        )
     return 0
 
 

@@ -138,8 +138,22 @@ async def run_front(client, url: str, body: dict, requests: int, concurrency: in
 def start_front(repo: Path, grpc_url: str, port: int, log: Path) -> subprocess.Popen:
     import urllib.request
 
-    proc = subprocess.Popen([sys.executable, "-m", "repo_builder", "openai", "--repo", str(repo), "--grpc-url",
-                             grpc_url, "--port", str(port)], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "repo_builder",
+            "openai",
+            "--repo",
+            str(repo),
+            "--grpc-url",
+            grpc_url,
+            "--port",
+            str(port),
+        ],
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -162,11 +176,23 @@ async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dic
 
     backend = TritonBackend(server.grpc_url, "ensemble")
     await backend.open()
-    fields = {"text_input": MESSAGES[0]["content"], "max_tokens": args.output_tokens, "stream": True,
-              "min_tokens": args.output_tokens, "return_num_input_tokens": True, "return_num_output_tokens": True,
-              "exclude_input_in_output": True}
-    body = {"model": NAME, "messages": MESSAGES, "max_tokens": args.output_tokens, "min_tokens": args.output_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
+    fields = {
+        "text_input": MESSAGES[0]["content"],
+        "max_tokens": args.output_tokens,
+        "stream": True,
+        "min_tokens": args.output_tokens,
+        "return_num_input_tokens": True,
+        "return_num_output_tokens": True,
+        "exclude_input_in_output": True,
+    }
+    body = {
+        "model": NAME,
+        "messages": MESSAGES,
+        "max_tokens": args.output_tokens,
+        "min_tokens": args.output_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     rows = []
@@ -187,32 +213,44 @@ async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dic
                 f["wall_s"] = time.perf_counter() - t0
                 cpu1 = proc_cpu_s(front_pid)
                 ok = args.requests - f["errors"]
-                f["cpu_ms_per_token"] = ((cpu1 - cpu0) * 1000 / (ok * args.output_tokens)
-                                         if ok and cpu0 is not None and cpu1 is not None else None)
+                f["cpu_ms_per_token"] = (
+                    (cpu1 - cpu0) * 1000 / (ok * args.output_tokens)
+                    if ok and cpu0 is not None and cpu1 is not None
+                    else None
+                )
                 front_runs.append(f)
             row = {
                 "concurrency": c,
                 "direct_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in direct_runs if r["ttft"]]),
                 "front_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in front_runs if r["ttft"]]),
-                "added_ttft_p50_ms": summary([percentile(f["ttft"], 0.5) - percentile(d["ttft"], 0.5)
-                                              for d, f in zip(direct_runs, front_runs) if d["ttft"] and f["ttft"]]),
-                "front_cpu_ms_per_token": summary([r["cpu_ms_per_token"] for r in front_runs
-                                                   if r["cpu_ms_per_token"] is not None]),
+                "added_ttft_p50_ms": summary(
+                    [
+                        percentile(f["ttft"], 0.5) - percentile(d["ttft"], 0.5)
+                        for d, f in zip(direct_runs, front_runs)
+                        if d["ttft"] and f["ttft"]
+                    ]
+                ),
+                "front_cpu_ms_per_token": summary(
+                    [r["cpu_ms_per_token"] for r in front_runs if r["cpu_ms_per_token"] is not None]
+                ),
                 "direct_errors": sum(r["errors"] for r in direct_runs),
                 "front_errors": sum(r["errors"] for r in front_runs),
                 "requests_per_run": args.requests,
-                "front_tokens_per_s": summary([(args.requests - r["errors"]) * args.output_tokens / r["wall_s"]
-                                               for r in front_runs]),
+                "front_tokens_per_s": summary(
+                    [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in front_runs]
+                ),
             }
             rows.append(row)
-            print(f"c={c:>3}  TTFT p50 direct {fmt(row['direct_ttft_p50_ms']['median'], 2)} ms, front end "
-                  f"{fmt(row['front_ttft_p50_ms']['median'], 2)} ms, added {fmt(row['added_ttft_p50_ms']['median'], 2)}"
-                  f" ms (min {fmt(row['added_ttft_p50_ms']['min'], 2)}, max {fmt(row['added_ttft_p50_ms']['max'], 2)});"
-                  f" front-end CPU {fmt(row['front_cpu_ms_per_token']['median'], 4)} ms/token (min "
-                  f"{fmt(row['front_cpu_ms_per_token']['min'], 4)}, "
-                  f"max {fmt(row['front_cpu_ms_per_token']['max'], 4)});"
-                  f" errors direct {row['direct_errors']} front {row['front_errors']}; load {load_average()}",
-                  flush=True)
+            print(
+                f"c={c:>3}  TTFT p50 direct {fmt(row['direct_ttft_p50_ms']['median'], 2)} ms, front end "
+                f"{fmt(row['front_ttft_p50_ms']['median'], 2)} ms, added {fmt(row['added_ttft_p50_ms']['median'], 2)}"
+                f" ms (min {fmt(row['added_ttft_p50_ms']['min'], 2)}, max {fmt(row['added_ttft_p50_ms']['max'], 2)});"
+                f" front-end CPU {fmt(row['front_cpu_ms_per_token']['median'], 4)} ms/token (min "
+                f"{fmt(row['front_cpu_ms_per_token']['min'], 4)}, "
+                f"max {fmt(row['front_cpu_ms_per_token']['max'], 4)});"
+                f" errors direct {row['direct_errors']} front {row['front_errors']}; load {load_average()}",
+                flush=True,
+            )
     await backend.close()
     return rows
 
@@ -240,25 +278,45 @@ def main() -> None:
         (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC))
         tok = packaged_tokenizer("mistral-v1-instruct", work / "tok")
         repo = work / "repo"
-        render_repository(engine, tok, repo, user_values={"synthetic_token_delay_ms": args.delay_ms,
-                                                          "triton_max_batch_size": 64}, streaming=True)
+        render_repository(
+            engine,
+            tok,
+            repo,
+            user_values={"synthetic_token_delay_ms": args.delay_ms, "triton_max_batch_size": 64},
+            streaming=True,
+        )
         p = args.port_base
-        config = LaunchConfig(model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True,
-                              timeout=300)
+        config = LaunchConfig(
+            model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True, timeout=300
+        )
         with TritonServer(config) as server:
             front = start_front(repo, server.grpc_url, p + 3, work / "front.log")
             try:
-                print(f"machine: {machine()}; delay {args.delay_ms} ms/token, {args.output_tokens} tokens, "
-                      f"{args.requests} requests x {args.repeats} repeats per level", flush=True)
+                print(
+                    f"machine: {machine()}; delay {args.delay_ms} ms/token, {args.output_tokens} tokens, "
+                    f"{args.requests} requests x {args.repeats} repeats per level",
+                    flush=True,
+                )
                 rows = asyncio.run(bench(args, server, repo, front.pid, p + 3))
                 if args.json:
                     args.json.parent.mkdir(parents=True, exist_ok=True)
-                    args.json.write_text(json.dumps({"machine": machine(), "args": {
-                        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "levels": rows},
-                        indent=2) + "\n")
+                    args.json.write_text(
+                        json.dumps(
+                            {
+                                "machine": machine(),
+                                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                                "levels": rows,
+                            },
+                            indent=2,
+                        )
+                        + "\n"
+                    )
                 if args.keep_serving > 0:
-                    print(f"serving the OpenAI API at http://127.0.0.1:{p + 3}/v1 (model {NAME}) for "
-                          f"{args.keep_serving:.0f} s", flush=True)
+                    print(
+                        f"serving the OpenAI API at http://127.0.0.1:{p + 3}/v1 (model {NAME}) for "
+                        f"{args.keep_serving:.0f} s",
+                        flush=True,
+                    )
                     time.sleep(args.keep_serving)
             finally:
                 front.terminate()

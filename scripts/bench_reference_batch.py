@@ -45,10 +45,13 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(model)
     backend = ReferenceBackend(model, num_threads=args.threads)
     io = ModelIO.from_config(engine_model_config("trtllm-1.2"))
-    limits = EngineLimits(vocab_size=backend.vocab_size, max_input_len=1024, max_seq_len=2048,
-                          exclude_input_in_output=True)
-    prompts = [f"Write a short story about a robot number {i} who learns to paint." for i in range(max(
-        int(x) for x in args.streams.split(",")))]
+    limits = EngineLimits(
+        vocab_size=backend.vocab_size, max_input_len=1024, max_seq_len=2048, exclude_input_in_output=True
+    )
+    prompts = [
+        f"Write a short story about a robot number {i} who learns to paint."
+        for i in range(max(int(x) for x in args.streams.split(",")))
+    ]
 
     def run(n: int, tokens: int | None = None) -> tuple[float, float, list[list[int]], int]:
         sched = Scheduler(backend)
@@ -65,13 +68,13 @@ def main() -> None:
         outs = []
         for sink in sinks:
             o = sink.responses[-1][0]
-            outs.append(o["output_ids"][0, 0, :int(o["sequence_length"][0, 0])].tolist())
+            outs.append(o["output_ids"][0, 0, : int(o["sequence_length"][0, 0])].tolist())
         return w, c, outs, backend.batched_forwards - f0
 
     single: dict[int, list[int]] = {}
     print(f"load average {os.getloadavg()[0]:.1f}, torch threads {args.threads}")
     base = None
-    run(2, 4)                                   # warm-up (first forwards allocate and page in the weights)
+    run(2, 4)  # warm-up (first forwards allocate and page in the weights)
     for n in (int(x) for x in args.streams.split(",")):
         w, c, outs, batched = run(n)
         tokens = sum(len(o) for o in outs)
@@ -82,8 +85,10 @@ def main() -> None:
             same = str(outs[0] == single[0])
         tps = tokens / w
         base = base or (tps if n == 1 else None)
-        print(f"{n:>2} streams: {tokens} tokens, {tps:.1f} tokens/s wall ({(tps / base) if base else 0:.2f}x), "
-              f"{c * 1e3 / tokens:.1f} ms CPU/token, batched forwards {batched}, stream 0 equals single: {same}")
+        print(
+            f"{n:>2} streams: {tokens} tokens, {tps:.1f} tokens/s wall ({(tps / base) if base else 0:.2f}x), "
+            f"{c * 1e3 / tokens:.1f} ms CPU/token, batched forwards {batched}, stream 0 equals single: {same}"
+        )
 
 
 if __name__ == "__main__":

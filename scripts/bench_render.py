@@ -71,19 +71,40 @@ def engine_config(vocab_size: int = 32000) -> dict:
     return {
         "version": "1.2.0",
         "pretrained_config": {
-            "architecture": "LlamaForCausalLM", "dtype": "float16", "logits_dtype": "float32",
-            "vocab_size": vocab_size, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-            "num_key_value_heads": 32, "max_position_embeddings": 4096, "hidden_act": "silu",
+            "architecture": "LlamaForCausalLM",
+            "dtype": "float16",
+            "logits_dtype": "float32",
+            "vocab_size": vocab_size,
+            "hidden_size": 4096,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "max_position_embeddings": 4096,
+            "hidden_act": "silu",
             "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1, "cp_size": 1},
             "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
         },
         "build_config": {
-            "max_batch_size": 8, "max_beam_width": 1, "max_input_len": 2048, "max_seq_len": 4096,
-            "max_num_tokens": 8192, "kv_cache_type": "paged", "gather_context_logits": False,
-            "gather_generation_logits": False, "max_draft_len": 0, "speculative_decoding_mode": 1,
-            "plugin_config": {"dtype": "float16", "gpt_attention_plugin": "auto", "gemm_plugin": "auto",
-                              "context_fmha": True, "paged_kv_cache": True, "remove_input_padding": True,
-                              "tokens_per_block": 32, "use_paged_context_fmha": True},
+            "max_batch_size": 8,
+            "max_beam_width": 1,
+            "max_input_len": 2048,
+            "max_seq_len": 4096,
+            "max_num_tokens": 8192,
+            "kv_cache_type": "paged",
+            "gather_context_logits": False,
+            "gather_generation_logits": False,
+            "max_draft_len": 0,
+            "speculative_decoding_mode": 1,
+            "plugin_config": {
+                "dtype": "float16",
+                "gpt_attention_plugin": "auto",
+                "gemm_plugin": "auto",
+                "context_fmha": True,
+                "paged_kv_cache": True,
+                "remove_input_padding": True,
+                "tokens_per_block": 32,
+                "use_paged_context_fmha": True,
+            },
         },
     }
 
@@ -108,8 +129,9 @@ def write_filled(path: Path, size: int, seed: int = 1) -> None:
         os.fsync(fh.fileno())
     st = path.stat()
     if st.st_size != size or st.st_blocks * 512 < size:
-        raise RuntimeError(f"{path}: expected {size} allocated bytes, got size {st.st_size}, "
-                           f"{st.st_blocks * 512} allocated")
+        raise RuntimeError(
+            f"{path}: expected {size} allocated bytes, got size {st.st_size}, {st.st_blocks * 512} allocated"
+        )
 
 
 def make_engine(directory: Path, size: int, config: dict) -> Path:
@@ -184,9 +206,11 @@ def analyse(times: dict[str, dict[str, list[float]]], large: str, small: str) ->
         "large_over_small": {m: ratio(med(large, m), med(small, m)) for m in methods},
         "copy_over_cp": {kind: ratio(med(large, f"{kind}:copy"), med(large, "cp")) for kind in ("api", "cli")},
         "copy_minus_reference_over_cp": ratio(
-            None if med(large, "api:copy") is None or med(large, "api:reference") is None
+            None
+            if med(large, "api:copy") is None or med(large, "api:reference") is None
             else med(large, "api:copy") - med(large, "api:reference"),  # type: ignore[operator]
-            med(large, "cp")),
+            med(large, "cp"),
+        ),
     }
 
 
@@ -207,9 +231,13 @@ def main() -> int:
     ap.add_argument("--tokenizer-dir", default=str(PROJECT.parent / "shared" / "assets" / "llama2_tokenizer"))
     ap.add_argument("--config-from", help="use this config.json (new or old layout) instead of the built-in one")
     ap.add_argument("--workdir", default=tempfile.gettempdir(), help="where engines and outputs go (same filesystem)")
-    ap.add_argument("--drop-caches", choices=("file", "global", "none"), default="file",
-                    help="evict the engine files' pages before each run (file, default), drop every cache (global, "
-                         "root only) or keep caches warm (none)")
+    ap.add_argument(
+        "--drop-caches",
+        choices=("file", "global", "none"),
+        default="file",
+        help="evict the engine files' pages before each run (file, default), drop every cache (global, "
+        "root only) or keep caches warm (none)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the engine files afterwards")
     ap.add_argument("--json", help="write raw times and summaries here")
     args = ap.parse_args()
@@ -229,9 +257,13 @@ def main() -> int:
     info["page_cache"] = {
         "file": "engine files evicted before every run (sync; posix_fadvise DONTNEED)",
         "global": "dropped before every run (sync; echo 3 > /proc/sys/vm/drop_caches)",
-        "none": "warm (not dropped); methods alternate"}[drop]
-    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
-          f"source {info['source']}", flush=True)
+        "none": "warm (not dropped); methods alternate",
+    }[drop]
+    print(
+        f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
+        f"source {info['source']}",
+        flush=True,
+    )
     print(f"# page cache: {info['page_cache']}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="rb-bench-render-", dir=args.workdir))
     cli = str(Path(sys.executable).parent / "repo-builder")
@@ -262,8 +294,18 @@ def main() -> int:
             kind, mode = method.split(":")
             if kind == "api":
                 return _timed(lambda: render_repository(engine, args.tokenizer_dir, out, engine_mode=mode))
-            cmd = [cli, "render", "--engine-dir", str(engine), "--tokenizer-dir", args.tokenizer_dir, "-o",
-                   str(out), "--engine-mode", mode]
+            cmd = [
+                cli,
+                "render",
+                "--engine-dir",
+                str(engine),
+                "--tokenizer-dir",
+                args.tokenizer_dir,
+                "-o",
+                str(out),
+                "--engine-mode",
+                mode,
+            ]
             return _timed(lambda: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL))
 
         methods = methods_for(modes, cli_modes, not args.no_cp)
@@ -293,13 +335,17 @@ def main() -> int:
             s = result["summary"][lab].get(method)
             cells.append(f"{fmt(s['median'])} ({fmt(s['min'])}-{fmt(s['max'])})" if s else "-")
         print(f"| {method} | " + " | ".join(cells) + f" | {fmt(result['large_over_small'][method], 2)} |")
-    print(f"\ncopy / cp ({format_size(large)}): api {fmt(result['copy_over_cp']['api'], 3)}, "
-          f"cli {fmt(result['copy_over_cp']['cli'], 3)}; (copy - reference) / cp "
-          f"{fmt(result['copy_minus_reference_over_cp'], 3)}")
+    print(
+        f"\ncopy / cp ({format_size(large)}): api {fmt(result['copy_over_cp']['api'], 3)}, "
+        f"cli {fmt(result['copy_over_cp']['cli'], 3)}; (copy - reference) / cp "
+        f"{fmt(result['copy_minus_reference_over_cp'], 3)}"
+    )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "sizes": labels,
-                                               "times_s": times, **result}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"machine": info, "args": vars(args), "sizes": labels, "times_s": times, **result}, indent=2)
+            + "\n"
+        )
     return 0
 
 

@@ -62,8 +62,18 @@ def _machine() -> dict[str, str]:
 
 def _render(args: argparse.Namespace, work: Path) -> Path:
     repo = work / "repo"
-    cmd = [str(Path(sys.executable).parent / "repo-builder"), "render", "--engine-dir", args.engine_dir,
-           "--tokenizer-dir", args.tokenizer_dir, "-o", str(repo), "--profile", args.profile]
+    cmd = [
+        str(Path(sys.executable).parent / "repo-builder"),
+        "render",
+        "--engine-dir",
+        args.engine_dir,
+        "--tokenizer-dir",
+        args.tokenizer_dir,
+        "-o",
+        str(repo),
+        "--profile",
+        args.profile,
+    ]
     cmd.append("--streaming" if args.streaming else "--no-streaming")
     for item in args.set or []:
         cmd += ["--set", item]
@@ -77,17 +87,22 @@ def _fmt(v: object, digits: int = 1) -> str:
 
 
 def _table(report: dict) -> str:
-    lines = ["| concurrency | ok / errors | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 / p99 (ms) | "
-             "E2E p50 / p90 / p99 (ms) | output tok/s | req/s | client CPU ms/req |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| concurrency | ok / errors | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 / p99 (ms) | "
+        "E2E p50 / p90 / p99 (ms) | output tok/s | req/s | client CPU ms/req |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for lv in report["levels"]:
+
         def trio(name: str, lv: dict = lv) -> str:
             d = lv[name]
             return f"{_fmt(d['p50'])} / {_fmt(d['p90'])} / {_fmt(d['p99'])}"
 
-        lines.append(f"| {lv['concurrency']} | {lv['completed']} / {lv['errors']} | {trio('ttft_ms')} | "
-                     f"{trio('itl_ms')} | {trio('e2e_ms')} | {_fmt(lv['output_tokens_per_s'])} | "
-                     f"{_fmt(lv['requests_per_s'], 2)} | {_fmt(lv['client_cpu_ms_per_request'], 2)} |")
+        lines.append(
+            f"| {lv['concurrency']} | {lv['completed']} / {lv['errors']} | {trio('ttft_ms')} | "
+            f"{trio('itl_ms')} | {trio('e2e_ms')} | {_fmt(lv['output_tokens_per_s'])} | "
+            f"{_fmt(lv['requests_per_s'], 2)} | {_fmt(lv['client_cpu_ms_per_request'], 2)} |"
+        )
     return "\n".join(lines)
 
 
@@ -131,33 +146,49 @@ def main() -> int:
             from repo_builder.server import LaunchConfig, TritonServer
 
             repo = Path(args.repo) if args.repo else _render(args, work)
-            server_cm = TritonServer(LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc,
-                                                  metrics_port=metrics, no_mpi=True, timeout=600))
+            server_cm = TritonServer(
+                LaunchConfig(
+                    model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True, timeout=600
+                )
+            )
             models = [m for m in args.models.split(",") if m]
         with server_cm as server:
             for model in models:
                 for proto in [p for p in args.protocols.split(",") if p]:
                     url = server.http_hostport if proto == "http" else server.grpc_url
-                    settings = BenchSettings(url=url, protocol=proto, model=model, stream=args.streaming,
-                                             concurrency=parse_concurrency(args.concurrency),
-                                             requests=args.requests, input_tokens=args.input_tokens,
-                                             output_tokens=args.output_tokens, tokenizer_dir=args.tokenizer_dir,
-                                             output_dir=str(out / f"{model}-{proto}"), warmup=args.warmup,
-                                             end_id=args.end_id)
+                    settings = BenchSettings(
+                        url=url,
+                        protocol=proto,
+                        model=model,
+                        stream=args.streaming,
+                        concurrency=parse_concurrency(args.concurrency),
+                        requests=args.requests,
+                        input_tokens=args.input_tokens,
+                        output_tokens=args.output_tokens,
+                        tokenizer_dir=args.tokenizer_dir,
+                        output_dir=str(out / f"{model}-{proto}"),
+                        warmup=args.warmup,
+                        end_id=args.end_id,
+                    )
                     print(f"== {model} over {proto}", flush=True)
                     report = run_bench(settings, progress=sys.stdout.isatty(), log=print)
                     machine["tritonserver"] = report["server"]["version"]
                     write_report(report, settings.output_dir)
-                    sections.append(f"### {model} over {proto}{' (streaming)' if args.streaming else ''}\n\n"
-                                    f"{_table(report)}\n")
+                    sections.append(
+                        f"### {model} over {proto}{' (streaming)' if args.streaming else ''}\n\n{_table(report)}\n"
+                    )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     command = shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     machine["load_average_end"] = load_average()
     summary = [f"Command: `{command}`\n", "| machine | |", "|---|---|"]
     summary += [f"| {k} | {v} |" for k, v in machine.items()]
-    summary += ["", f"Requests per level: {args.requests}; input tokens: {args.input_tokens}; "
-                    f"output tokens: {args.output_tokens}; warm-up requests: {args.warmup}.", ""]
+    summary += [
+        "",
+        f"Requests per level: {args.requests}; input tokens: {args.input_tokens}; "
+        f"output tokens: {args.output_tokens}; warm-up requests: {args.warmup}.",
+        "",
+    ]
     summary += sections
     (out / "summary.md").write_text("\n".join(summary) + "\n")
     (out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")

@@ -78,13 +78,16 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 #: Processes on each request path besides the engine stub (a stub of a model the path does not call is idle,
 #: and left out of ``around_engine``; it still appears in ``total``).
-PATH_PROCESSES = {"ensemble": (SERVER, "preprocessing", "postprocessing"),
-                  "tensorrt_llm_bls": (SERVER, "preprocessing", "postprocessing", "tensorrt_llm_bls"),
-                  ENGINE_MODEL: (SERVER,)}
+PATH_PROCESSES = {
+    "ensemble": (SERVER, "preprocessing", "postprocessing"),
+    "tensorrt_llm_bls": (SERVER, "preprocessing", "postprocessing", "tensorrt_llm_bls"),
+    ENGINE_MODEL: (SERVER,),
+}
 
 
-def per_token(delta: dict[str, float], tokens: int, path: tuple[str, ...] | None = None,
-              engine: str = ENGINE_MODEL) -> dict[str, float | None]:
+def per_token(
+    delta: dict[str, float], tokens: int, path: tuple[str, ...] | None = None, engine: str = ENGINE_MODEL
+) -> dict[str, float | None]:
     """ms of CPU per token for each process, ``total`` (every process) and ``around_engine``: the processes
     of ``path`` (default: every process but ``engine``; instances ``name#2`` count with ``name``) without the
     engine stub. None everywhere when ``tokens`` is 0."""
@@ -92,8 +95,7 @@ def per_token(delta: dict[str, float], tokens: int, path: tuple[str, ...] | None
         return {k: None for k in [*delta, "total", "around_engine"]}
     out: dict[str, float | None] = {k: v * 1000 / tokens for k, v in delta.items()}
     out["total"] = sum(delta.values()) * 1000 / tokens
-    around = sum(v for k, v in delta.items()
-                 if k.split("#")[0] != engine and (path is None or k.split("#")[0] in path))
+    around = sum(v for k, v in delta.items() if k.split("#")[0] != engine and (path is None or k.split("#")[0] in path))
     out["around_engine"] = around * 1000 / tokens
     return out
 
@@ -142,9 +144,11 @@ def top_frames(collapsed: str, n: int = 12, lines: bool = False) -> dict[str, li
             incl[f] += count
     if not total:
         return {"self": [], "inclusive": [], "total": [("samples", 0, 1.0)]}
-    return {"self": [(f, c, c / total) for f, c in self_c.most_common(n)],
-            "inclusive": [(f, c, c / total) for f, c in incl.most_common(n)],
-            "total": [("samples", total, 1.0)]}
+    return {
+        "self": [(f, c, c / total) for f, c in self_c.most_common(n)],
+        "inclusive": [(f, c, c / total) for f, c in incl.most_common(n)],
+        "total": [("samples", total, 1.0)],
+    }
 
 
 # ------------------------------------------------------------------------------------------- machine parts
@@ -194,9 +198,18 @@ def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict
     if model == ENGINE_MODEL:
         return direct_level(url, c, args, pids)
 
-    settings = BenchSettings(url=url, protocol="grpc", model=model, stream=True, concurrency=[c],
-                             requests=args.requests, input_tokens=args.input_tokens,
-                             output_tokens=args.output_tokens, tokenizer_dir=args.tokenizer_dir, warmup=0)
+    settings = BenchSettings(
+        url=url,
+        protocol="grpc",
+        model=model,
+        stream=True,
+        concurrency=[c],
+        requests=args.requests,
+        input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens,
+        tokenizer_dir=args.tokenizer_dir,
+        warmup=0,
+    )
     before = sample(pids)
     t0 = time.perf_counter()
     report = run_bench(settings, progress=False)
@@ -205,14 +218,23 @@ def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict
     level = report["levels"][0]
     tokens = level["completed"] * args.output_tokens
     delta = cpu_delta(before, after)
-    return {"model": model, "concurrency": c, "completed": level["completed"], "errors": level["errors"],
-            "tokens": tokens, "wall_s": wall, "cpu_s": delta,
-            "ms_per_token": per_token(delta, tokens, PATH_PROCESSES.get(model)),
-            "server_cpu_util": sum(delta.values()) / wall if wall else None,
-            "ttft_ms_p50": level["ttft_ms"]["p50"], "ttft_ms_p90": level["ttft_ms"]["p90"],
-            "itl_ms_p50": level["itl_ms"]["p50"], "e2e_ms_p50": level["e2e_ms"]["p50"],
-            "client_cpu_ms_per_token": level["client_cpu_s"] * 1000 / tokens if tokens else None,
-            "chunks_per_request": level.get("chunks_per_request")}
+    return {
+        "model": model,
+        "concurrency": c,
+        "completed": level["completed"],
+        "errors": level["errors"],
+        "tokens": tokens,
+        "wall_s": wall,
+        "cpu_s": delta,
+        "ms_per_token": per_token(delta, tokens, PATH_PROCESSES.get(model)),
+        "server_cpu_util": sum(delta.values()) / wall if wall else None,
+        "ttft_ms_p50": level["ttft_ms"]["p50"],
+        "ttft_ms_p90": level["ttft_ms"]["p90"],
+        "itl_ms_p50": level["itl_ms"]["p50"],
+        "e2e_ms_p50": level["e2e_ms"]["p50"],
+        "client_cpu_ms_per_token": level["client_cpu_s"] * 1000 / tokens if tokens else None,
+        "chunks_per_request": level.get("chunks_per_request"),
+    }
 
 
 def direct_level(url: str, c: int, args: argparse.Namespace, pids: dict[str, int] | None) -> dict:
@@ -259,20 +281,38 @@ def direct_level(url: str, c: int, args: argparse.Namespace, pids: dict[str, int
     after = sample(pids) if pids else {}
     if failures:
         raise failures[0]
-    records = [RequestRecord(r.start_ns, tuple(r.chunk_times_ns), r.end_ns, None if not r.ok else args.output_tokens,
-                             None if r.ok else str(r.error)) for r in results]
+    records = [
+        RequestRecord(
+            r.start_ns,
+            tuple(r.chunk_times_ns),
+            r.end_ns,
+            None if not r.ok else args.output_tokens,
+            None if r.ok else str(r.error),
+        )
+        for r in results
+    ]
     stats = summarize(records, concurrency=c, wall=int(wall * 1e9)).to_dict()
     tokens = stats["completed"] * args.output_tokens
     delta = cpu_delta(before, after)
-    return {"model": ENGINE_MODEL, "concurrency": c, "completed": stats["completed"],
-            "errors": stats["errors"], "tokens": tokens, "wall_s": wall, "cpu_s": delta,
-            "ms_per_token": per_token(delta, tokens, PATH_PROCESSES[ENGINE_MODEL]),
-            "server_cpu_util": sum(delta.values()) / wall if wall else None,
-            "ttft_ms_p50": stats["ttft_ms"]["p50"], "ttft_ms_p90": stats["ttft_ms"]["p90"],
-            "itl_ms_p50": stats["itl_ms"]["p50"], "e2e_ms_p50": stats["e2e_ms"]["p50"],
-            "client_cpu_ms_per_token": client_cpu * 1000 / tokens if tokens else None,
-            "chunks_per_request": (sum(len(r.chunk_ns) for r in records if r.ok) / stats["completed"]
-                                   if stats["completed"] else None)}
+    return {
+        "model": ENGINE_MODEL,
+        "concurrency": c,
+        "completed": stats["completed"],
+        "errors": stats["errors"],
+        "tokens": tokens,
+        "wall_s": wall,
+        "cpu_s": delta,
+        "ms_per_token": per_token(delta, tokens, PATH_PROCESSES[ENGINE_MODEL]),
+        "server_cpu_util": sum(delta.values()) / wall if wall else None,
+        "ttft_ms_p50": stats["ttft_ms"]["p50"],
+        "ttft_ms_p90": stats["ttft_ms"]["p90"],
+        "itl_ms_p50": stats["itl_ms"]["p50"],
+        "e2e_ms_p50": stats["e2e_ms"]["p50"],
+        "client_cpu_ms_per_token": client_cpu * 1000 / tokens if tokens else None,
+        "chunks_per_request": (
+            sum(len(r.chunk_ns) for r in records if r.ok) / stats["completed"] if stats["completed"] else None
+        ),
+    }
 
 
 def warm(url: str, model: str, args: argparse.Namespace) -> None:
@@ -282,9 +322,21 @@ def warm(url: str, model: str, args: argparse.Namespace) -> None:
     if model == ENGINE_MODEL:
         direct_level(url, 4, argparse.Namespace(**{**vars(args), "requests": 8}), None)
         return
-    run_bench(BenchSettings(url=url, protocol="grpc", model=model, stream=True, concurrency=[4], requests=8,
-                            input_tokens=args.input_tokens, output_tokens=args.output_tokens,
-                            tokenizer_dir=args.tokenizer_dir, warmup=0), progress=False)
+    run_bench(
+        BenchSettings(
+            url=url,
+            protocol="grpc",
+            model=model,
+            stream=True,
+            concurrency=[4],
+            requests=8,
+            input_tokens=args.input_tokens,
+            output_tokens=args.output_tokens,
+            tokenizer_dir=args.tokenizer_dir,
+            warmup=0,
+        ),
+        progress=False,
+    )
 
 
 def profile_level(url: str, model: str, args: argparse.Namespace, pids: dict[str, int], out: Path) -> dict:
@@ -298,14 +350,34 @@ def profile_level(url: str, model: str, args: argparse.Namespace, pids: dict[str
         if name == SERVER:
             continue
         path = out / f"{model}-{name}.txt"
-        spies[name] = (path, subprocess.Popen(
-            [pyspy, "record", "--pid", str(pid), "--rate", str(args.profile_rate), "--format", "raw",
-             *(["--native"] if args.profile_native else ["--gil"]), "-o", str(path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        spies[name] = (
+            path,
+            subprocess.Popen(
+                [
+                    pyspy,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--rate",
+                    str(args.profile_rate),
+                    "--format",
+                    "raw",
+                    *(["--native"] if args.profile_native else ["--gil"]),
+                    "-o",
+                    str(path),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            ),
+        )
     time.sleep(1.0)  # py-spy attaches
-    level = run_level(url, model, args.profile_concurrency,
-                      argparse.Namespace(**{**vars(args), "requests": args.profile_requests or 4 * args.requests}),
-                      pids)
+    level = run_level(
+        url,
+        model,
+        args.profile_concurrency,
+        argparse.Namespace(**{**vars(args), "requests": args.profile_requests or 4 * args.requests}),
+        pids,
+    )
     tops = {}
     for name, (path, proc) in spies.items():
         proc.send_signal(signal.SIGINT)
@@ -321,8 +393,13 @@ def profile_level(url: str, model: str, args: argparse.Namespace, pids: dict[str
             # seconds the GIL was held (py-spy --gil samples / rate) over the stub's CPU seconds: well below 1 =
             # the stub's C++ side (shared-memory IPC with tritonserver) dominates; above 1 = the GIL is also held
             # while off the CPU (waiting inside a pb_utils call)
-            tops[name]["python_share"] = [("python/cpu", samples, (samples / args.profile_rate) / cpu
-                                           if cpu and not args.profile_native else None)]
+            tops[name]["python_share"] = [
+                (
+                    "python/cpu",
+                    samples,
+                    (samples / args.profile_rate) / cpu if cpu and not args.profile_native else None,
+                )
+            ]
         else:
             tops[name] = {"error": err.decode(errors="replace")[-500:]}
     return {"level": level, "top": tops}
@@ -330,8 +407,11 @@ def profile_level(url: str, model: str, args: argparse.Namespace, pids: dict[str
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="ensemble,tensorrt_llm_bls,tensorrt_llm",
-                    help="text models, plus tensorrt_llm = token ids streamed to the engine directly (baseline)")
+    ap.add_argument(
+        "--models",
+        default="ensemble,tensorrt_llm_bls,tensorrt_llm",
+        help="text models, plus tensorrt_llm = token ids streamed to the engine directly (baseline)",
+    )
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--requests", type=int, default=64, help="requests per level")
     ap.add_argument("--repeats", type=int, default=3, help="runs of every level")
@@ -345,11 +425,15 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="py-spy the stubs during one extra level per model")
     ap.add_argument("--profile-concurrency", type=int, default=16)
     ap.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
-    ap.add_argument("--profile-requests", type=int, default=0,
-                    help="requests of the profiled level (default 4 x --requests)")
-    ap.add_argument("--profile-native", action="store_true",
-                    help="py-spy --native (C/C++ frames of the stub too; every thread, idle ones included) instead "
-                         "of --gil (only the thread holding the GIL: Python CPU time)")
+    ap.add_argument(
+        "--profile-requests", type=int, default=0, help="requests of the profiled level (default 4 x --requests)"
+    )
+    ap.add_argument(
+        "--profile-native",
+        action="store_true",
+        help="py-spy --native (C/C++ frames of the stub too; every thread, idle ones included) instead "
+        "of --gil (only the thread holding the GIL: Python CPU time)",
+    )
     ap.add_argument("--profile-dir", help="keep the py-spy outputs here (default: a temp dir, deleted)")
     ap.add_argument("--json", help="write every level and the summaries here")
     args = ap.parse_args()
@@ -365,16 +449,18 @@ def main() -> int:
         extra[key] = value
     work = Path(tempfile.mkdtemp(prefix="rb-bench-cpu-", dir=args.workdir))
     info = machine()
-    print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
-          f"source {info['source']}", flush=True)
+    print(
+        f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
+        f"source {info['source']}",
+        flush=True,
+    )
     runs: list[dict] = []
     profiles: dict[str, dict] = {}
     idle: dict = {}
     try:
         repo = Path(args.repo) if args.repo else render_repo(work, args.tokenizer_dir, extra)
         p = args.port_base
-        cfg = LaunchConfig(model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True,
-                           timeout=600)
+        cfg = LaunchConfig(model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True, timeout=600)
         with TritonServer(cfg) as server:
             pids = server_processes(server.rank_pids()[0][0])
             print(f"# processes: {pids}", flush=True)
@@ -394,10 +480,13 @@ def main() -> int:
                         r["load_1min"] = os.getloadavg()[0]
                         runs.append(r)
                         m = r["ms_per_token"]
-                        print(f"rep {rep + 1}/{args.repeats} {model:<17} c={c:<3} around engine "
-                              f"{fmt(m['around_engine'])} ms/tok (engine {fmt(m.get(ENGINE_MODEL))}, total "
-                              f"{fmt(m['total'])}), TTFT p50 {fmt(r['ttft_ms_p50'], 1)} ms, errors {r['errors']}, "
-                              f"load {r['load_1min']:.2f}", flush=True)
+                        print(
+                            f"rep {rep + 1}/{args.repeats} {model:<17} c={c:<3} around engine "
+                            f"{fmt(m['around_engine'])} ms/tok (engine {fmt(m.get(ENGINE_MODEL))}, total "
+                            f"{fmt(m['total'])}), TTFT p50 {fmt(r['ttft_ms_p50'], 1)} ms, errors {r['errors']}, "
+                            f"load {r['load_1min']:.2f}",
+                            flush=True,
+                        )
             if args.profile:
                 pdir = Path(args.profile_dir) if args.profile_dir else work / "profiles"
                 for model in [m for m in models if m != ENGINE_MODEL]:
@@ -412,21 +501,32 @@ def main() -> int:
         for c in levels_c:
             rs = [r for r in runs if r["model"] == model and r["concurrency"] == c]
             names = sorted({k for r in rs for k in r["ms_per_token"]})
-            row = {"model": model, "concurrency": c, "runs": len(rs),
-                   "errors": sum(r["errors"] for r in rs),
-                   "ms_per_token": {k: summary([r["ms_per_token"][k] for r in rs
-                                                if r["ms_per_token"].get(k) is not None]) for k in names},
-                   "ttft_ms_p50": summary([r["ttft_ms_p50"] for r in rs if r["ttft_ms_p50"] is not None]),
-                   "e2e_ms_p50": summary([r["e2e_ms_p50"] for r in rs if r["e2e_ms_p50"] is not None]),
-                   "client_cpu_ms_per_token": summary([r["client_cpu_ms_per_token"] for r in rs
-                                                       if r["client_cpu_ms_per_token"] is not None]),
-                   "load_1min": summary([r["load_1min"] for r in rs])}
+            row = {
+                "model": model,
+                "concurrency": c,
+                "runs": len(rs),
+                "errors": sum(r["errors"] for r in rs),
+                "ms_per_token": {
+                    k: summary([r["ms_per_token"][k] for r in rs if r["ms_per_token"].get(k) is not None])
+                    for k in names
+                },
+                "ttft_ms_p50": summary([r["ttft_ms_p50"] for r in rs if r["ttft_ms_p50"] is not None]),
+                "e2e_ms_p50": summary([r["e2e_ms_p50"] for r in rs if r["e2e_ms_p50"] is not None]),
+                "client_cpu_ms_per_token": summary(
+                    [r["client_cpu_ms_per_token"] for r in rs if r["client_cpu_ms_per_token"] is not None]
+                ),
+                "load_1min": summary([r["load_1min"] for r in rs]),
+            }
             table.append(row)
-    print(f"\n# load average at end: {info['load_average_end']}; idle server CPU (s/s): "
-          + ", ".join(f"{k} {v:.4f}" for k, v in idle.items()))
-    print("\n| model | c | around engine ms/token median (min-max) | tritonserver | preprocessing "
-          "| postprocessing | tensorrt_llm_bls | engine stub | TTFT p50 ms median (min-max) | E2E p50 ms "
-          "| client CPU ms/token | errors |")
+    print(
+        f"\n# load average at end: {info['load_average_end']}; idle server CPU (s/s): "
+        + ", ".join(f"{k} {v:.4f}" for k, v in idle.items())
+    )
+    print(
+        "\n| model | c | around engine ms/token median (min-max) | tritonserver | preprocessing "
+        "| postprocessing | tensorrt_llm_bls | engine stub | TTFT p50 ms median (min-max) | E2E p50 ms "
+        "| client CPU ms/token | errors |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in table:
         mp = row["ms_per_token"]
@@ -436,42 +536,67 @@ def main() -> int:
 
         a = mp["around_engine"]
         t = row["ttft_ms_p50"]
-        print(f"| {row['model']} | {row['concurrency']} | {fmt(a['median'])} ({fmt(a['min'])}-{fmt(a['max'])}) | "
-              f"{med(SERVER)} | {med('preprocessing')} | {med('postprocessing')} | {med('tensorrt_llm_bls')} | "
-              f"{med(ENGINE_MODEL)} | {fmt(t['median'], 1)} ({fmt(t['min'], 1)}-{fmt(t['max'], 1)}) | "
-              f"{fmt(row['e2e_ms_p50']['median'], 1)} | {fmt(row['client_cpu_ms_per_token']['median'])} | "
-              f"{row['errors']} |")
+        print(
+            f"| {row['model']} | {row['concurrency']} | {fmt(a['median'])} ({fmt(a['min'])}-{fmt(a['max'])}) | "
+            f"{med(SERVER)} | {med('preprocessing')} | {med('postprocessing')} | {med('tensorrt_llm_bls')} | "
+            f"{med(ENGINE_MODEL)} | {fmt(t['median'], 1)} ({fmt(t['min'], 1)}-{fmt(t['max'], 1)}) | "
+            f"{fmt(row['e2e_ms_p50']['median'], 1)} | {fmt(row['client_cpu_ms_per_token']['median'])} | "
+            f"{row['errors']} |"
+        )
     if ENGINE_MODEL in models:
-        print(f"\n{ENGINE_MODEL} = token ids streamed to the engine directly (no ensemble/BLS/tokenizer). Added by "
-              "each text path over that baseline (medians, ms/token):")
+        print(
+            f"\n{ENGINE_MODEL} = token ids streamed to the engine directly (no ensemble/BLS/tokenizer). Added by "
+            "each text path over that baseline (medians, ms/token):"
+        )
         base = {row["concurrency"]: row for row in table if row["model"] == ENGINE_MODEL}
         for row in table:
             b = base.get(row["concurrency"])
             if row["model"] == ENGINE_MODEL or b is None:
                 continue
-            added = {k: (row["ms_per_token"][k]["median"] or 0) - (b["ms_per_token"][k]["median"] or 0)
-                     for k in ("around_engine", SERVER) if k in row["ms_per_token"] and k in b["ms_per_token"]}
-            print(f"  {row['model']} c={row['concurrency']}: around engine +{fmt(added.get('around_engine'))}, "
-                  f"tritonserver +{fmt(added.get(SERVER))}")
+            added = {
+                k: (row["ms_per_token"][k]["median"] or 0) - (b["ms_per_token"][k]["median"] or 0)
+                for k in ("around_engine", SERVER)
+                if k in row["ms_per_token"] and k in b["ms_per_token"]
+            }
+            print(
+                f"  {row['model']} c={row['concurrency']}: around engine +{fmt(added.get('around_engine'))}, "
+                f"tritonserver +{fmt(added.get(SERVER))}"
+            )
     for model, prof in profiles.items():
-        print(f"\n## py-spy, {model} at c={args.profile_concurrency} "
-              f"(around engine {fmt(prof['level']['ms_per_token']['around_engine'])} ms/token while profiled)")
+        print(
+            f"\n## py-spy, {model} at c={args.profile_concurrency} "
+            f"(around engine {fmt(prof['level']['ms_per_token']['around_engine'])} ms/token while profiled)"
+        )
         for stub, top in prof["top"].items():
             if "error" in top:
                 print(f"### {stub}: py-spy failed: {top['error']}")
                 continue
             share = top.get("python_share", [("", 0, None)])[0][2]
-            print(f"### {stub} ({top['total'][0][1]} samples; CPU {fmt(prof['level']['cpu_s'].get(stub))} s; "
-                  f"GIL held / CPU ~{fmt(share * 100 if share is not None else None, 0)}%)")
+            print(
+                f"### {stub} ({top['total'][0][1]} samples; CPU {fmt(prof['level']['cpu_s'].get(stub))} s; "
+                f"GIL held / CPU ~{fmt(share * 100 if share is not None else None, 0)}%)"
+            )
             for kind in ("self", "inclusive"):
                 print(f"  {kind}:")
                 for frame, _count, share in top[kind][:10]:
                     print(f"    {share * 100:5.1f}%  {frame}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "idle_cpu_s_per_s": idle,
-                                               "runs": runs, "summary": table, "profiles": profiles},
-                                              indent=2, default=str) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": info,
+                    "args": vars(args),
+                    "idle_cpu_s_per_s": idle,
+                    "runs": runs,
+                    "summary": table,
+                    "profiles": profiles,
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
     return 0
 
 

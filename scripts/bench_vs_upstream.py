@@ -58,9 +58,16 @@ def machine() -> dict:
 def table(a_path: Path, b_path: Path, a_name: str = "NVIDIA", b_name: str = "ours") -> str:
     """Markdown: per mode and concurrency, median (min-max over repetitions) of both sides and B/A."""
     a, b = json.loads(a_path.read_text()), json.loads(b_path.read_text())
-    rows = ["| mode | c | server CPU ms/token " + f"{a_name} / {b_name} (ratio)" + " | output tokens/s "
-            + f"{a_name} / {b_name} (ratio)" + " | TTFT p50 ms " + f"{a_name} / {b_name} (ratio)"
-            + " | response bytes/request | other load (share of CPU) |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| mode | c | server CPU ms/token "
+        + f"{a_name} / {b_name} (ratio)"
+        + " | output tokens/s "
+        + f"{a_name} / {b_name} (ratio)"
+        + " | TTFT p50 ms "
+        + f"{a_name} / {b_name} (ratio)"
+        + " | response bytes/request | other load (share of CPU) |",
+        "|---|---|---|---|---|---|---|",
+    ]
 
     def cell(side: dict, mode: str, c: str, key: str) -> tuple[float, float, float] | None:
         level = side["overhead"].get(mode, {}).get("by_concurrency", {}).get(c)
@@ -81,9 +88,15 @@ def table(a_path: Path, b_path: Path, a_name: str = "NVIDIA", b_name: str = "our
                 parts.append(f"{fmt(x, digits)} / {fmt(y, digits)} ({ratio})")
             by = [cell(s_, mode, c, "response_bytes_per_request_p50") for s_ in (a, b)]
             fo = [cell(s_, mode, c, "foreign_cpu_share") for s_ in (a, b)]
-            rows.append(f"| {mode} | {c} | " + " | ".join(parts) + " | "
-                        + " / ".join("—" if v is None else f"{v[0]:,.0f}" for v in by) + " | "
-                        + " / ".join("—" if v is None else f"{v[0]:.2f}" for v in fo) + " |")
+            rows.append(
+                f"| {mode} | {c} | "
+                + " | ".join(parts)
+                + " | "
+                + " / ".join("—" if v is None else f"{v[0]:,.0f}" for v in by)
+                + " | "
+                + " / ".join("—" if v is None else f"{v[0]:.2f}" for v in fo)
+                + " |"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -95,14 +108,22 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/perf-bl", help="folder under /tmp for both repositories and results")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--wait-quiet", type=float, default=0,
-                    help="passed to the harness; > 0 also makes it discard repetitions that saw other load (up to "
-                         "2 x reps per cell, each followed by a wait): on a shared machine 0 keeps the run bounded")
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        help="passed to the harness; > 0 also makes it discard repetitions that saw other load (up to "
+        "2 x reps per cell, each followed by a wait): on a shared machine 0 keeps the run bounded",
+    )
     ap.add_argument("--startup-reps", type=int, default=1)
     ap.add_argument("--correctness", action="store_true", help="also run the harness's text-correctness part")
     ap.add_argument("--skip-upstream", action="store_true", help="reuse WORK/upstream_results.json")
-    ap.add_argument("--table", nargs=2, metavar=("A_JSON", "B_JSON"),
-                    help="only print the markdown table of two harness results (A = NVIDIA, B = ours)")
+    ap.add_argument(
+        "--table",
+        nargs=2,
+        metavar=("A_JSON", "B_JSON"),
+        help="only print the markdown table of two harness results (A = NVIDIA, B = ours)",
+    )
     args = ap.parse_args()
     if args.table:
         print(table(Path(args.table[0]), Path(args.table[1])), end="")
@@ -116,32 +137,84 @@ def main() -> None:
     def harness_run(name: str, repo: Path, concurrency: str, extra: list[str]) -> None:
         loads[name + " before"] = list(os.getloadavg())
         t0 = time.time()
-        subprocess.run([py, harness, "run", "--repo", str(repo), "--tokenizer-dir", args.tokenizer_dir,
-                        "--modes", MODES, "--concurrency", concurrency, "--reps", str(args.reps),
-                        "--wait-quiet", str(args.wait_quiet), "--no-bls-acc", "--label", name,
-                        "--startup-reps", str(args.startup_reps), *([] if args.correctness else ["--skip-correctness"]),
-                        "--out", str(work / f"{name}_results.json"), *extra], check=True)
+        subprocess.run(
+            [
+                py,
+                harness,
+                "run",
+                "--repo",
+                str(repo),
+                "--tokenizer-dir",
+                args.tokenizer_dir,
+                "--modes",
+                MODES,
+                "--concurrency",
+                concurrency,
+                "--reps",
+                str(args.reps),
+                "--wait-quiet",
+                str(args.wait_quiet),
+                "--no-bls-acc",
+                "--label",
+                name,
+                "--startup-reps",
+                str(args.startup_reps),
+                *([] if args.correctness else ["--skip-correctness"]),
+                "--out",
+                str(work / f"{name}_results.json"),
+                *extra,
+            ],
+            check=True,
+        )
         loads[name + " after"] = list(os.getloadavg())
         loads[name + " seconds"] = [round(time.time() - t0, 1)]
 
     if not args.skip_upstream:
-        subprocess.run([py, harness, "prepare-upstream", "--mirror", args.mirror, "--dest", str(work / "upstream"),
-                        "--tokenizer-dir", args.tokenizer_dir], check=True)
+        subprocess.run(
+            [
+                py,
+                harness,
+                "prepare-upstream",
+                "--mirror",
+                args.mirror,
+                "--dest",
+                str(work / "upstream"),
+                "--tokenizer-dir",
+                args.tokenizer_dir,
+            ],
+            check=True,
+        )
     ours = render(work / "ours", args.tokenizer_dir, {})
     ours2 = render(work / "ours_x2", args.tokenizer_dir, {"preprocessing_instance_count": 2, "bls_instance_count": 2})
     if not args.skip_upstream:
-        harness_run("upstream", work / "upstream" / "repo", args.concurrency,
-                    ["--provenance", str(work / "upstream" / "provenance.json")])
+        harness_run(
+            "upstream",
+            work / "upstream" / "repo",
+            args.concurrency,
+            ["--provenance", str(work / "upstream" / "provenance.json")],
+        )
     harness_run("ours", ours, args.concurrency, [])
     top = args.concurrency.split(",")[-1]
     harness_run("ours_x2", ours2, top, [] if not args.correctness else ["--skip-correctness"])
     (work / "loadavg.json").write_text(json.dumps({"machine": machine(), "loadavg": loads}, indent=1) + "\n")
     for b in ("ours", "ours_x2"):
-        out = subprocess.run([py, harness, "summarize", "--results", str(work / "upstream_results.json"),
-                              "--compare", str(work / f"{b}_results.json")], check=True, capture_output=True,
-                             text=True).stdout
-        (work / f"summary_{b}.md").write_text(out + "\n" + table(work / "upstream_results.json",
-                                                               work / f"{b}_results.json"))
+        out = subprocess.run(
+            [
+                py,
+                harness,
+                "summarize",
+                "--results",
+                str(work / "upstream_results.json"),
+                "--compare",
+                str(work / f"{b}_results.json"),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        (work / f"summary_{b}.md").write_text(
+            out + "\n" + table(work / "upstream_results.json", work / f"{b}_results.json")
+        )
         print(out)
     print(json.dumps({"machine": machine(), "loadavg": loads}, indent=1))
 

@@ -42,9 +42,11 @@ def main() -> None:
                 m.feed(f" tok{i}")
             m.flush()
             match_t.append(time.process_time() - t)
-        print(f"{n:>6} words: word_list min {min(enc_t) * 1e3:.1f} ms median {statistics.median(enc_t) * 1e3:.1f} ms;"
-              f" 256-token stop-string stream min {min(match_t) * 1e3:.1f} ms median "
-              f"{statistics.median(match_t) * 1e3:.1f} ms")
+        print(
+            f"{n:>6} words: word_list min {min(enc_t) * 1e3:.1f} ms median {statistics.median(enc_t) * 1e3:.1f} ms;"
+            f" 256-token stop-string stream min {min(match_t) * 1e3:.1f} ms median "
+            f"{statistics.median(match_t) * 1e3:.1f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -53,10 +53,26 @@ def _sp_tiny_hf(out: Path) -> None:
     tok = AutoTokenizer.from_pretrained(str(src), local_files_only=True)
     tok.save_pretrained(str(out))
     shutil.copyfile(src / "tokenizer.model", out / "tokenizer.model")
-    (out / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": len(tok), "hidden_size": 64,
-        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 4096,
-        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float16"}, indent=2) + "\n")
+    (out / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": len(tok),
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "max_position_embeddings": 4096,
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+                "pad_token_id": 0,
+                "torch_dtype": "float16",
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def _remote_code(name: str) -> Callable[[Path], None]:
@@ -86,8 +102,15 @@ TOKENIZERS: dict[str, Callable[[Path], None]] = {
 }
 
 # Tokenizer directories that AutoTokenizer loads without remote code.
-HF_TOKENIZERS = ["sp_tiny_tokenizer", "sp_tiny_hf_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer",
-                 "llama3_tokenizer", "llama3.1_tokenizer", "qwen3_tokenizer"]
+HF_TOKENIZERS = [
+    "sp_tiny_tokenizer",
+    "sp_tiny_hf_tokenizer",
+    "mistral_v1_tokenizer",
+    "gpt2_tokenizer",
+    "llama3_tokenizer",
+    "llama3.1_tokenizer",
+    "qwen3_tokenizer",
+]
 
 _built: dict[str, Path] = {}
 _root: list[Path] = []

@@ -50,8 +50,9 @@ def tokenizer(name: str) -> Any:
     return load_tokenizer(asset(name))
 
 
-def model_config(profile: str, model: str, params: dict[str, Any] | None = None, *,
-                 max_batch_size: int = 8, as_json: bool = False) -> dict[str, Any] | str:
+def model_config(
+    profile: str, model: str, params: dict[str, Any] | None = None, *, max_batch_size: int = 8, as_json: bool = False
+) -> dict[str, Any] | str:
     """The model config of ``model`` in ``profile`` as Triton's JSON (int64 dims as strings).
 
     ``params`` values are written as ``{"string_value": str(value)}``; booleans as ``true``/``false``.
@@ -60,8 +61,7 @@ def model_config(profile: str, model: str, params: dict[str, Any] | None = None,
 
     def entry(t: Any) -> dict[str, Any]:
         dtype = t.data_type or "TYPE_FP32"
-        return {"name": t.name, "data_type": dtype, "dims": [str(d) for d in t.dims],
-                "optional": bool(t.optional)}
+        return {"name": t.name, "data_type": dtype, "dims": [str(d) for d in t.dims], "optional": bool(t.optional)}
 
     def sv(v: Any) -> dict[str, str]:
         if isinstance(v, bool):
@@ -70,9 +70,14 @@ def model_config(profile: str, model: str, params: dict[str, Any] | None = None,
             v = ",".join(str(x) for x in v)
         return {"string_value": str(v)}
 
-    cfg = {"name": model, "backend": "python", "max_batch_size": max_batch_size,
-           "input": [entry(t) for t in spec.inputs], "output": [entry(t) for t in spec.outputs],
-           "parameters": {k: sv(v) for k, v in (params or {}).items()}}
+    cfg = {
+        "name": model,
+        "backend": "python",
+        "max_batch_size": max_batch_size,
+        "input": [entry(t) for t in spec.inputs],
+        "output": [entry(t) for t in spec.outputs],
+        "parameters": {k: sv(v) for k, v in (params or {}).items()},
+    }
     return json.dumps(cfg) if as_json else cfg
 
 

@@ -14,14 +14,31 @@ from repo_builder.testing import packaged_tokenizer
 def trtllm_engine(out: Path, tp: int, pp: int) -> Path:
     """An engine directory for a LLaMA-architecture engine built with ``tp`` x ``pp`` ranks (32000 vocab)."""
     out.mkdir(parents=True)
-    cfg = {"version": "0.13.0",
-           "pretrained_config": {"architecture": "LlamaForCausalLM", "dtype": "float16", "vocab_size": 32000,
-                                 "mapping": {"tp_size": tp, "pp_size": pp, "world_size": tp * pp},
-                                 "max_position_embeddings": 4096, "logits_dtype": "float32"},
-           "build_config": {"max_batch_size": 8, "max_input_len": 1024, "max_seq_len": 2048, "max_beam_width": 1,
-                            "kv_cache_type": "PAGED",
-                            "plugin_config": {"gpt_attention_plugin": "float16", "remove_input_padding": True,
-                                              "paged_kv_cache": True, "context_fmha": True, "tokens_per_block": 64}}}
+    cfg = {
+        "version": "0.13.0",
+        "pretrained_config": {
+            "architecture": "LlamaForCausalLM",
+            "dtype": "float16",
+            "vocab_size": 32000,
+            "mapping": {"tp_size": tp, "pp_size": pp, "world_size": tp * pp},
+            "max_position_embeddings": 4096,
+            "logits_dtype": "float32",
+        },
+        "build_config": {
+            "max_batch_size": 8,
+            "max_input_len": 1024,
+            "max_seq_len": 2048,
+            "max_beam_width": 1,
+            "kv_cache_type": "PAGED",
+            "plugin_config": {
+                "gpt_attention_plugin": "float16",
+                "remove_input_padding": True,
+                "paged_kv_cache": True,
+                "context_fmha": True,
+                "tokens_per_block": 64,
+            },
+        },
+    }
     (out / "config.json").write_text(json.dumps(cfg))
     for r in range(tp * pp):
         (out / f"rank{r}.engine").write_bytes(b"")
@@ -58,7 +75,7 @@ def greedy_text(ckpt: Path, prompt: str, n_tokens: int) -> str:
     ids = tok(prompt)["input_ids"]
     with torch.inference_mode():
         out = model.generate(torch.tensor([ids]), max_new_tokens=n_tokens, do_sample=False, pad_token_id=0)
-    return tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
+    return tok.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True)
 
 
 def http_generate(host_port: str, model: str, payload: dict) -> dict:
@@ -66,8 +83,11 @@ def http_generate(host_port: str, model: str, payload: dict) -> dict:
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(f"http://{host_port}/v2/models/{model}/generate", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://{host_port}/v2/models/{model}/generate",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
             return json.loads(resp.read())

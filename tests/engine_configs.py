@@ -17,33 +17,73 @@ from typing import Any
 NEW_LAYOUT: dict[str, Any] = {
     "version": "1.2.0rc6",
     "pretrained_config": {
-        "architecture": "LlamaForCausalLM", "dtype": "float16", "vocab_size": 32000, "hidden_size": 512,
-        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_size": 64,
-        "logits_dtype": "float32", "max_position_embeddings": 4096,
+        "architecture": "LlamaForCausalLM",
+        "dtype": "float16",
+        "vocab_size": 32000,
+        "hidden_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_size": 64,
+        "logits_dtype": "float32",
+        "max_position_embeddings": 4096,
         "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1, "cp_size": 1},
         "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
     },
     "build_config": {
-        "max_input_len": 1024, "max_seq_len": 2048, "max_batch_size": 8, "max_beam_width": 1,
-        "max_num_tokens": 8192, "kv_cache_type": "paged", "gather_context_logits": False,
-        "gather_generation_logits": False, "max_draft_len": 0, "speculative_decoding_mode": 1,
+        "max_input_len": 1024,
+        "max_seq_len": 2048,
+        "max_batch_size": 8,
+        "max_beam_width": 1,
+        "max_num_tokens": 8192,
+        "kv_cache_type": "paged",
+        "gather_context_logits": False,
+        "gather_generation_logits": False,
+        "max_draft_len": 0,
+        "speculative_decoding_mode": 1,
         "lora_config": {"lora_dir": [], "max_lora_rank": 64, "lora_target_modules": []},
-        "plugin_config": {"gpt_attention_plugin": "float16", "context_fmha": True, "paged_kv_cache": True,
-                          "remove_input_padding": True, "tokens_per_block": 32, "use_paged_context_fmha": True,
-                          "lora_plugin": None},
+        "plugin_config": {
+            "gpt_attention_plugin": "float16",
+            "context_fmha": True,
+            "paged_kv_cache": True,
+            "remove_input_padding": True,
+            "tokens_per_block": 32,
+            "use_paged_context_fmha": True,
+            "lora_plugin": None,
+        },
     },
 }
 
 OLD_LAYOUT: dict[str, Any] = {
     "builder_config": {
-        "name": "llama", "precision": "float16", "vocab_size": 32000, "hidden_size": 512, "num_heads": 8,
-        "num_kv_heads": 4, "num_layers": 4, "max_batch_size": 8, "max_beam_width": 2, "max_input_len": 1024,
-        "max_output_len": 512, "max_position_embeddings": 4096, "tensor_parallel": 1, "pipeline_parallel": 1,
-        "quant_mode": 0, "gather_context_logits": False, "gather_generation_logits": False, "max_draft_len": 0,
+        "name": "llama",
+        "precision": "float16",
+        "vocab_size": 32000,
+        "hidden_size": 512,
+        "num_heads": 8,
+        "num_kv_heads": 4,
+        "num_layers": 4,
+        "max_batch_size": 8,
+        "max_beam_width": 2,
+        "max_input_len": 1024,
+        "max_output_len": 512,
+        "max_position_embeddings": 4096,
+        "tensor_parallel": 1,
+        "pipeline_parallel": 1,
+        "quant_mode": 0,
+        "gather_context_logits": False,
+        "gather_generation_logits": False,
+        "max_draft_len": 0,
     },
-    "plugin_config": {"gpt_attention_plugin": "float16", "context_fmha": True, "paged_kv_cache": True,
-                      "remove_input_padding": True, "tokens_per_block": 64, "use_paged_context_fmha": True,
-                      "lora_plugin": None},
+    "plugin_config": {
+        "gpt_attention_plugin": "float16",
+        "context_fmha": True,
+        "paged_kv_cache": True,
+        "remove_input_padding": True,
+        "tokens_per_block": 64,
+        "use_paged_context_fmha": True,
+        "lora_plugin": None,
+    },
 }
 
 
@@ -63,8 +103,7 @@ def config(layout: str = "new", **sections: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_engine(directory: Path, cfg: dict[str, Any] | None = None, *, rank_size: int = 0,
-                 ranks: int = 1) -> Path:
+def write_engine(directory: Path, cfg: dict[str, Any] | None = None, *, rank_size: int = 0, ranks: int = 1) -> Path:
     """Write ``config.json`` and ``ranks`` ``rank<N>.engine`` files of ``rank_size`` bytes (sparse) to
     ``directory``; returns it."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -14,22 +14,38 @@ import numpy as np
 
 from repo_builder.contract import load_contract
 
-DTYPE_PARAMS = {"logits_datatype": "TYPE_FP32", "encoder_input_features_data_type": "TYPE_FP16",
-                "prompt_embedding_table_data_type": "TYPE_FP16"}
+DTYPE_PARAMS = {
+    "logits_datatype": "TYPE_FP32",
+    "encoder_input_features_data_type": "TYPE_FP16",
+    "prompt_embedding_table_data_type": "TYPE_FP16",
+}
 
 
-def engine_model_config(profile: str = "trtllm-1.2", *, decoupled: bool = True, max_batch_size: int = 8,
-                        params: dict[str, str] | None = None) -> dict[str, Any]:
+def engine_model_config(
+    profile: str = "trtllm-1.2",
+    *,
+    decoupled: bool = True,
+    max_batch_size: int = 8,
+    params: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The tensorrt_llm model config as Triton hands it to ``initialize`` (JSON form), from the contract."""
     c = load_contract(profile).models["tensorrt_llm"]
     return {
         "name": "tensorrt_llm",
         "max_batch_size": max_batch_size,
         "model_transaction_policy": {"decoupled": decoupled},
-        "input": [{"name": s.name, "data_type": s.dtype(DTYPE_PARAMS), "dims": [str(d) for d in s.dims],
-                   "optional": s.optional} for s in c.inputs],
-        "output": [{"name": s.name, "data_type": s.dtype(DTYPE_PARAMS), "dims": [str(d) for d in s.dims]}
-                   for s in c.outputs],
+        "input": [
+            {
+                "name": s.name,
+                "data_type": s.dtype(DTYPE_PARAMS),
+                "dims": [str(d) for d in s.dims],
+                "optional": s.optional,
+            }
+            for s in c.inputs
+        ],
+        "output": [
+            {"name": s.name, "data_type": s.dtype(DTYPE_PARAMS), "dims": [str(d) for d in s.dims]} for s in c.outputs
+        ],
         "parameters": {k: {"string_value": v} for k, v in (params or {}).items()},
     }
 
@@ -109,8 +125,12 @@ def fake_pb_utils() -> types.SimpleNamespace:
         return FakeTensor(name, request.inputs[name]) if name in request.inputs else None
 
     return types.SimpleNamespace(
-        Tensor=FakeTensor, InferenceResponse=FakeResponse, TritonError=FakeError,
-        get_input_tensor_by_name=get_input_tensor_by_name, TRITONSERVER_RESPONSE_COMPLETE_FINAL=1)
+        Tensor=FakeTensor,
+        InferenceResponse=FakeResponse,
+        TritonError=FakeError,
+        get_input_tensor_by_name=get_input_tensor_by_name,
+        TRITONSERVER_RESPONSE_COMPLETE_FINAL=1,
+    )
 
 
 def init_args(config: dict[str, Any]) -> dict[str, str]:
@@ -120,8 +140,11 @@ def init_args(config: dict[str, Any]) -> dict[str, str]:
 def req_inputs(prompt: list[int], output_len: int, *, uint: bool = False, **extra: Any) -> dict[str, np.ndarray]:
     """Inputs of one request as the ensemble sends them (batch dim 1)."""
     it = np.uint32 if uint else np.int32
-    out = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([len(prompt)], np.int32),
-           "request_output_len": np.array([output_len], it)}
+    out = {
+        "input_ids": np.array([prompt], np.int32),
+        "input_lengths": np.array([len(prompt)], np.int32),
+        "request_output_len": np.array([output_len], it),
+    }
     for k, v in extra.items():
         out[k] = np.asarray(v)
     return out

@@ -9,9 +9,15 @@ from repo_builder.contract import MODEL_NAMES
 from repo_builder.schema import load_schema
 
 # Values resolve() would derive from an engine; the tests of templates alone pass them explicitly.
-STRUCTURAL = {"triton_max_batch_size": 8, "logits_datatype": "TYPE_FP32", "max_beam_width": 1,
-              "engine_dir": "/srv/repo/tensorrt_llm/1", "tokenizer_dir": "/srv/tokenizer",
-              "max_input_len": 100, "max_seq_len": 200}
+STRUCTURAL = {
+    "triton_max_batch_size": 8,
+    "logits_datatype": "TYPE_FP32",
+    "max_beam_width": 1,
+    "engine_dir": "/srv/repo/tensorrt_llm/1",
+    "tokenizer_dir": "/srv/tokenizer",
+    "max_input_len": 100,
+    "max_seq_len": 200,
+}
 
 
 def template_values(profile: str, engine_kind: str = "trtllm", **overrides: Any) -> dict[str, Any]:

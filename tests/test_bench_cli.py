@@ -37,10 +37,32 @@ def test_bench_stream_http_writes_json_csv_png_with_exact_counts(server, tmp_pat
 
     tok_dir = asset("mistral_v1_tokenizer")
     out = tmp_path / "results"
-    result = CliRunner().invoke(app, [
-        "bench", "--url", server.http_hostport, "--model", "fake_llm", "--stream", "--concurrency", "1,2",
-        "--requests", "6", "--input-tokens", "12", "--output-tokens", "4", "--tokenizer-dir", str(tok_dir),
-        "--output", str(out), "--no-progress", "--warmup", "1"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--url",
+            server.http_hostport,
+            "--model",
+            "fake_llm",
+            "--stream",
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "6",
+            "--input-tokens",
+            "12",
+            "--output-tokens",
+            "4",
+            "--tokenizer-dir",
+            str(tok_dir),
+            "--output",
+            str(out),
+            "--no-progress",
+            "--warmup",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     for name in ("bench.json", "bench.csv", "bench.png", "requests.jsonl"):
         assert (out / name).is_file(), name
@@ -57,8 +79,8 @@ def test_bench_stream_http_writes_json_csv_png_with_exact_counts(server, tmp_pat
     assert [lv["concurrency"] for lv in report["levels"]] == [1, 2]
     for lv in report["levels"]:
         assert (lv["requests"], lv["completed"], lv["errors"]) == (6, 6, 0)
-        assert lv["chunks_per_request"] == 4          # one response per generated word
-        assert lv["itl_ms"]["count"] == 6 * 3         # 3 gaps per request, pooled
+        assert lv["chunks_per_request"] == 4  # one response per generated word
+        assert lv["itl_ms"]["count"] == 6 * 3  # 3 gaps per request, pooled
         assert lv["output_tokens"] == expected_tokens  # one tokenization of each whole text
         assert lv["ttft_ms"]["p50"] <= lv["e2e_ms"]["p50"]
         assert lv["ttft_ms"]["p50"] <= lv["ttft_ms"]["p90"] <= lv["ttft_ms"]["p99"]
@@ -78,14 +100,44 @@ def test_bench_stream_http_writes_json_csv_png_with_exact_counts(server, tmp_pat
 
 def test_bench_grpc_without_stream_and_error_counting(server, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("\n".join(json.dumps(p) for p in [
-        {"text": "alpha beta"}, {"text": "gamma FAIL"}, {"prompt": "delta epsilon", "output_tokens": 2},
-        {"text_input": "zeta eta theta"}]) + "\n")
+    prompts.write_text(
+        "\n".join(
+            json.dumps(p)
+            for p in [
+                {"text": "alpha beta"},
+                {"text": "gamma FAIL"},
+                {"prompt": "delta epsilon", "output_tokens": 2},
+                {"text_input": "zeta eta theta"},
+            ]
+        )
+        + "\n"
+    )
     out = tmp_path / "grpc"
-    result = CliRunner().invoke(app, [
-        "bench", "--url", server.grpc_url, "--protocol", "grpc", "--model", "fake_llm", "--concurrency", "2",
-        "--requests", "8", "--output-tokens", "3", "--prompts", str(prompts), "--output", str(out),
-        "--no-progress", "--warmup", "0"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--url",
+            server.grpc_url,
+            "--protocol",
+            "grpc",
+            "--model",
+            "fake_llm",
+            "--concurrency",
+            "2",
+            "--requests",
+            "8",
+            "--output-tokens",
+            "3",
+            "--prompts",
+            str(prompts),
+            "--output",
+            str(out),
+            "--no-progress",
+            "--warmup",
+            "0",
+        ],
+    )
     assert result.exit_code == 0, result.output
     level = json.loads((out / "bench.json").read_text())["levels"][0]
     assert (level["requests"], level["completed"], level["errors"]) == (8, 6, 2)  # prompt 2 of 4 fails, twice
@@ -98,14 +150,50 @@ def test_bench_grpc_without_stream_and_error_counting(server, tmp_path):
 
 def test_bench_refuses_stream_on_non_decoupled_and_bad_options(server, tmp_path):
     runner = CliRunner()
-    res = runner.invoke(app, ["bench", "--url", server.http_hostport, "--model", "fake_llm_sync", "--stream",
-                              "--output", str(tmp_path / "x"), "--no-progress"])
+    res = runner.invoke(
+        app,
+        [
+            "bench",
+            "--url",
+            server.http_hostport,
+            "--model",
+            "fake_llm_sync",
+            "--stream",
+            "--output",
+            str(tmp_path / "x"),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 2 and "--stream" in res.stderr
-    res = runner.invoke(app, ["bench", "--url", server.http_hostport, "--concurrency", "1,zero",
-                              "--output", str(tmp_path / "y"), "--no-progress"])
+    res = runner.invoke(
+        app,
+        [
+            "bench",
+            "--url",
+            server.http_hostport,
+            "--concurrency",
+            "1,zero",
+            "--output",
+            str(tmp_path / "y"),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 2 and "--concurrency" in res.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"nope": 1}\n')
-    res = runner.invoke(app, ["bench", "--url", server.http_hostport, "--model", "fake_llm", "--prompts", str(bad),
-                              "--output", str(tmp_path / "z"), "--no-progress"])
+    res = runner.invoke(
+        app,
+        [
+            "bench",
+            "--url",
+            server.http_hostport,
+            "--model",
+            "fake_llm",
+            "--prompts",
+            str(bad),
+            "--output",
+            str(tmp_path / "z"),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 2 and "line 2" in res.stderr and "--prompts" in res.stderr

@@ -23,9 +23,9 @@ from repo_builder.errors import ClientError
 def test_word_approximation_without_tokenizer():
     prompts = synthetic_prompts(5, 100, None, seed=1)
     assert all(len(p.text.split()) == round(100 * WORDS_PER_TOKEN) for p in prompts)
-    assert len({p.text for p in prompts}) == 5                       # distinct prompts
-    assert len({tuple(p.text.split()[:3]) for p in prompts}) == 5     # no two share a 3-word prefix
-    assert synthetic_prompts(5, 100, None, seed=1) == prompts         # deterministic per seed
+    assert len({p.text for p in prompts}) == 5  # distinct prompts
+    assert len({tuple(p.text.split()[:3]) for p in prompts}) == 5  # no two share a 3-word prefix
+    assert synthetic_prompts(5, 100, None, seed=1) == prompts  # deterministic per seed
     assert synthetic_prompts(5, 100, None, seed=2) != prompts
 
 
@@ -67,20 +67,37 @@ def test_parse_concurrency_and_settings_checks():
 
 
 def _info(inputs: list[str]) -> ModelInfo:
-    return ModelInfo.from_config({"name": "ensemble", "max_batch_size": 8, "input": [
-        {"name": n, "data_type": "TYPE_INT32", "dims": [1], "optional": n not in ("text_input", "max_tokens")}
-        for n in inputs]})
+    return ModelInfo.from_config(
+        {
+            "name": "ensemble",
+            "max_batch_size": 8,
+            "input": [
+                {"name": n, "data_type": "TYPE_INT32", "dims": [1], "optional": n not in ("text_input", "max_tokens")}
+                for n in inputs
+            ],
+        }
+    )
 
 
 def test_build_request_asks_for_exact_output_length_where_supported():
     s = BenchSettings(output_tokens=32, stream=True, end_id=-1)
-    new = build_request(s, _info(["text_input", "max_tokens", "min_tokens", "exclude_input_in_output", "end_id"]),
-                        Prompt("hi"))
-    assert (new.max_tokens, new.min_tokens, new.exclude_input_in_output, new.end_id, new.stream) == \
-        (32, 32, True, -1, True)
-    old = build_request(BenchSettings(output_tokens=8), _info(["text_input", "max_tokens", "min_length"]),
-                        Prompt("hi", output_tokens=3))
+    new = build_request(
+        s, _info(["text_input", "max_tokens", "min_tokens", "exclude_input_in_output", "end_id"]), Prompt("hi")
+    )
+    assert (new.max_tokens, new.min_tokens, new.exclude_input_in_output, new.end_id, new.stream) == (
+        32,
+        32,
+        True,
+        -1,
+        True,
+    )
+    old = build_request(
+        BenchSettings(output_tokens=8), _info(["text_input", "max_tokens", "min_length"]), Prompt("hi", output_tokens=3)
+    )
     assert (old.max_tokens, old.min_tokens, old.exclude_input_in_output) == (3, 3, None)  # min_length alias
-    bare = build_request(BenchSettings(output_tokens=8, min_tokens=False),
-                         _info(["text_input", "max_tokens", "min_tokens"]), Prompt("hi"))
+    bare = build_request(
+        BenchSettings(output_tokens=8, min_tokens=False),
+        _info(["text_input", "max_tokens", "min_tokens"]),
+        Prompt("hi"),
+    )
     assert bare.min_tokens is None

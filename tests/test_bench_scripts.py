@@ -44,8 +44,18 @@ def test_ratio_handles_missing_and_zero():
     assert common.ratio(1.0, 0) is None
 
 
-@pytest.mark.parametrize("text, expected", [("4GiB", 4 << 30), ("4KiB", 4096), ("4G", 4 << 30), ("4096", 4096),
-                                            ("1.5MiB", 3 << 19), ("64 mib", 64 << 20), ("2kb", 2048)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("4GiB", 4 << 30),
+        ("4KiB", 4096),
+        ("4G", 4 << 30),
+        ("4096", 4096),
+        ("1.5MiB", 3 << 19),
+        ("64 mib", 64 << 20),
+        ("2kb", 2048),
+    ],
+)
 def test_parse_size(text, expected):
     assert common.parse_size(text) == expected
 
@@ -105,9 +115,15 @@ def test_rotated_and_methods():
 
 
 def test_analyse_ratios():
-    times = {"4 GiB": {"api:copy": [5.0, 6.0, 7.0], "api:reference": [1.0, 1.0, 1.0], "api:hardlink": [1.1],
-                       "cp": [4.0, 5.0, 6.0]},
-             "4 KiB": {"api:copy": [1.0], "api:reference": [1.0], "api:hardlink": [1.0], "cp": [0.01]}}
+    times = {
+        "4 GiB": {
+            "api:copy": [5.0, 6.0, 7.0],
+            "api:reference": [1.0, 1.0, 1.0],
+            "api:hardlink": [1.1],
+            "cp": [4.0, 5.0, 6.0],
+        },
+        "4 KiB": {"api:copy": [1.0], "api:reference": [1.0], "api:hardlink": [1.0], "cp": [0.01]},
+    }
     out = render.analyse(times, "4 GiB", "4 KiB")
     assert out["copy_over_cp"] == {"api": pytest.approx(1.2), "cli": None}
     assert out["large_over_small"]["api:hardlink"] == pytest.approx(1.1)
@@ -147,22 +163,43 @@ def test_all_ready():
 
 # ----------------------------------------------------------------------------------------- bench_server_cpu
 def test_stub_model_from_argv():
-    argv = ["/x/backends/python/triton_python_backend_stub", "/repo/postprocessing/1/model.py",
-            "rbab_r0_postprocessing_0_0", "1048576", "1048576", "123", "/x/backends/python", "336",
-            "postprocessing_0_0", "DEFAULT"]
+    argv = [
+        "/x/backends/python/triton_python_backend_stub",
+        "/repo/postprocessing/1/model.py",
+        "rbab_r0_postprocessing_0_0",
+        "1048576",
+        "1048576",
+        "123",
+        "/x/backends/python",
+        "336",
+        "postprocessing_0_0",
+        "DEFAULT",
+    ]
     assert cpu.stub_model(argv) == "postprocessing"
     assert cpu.stub_model(["/usr/bin/python3", "/repo/postprocessing/1/model.py"]) is None
     assert cpu.stub_model([]) is None
 
 
 def test_cpu_delta_and_per_token():
-    before = {"tritonserver": 1.0, "preprocessing": 0.5, "postprocessing": 0.5, "tensorrt_llm_bls": 0.2,
-              "tensorrt_llm": 2.0}
-    after = {"tritonserver": 2.0, "preprocessing": 0.6, "postprocessing": 1.0, "tensorrt_llm_bls": 0.3,
-             "tensorrt_llm": 3.0, "gone_later": 9.0}
+    before = {
+        "tritonserver": 1.0,
+        "preprocessing": 0.5,
+        "postprocessing": 0.5,
+        "tensorrt_llm_bls": 0.2,
+        "tensorrt_llm": 2.0,
+    }
+    after = {
+        "tritonserver": 2.0,
+        "preprocessing": 0.6,
+        "postprocessing": 1.0,
+        "tensorrt_llm_bls": 0.3,
+        "tensorrt_llm": 3.0,
+        "gone_later": 9.0,
+    }
     delta = cpu.cpu_delta(before, after)
-    assert delta == pytest.approx({"tritonserver": 1.0, "preprocessing": 0.1, "postprocessing": 0.5,
-                                   "tensorrt_llm_bls": 0.1, "tensorrt_llm": 1.0})
+    assert delta == pytest.approx(
+        {"tritonserver": 1.0, "preprocessing": 0.1, "postprocessing": 0.5, "tensorrt_llm_bls": 0.1, "tensorrt_llm": 1.0}
+    )
     ens = cpu.per_token(delta, 1000, cpu.PATH_PROCESSES["ensemble"])
     assert ens["around_engine"] == pytest.approx(1.6)  # server 1.0 + pre 0.1 + post 0.5 s over 1000 tokens
     assert ens["total"] == pytest.approx(2.7)
@@ -179,20 +216,24 @@ def test_per_token_counts_extra_instances():
 
 
 def test_frame_key():
-    assert cpu.frame_key("Postprocessor.process (repo_builder_runtime/postprocessing.py:131)") == \
-        "Postprocessor.process (repo_builder_runtime/postprocessing.py)"
+    assert (
+        cpu.frame_key("Postprocessor.process (repo_builder_runtime/postprocessing.py:131)")
+        == "Postprocessor.process (repo_builder_runtime/postprocessing.py)"
+    )
     assert cpu.frame_key("f (a.py:12)", lines=True) == "f (a.py:12)"
     assert cpu.frame_key("0x7f15c6ca3f16 (libc.so.6)") == "0x7f15c6ca3f16 (libc.so.6)"
 
 
 def test_top_frames_self_and_inclusive():
-    raw = "\n".join([
-        "thread (1): MainThread;execute (model.py:10);process (post.py:5);decode (tok.py:1) 6",
-        "execute (model.py:10);process (post.py:7) 3",
-        "execute (model.py:11);send (model.py:20) 1",
-        "thread (2): idle 2",
-        "not a line",
-    ])
+    raw = "\n".join(
+        [
+            "thread (1): MainThread;execute (model.py:10);process (post.py:5);decode (tok.py:1) 6",
+            "execute (model.py:10);process (post.py:7) 3",
+            "execute (model.py:11);send (model.py:20) 1",
+            "thread (2): idle 2",
+            "not a line",
+        ]
+    )
     top = cpu.top_frames(raw)
     assert top["total"] == [("samples", 12, 1.0)]
     assert top["self"][0] == ("decode (tok.py)", 6, 0.5)

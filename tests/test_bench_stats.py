@@ -68,13 +68,13 @@ def test_summarize_scripted_level():
     # ITL pooled over requests: A gives 5 and 10, B gives 2 -> [2, 5, 10]
     assert s.itl_ms.count == 3
     assert s.itl_ms.p50 == pytest.approx(5)
-    assert s.itl_ms.p90 == pytest.approx(9.0)   # 5 + 0.8 * 5
-    assert s.itl_ms.p99 == pytest.approx(9.9)   # 5 + 0.98 * 5
+    assert s.itl_ms.p90 == pytest.approx(9.0)  # 5 + 0.8 * 5
+    assert s.itl_ms.p99 == pytest.approx(9.9)  # 5 + 0.98 * 5
     assert s.itl_ms.mean == pytest.approx(17 / 3)  # pooled, not the mean of per-request means (4.75)
     assert (s.itl_ms.min, s.itl_ms.max) == (2, 10)
     # E2E: [25, 25, 40]
     assert s.e2e_ms.p50 == pytest.approx(25)
-    assert s.e2e_ms.p90 == pytest.approx(37)    # 25 + 0.8 * 15
+    assert s.e2e_ms.p90 == pytest.approx(37)  # 25 + 0.8 * 15
     assert s.e2e_ms.p99 == pytest.approx(39.7)  # 25 + 0.98 * 15
     # throughput: 9 tokens and 3 successful requests in 60 ms
     assert s.output_tokens == 9

@@ -75,9 +75,14 @@ class FakeModels:
         if kind == "preprocessing":
             text = inputs["QUERY"].reshape(-1)[0].decode()
             ids = np.array([[ord(c) for c in text]], dtype=np.int32)
-            res = {"INPUT_ID": ids, "REQUEST_INPUT_LEN": np.array([[ids.shape[1]]], np.int32),
-                   "REQUEST_OUTPUT_LEN": inputs["REQUEST_OUTPUT_LEN"], "DETOKENIZER_KEY": np.array([[7]], np.uint64),
-                   "OUT_END_ID": np.array([[0]], np.int32), "OUT_PAD_ID": np.array([[0]], np.int32)}
+            res = {
+                "INPUT_ID": ids,
+                "REQUEST_INPUT_LEN": np.array([[ids.shape[1]]], np.int32),
+                "REQUEST_OUTPUT_LEN": inputs["REQUEST_OUTPUT_LEN"],
+                "DETOKENIZER_KEY": np.array([[7]], np.uint64),
+                "OUT_END_ID": np.array([[0]], np.int32),
+                "OUT_PAD_ID": np.array([[0]], np.int32),
+            }
             return {k: v for k, v in res.items() if k in outputs}
         if kind == "postprocessing":
             toks = inputs["TOKENS_BATCH"]
@@ -98,11 +103,13 @@ class FakeModels:
         nseq = int(inputs["num_return_sequences"].reshape(-1)[0]) if "num_return_sequences" in inputs else 1
 
         def resp(tokens, seq):
-            r = {"output_ids": np.array([[tokens] * beams], dtype=np.int32),
-                 "sequence_length": np.array([[len(tokens)] * beams], dtype=np.int32),
-                 "sequence_index": np.array([[seq]], dtype=np.int32),
-                 "arrival_time_ns": np.array([[123]], dtype=np.int64),
-                 "cum_log_probs": np.zeros((1, beams), np.float32)}
+            r = {
+                "output_ids": np.array([[tokens] * beams], dtype=np.int32),
+                "sequence_length": np.array([[len(tokens)] * beams], dtype=np.int32),
+                "sequence_index": np.array([[seq]], dtype=np.int32),
+                "arrival_time_ns": np.array([[123]], dtype=np.int64),
+                "cum_log_probs": np.zeros((1, beams), np.float32),
+            }
             return {k: v for k, v in r.items() if k in outputs}
 
         if streaming:
@@ -127,8 +134,10 @@ def make_core(models=None, **settings):
 
 
 def request(text="abc", max_tokens=6, **extra):
-    r = {"text_input": np.array([[text.encode()]], dtype=object),
-         "max_tokens": np.array([[max_tokens]], dtype=np.int32)}
+    r = {
+        "text_input": np.array([[text.encode()]], dtype=object),
+        "max_tokens": np.array([[max_tokens]], dtype=np.int32),
+    }
     for k, v in extra.items():
         if isinstance(v, bool):
             r[k] = np.array([[v]], dtype=np.bool_)
@@ -145,8 +154,11 @@ def request(text="abc", max_tokens=6, **extra):
 
 def run(core, req, requested=None):
     sent = []
-    core.run(req, lambda outputs, final: sent.append((None if outputs is None else dict(outputs), final)),
-             requested_outputs=requested)
+    core.run(
+        req,
+        lambda outputs, final: sent.append((None if outputs is None else dict(outputs), final)),
+        requested_outputs=requested,
+    )
     return sent
 
 
@@ -269,26 +281,30 @@ def test_stop_inside_echoed_prompt_is_ignored_when_input_not_excluded():
     sent = run(make_core(), request("ab|", 9, stop_words=["|a"]))
     assert texts(sent) == ["ab|a"]
     # the engine's default (NVIDIA's: echo) applies when the request does not say
-    sent = run(make_core(exclude_input_default=False), request("ab|", 9, stop_words=["|a"],
-                                                             exclude_input_in_output=False))
+    sent = run(
+        make_core(exclude_input_default=False), request("ab|", 9, stop_words=["|a"], exclude_input_in_output=False)
+    )
     assert texts(sent) == ["ab|ab|a"]
 
 
 # ------------------------------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize("req,settings,field", [
-    (request(""), {}, "text_input"),
-    ({"max_tokens": np.array([[3]], np.int32)}, {}, "text_input"),
-    ({"text_input": np.array([[b"x"]], dtype=object)}, {}, "max_tokens"),
-    (request(max_tokens=0), {}, "max_tokens"),
-    (request(stop_words=np.array([[1, 2]], np.int32)), {}, "stop_words"),
-    (request(beam_width=4), {"max_beam_width": 2}, "beam_width"),
-    (request(beam_width=2, stream=True), {"max_beam_width": 2}, "beam_width"),
-    (request(beam_width=2), {"max_beam_width": 2, "accumulate_tokens": True}, "beam_width"),
-    (request(stream=True), {"decoupled": False}, "stream"),
-    (request(num_draft_tokens=3), {}, "num_draft_tokens"),
-])
+@pytest.mark.parametrize(
+    "req,settings,field",
+    [
+        (request(""), {}, "text_input"),
+        ({"max_tokens": np.array([[3]], np.int32)}, {}, "text_input"),
+        ({"text_input": np.array([[b"x"]], dtype=object)}, {}, "max_tokens"),
+        (request(max_tokens=0), {}, "max_tokens"),
+        (request(stop_words=np.array([[1, 2]], np.int32)), {}, "stop_words"),
+        (request(beam_width=4), {"max_beam_width": 2}, "beam_width"),
+        (request(beam_width=2, stream=True), {"max_beam_width": 2}, "beam_width"),
+        (request(beam_width=2), {"max_beam_width": 2, "accumulate_tokens": True}, "beam_width"),
+        (request(stream=True), {"decoupled": False}, "stream"),
+        (request(num_draft_tokens=3), {}, "num_draft_tokens"),
+    ],
+)
 def test_validation_names_the_field(req, settings, field):
     with pytest.raises(BLSRequestError) as info:
         parse_request(req, BLSSettings(**settings))
@@ -349,10 +365,18 @@ class BatchingModels(FakeModels):
 
 
 def test_merge_responses_joins_tokens_and_keeps_first_and_last():
-    a = {"output_ids": np.array([[[5, 0]]], np.int32), "sequence_length": np.array([[1]], np.int32),
-         "arrival_time_ns": np.array([[10]], np.int64), "last_token_time_ns": np.array([[11]], np.int64)}
-    b = {"output_ids": np.array([[[6, 7]]], np.int32), "sequence_length": np.array([[2]], np.int32),
-         "arrival_time_ns": np.array([[10]], np.int64), "last_token_time_ns": np.array([[13]], np.int64)}
+    a = {
+        "output_ids": np.array([[[5, 0]]], np.int32),
+        "sequence_length": np.array([[1]], np.int32),
+        "arrival_time_ns": np.array([[10]], np.int64),
+        "last_token_time_ns": np.array([[11]], np.int64),
+    }
+    b = {
+        "output_ids": np.array([[[6, 7]]], np.int32),
+        "sequence_length": np.array([[2]], np.int32),
+        "arrival_time_ns": np.array([[10]], np.int64),
+        "last_token_time_ns": np.array([[13]], np.int64),
+    }
     m = merge_responses([a, b])
     assert m["output_ids"].tolist() == [[[5, 6, 7]]]
     assert m["sequence_length"].tolist() == [[3]] and m["sequence_length"].dtype == np.int32
@@ -382,8 +406,11 @@ def test_coalescing_with_stop_string_and_sequences():
     assert "".join(texts(sent)) == "hello w"
     assert models.streams[0].cancelled
     models = BatchingModels([3])
-    sent = run(make_core(models, coalesce=True), request("ab", 4, stream=True, num_return_sequences=2),
-               requested=["text_output", "sequence_index"])
+    sent = run(
+        make_core(models, coalesce=True),
+        request("ab", 4, stream=True, num_return_sequences=2),
+        requested=["text_output", "sequence_index"],
+    )
     per_seq = {}
     for o, _ in sent:
         if o:

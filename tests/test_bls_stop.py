@@ -63,9 +63,11 @@ def test_no_stops_passes_through():
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(alphabet="ab<>/e nd", max_size=40),
-       stops=st.lists(st.text(alphabet="ab<>/e nd", min_size=1, max_size=5), min_size=1, max_size=3),
-       cuts=st.lists(st.integers(min_value=0, max_value=40), max_size=8))
+@given(
+    text=st.text(alphabet="ab<>/e nd", max_size=40),
+    stops=st.lists(st.text(alphabet="ab<>/e nd", min_size=1, max_size=5), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(min_value=0, max_value=40), max_size=8),
+)
 def test_streaming_equals_non_streaming(text, stops, cuts):
     points = sorted({c for c in cuts if c <= len(text)} | {0, len(text)})
     chunks = [text[a:b] for a, b in zip(points, points[1:])]

@@ -104,8 +104,11 @@ def test_engine_outputs_follow_requested_outputs():
 
 def test_wiring_json_dict_form(tmp_path):
     c = load_contract("trtllm-1.2")
-    data = {"steps": c.wiring(), "inputs": [t.model_dump() for t in c.models["ensemble"].inputs],
-            "outputs": [t.name for t in c.models["ensemble"].outputs]}
+    data = {
+        "steps": c.wiring(),
+        "inputs": [t.model_dump() for t in c.models["ensemble"].inputs],
+        "outputs": [t.name for t in c.models["ensemble"].outputs],
+    }
     p = tmp_path / "wiring.json"
     p.write_text(json.dumps(data))
     w = Wiring.load(p)

@@ -18,8 +18,14 @@ from repo_builder.schema import validate_user_values
 from repo_builder.tokenizer import inspect_tokenizer
 
 
-def front_half(engine_dir: Path, tokenizer_dir: str | Path, values: dict | None = None, *,
-               profile: str = "trtllm-1.2", streaming: bool | None = None) -> Resolution:
+def front_half(
+    engine_dir: Path,
+    tokenizer_dir: str | Path,
+    values: dict | None = None,
+    *,
+    profile: str = "trtllm-1.2",
+    streaming: bool | None = None,
+) -> Resolution:
     engine = inspect_engine(engine_dir)
     check_rank_files(engine)
     tokenizer = inspect_tokenizer(tokenizer_dir)
@@ -50,9 +56,16 @@ LLAMA2 = asset("mistral_v1_tokenizer")
 
 # ---------------------------------------------------------------- B03
 def test_b03_structured_list_values(engine_copy):
-    res = front_half(engine_copy("v0.13-medusa-vicuna-7b"), LLAMA2, {
-        "gpu_device_ids": "0,1;2,3", "participant_ids": "1,2", "medusa_choices": "{0, 0, 0}, {0, 1}",
-        "decoding_mode": "medusa"})
+    res = front_half(
+        engine_copy("v0.13-medusa-vicuna-7b"),
+        LLAMA2,
+        {
+            "gpu_device_ids": "0,1;2,3",
+            "participant_ids": "1,2",
+            "medusa_choices": "{0, 0, 0}, {0, 1}",
+            "decoding_mode": "medusa",
+        },
+    )
     assert res["gpu_device_ids"] == [[0, 1], [2, 3]] and res["participant_ids"] == [[1, 2]]
     text = res.as_strings()
     assert text["gpu_device_ids"] == "0,1;2,3"
@@ -62,8 +75,12 @@ def test_b03_structured_list_values(engine_copy):
 
 # ---------------------------------------------------------------- B04
 def test_b04_blog_recipe_refused_before_writing(engine_copy):
-    values = {"tokenizer_type": "llama", "max_num_sequences": "4",
-              "batch_scheduler_policy": "guaranteed_completion", "max_tokens_in_paged_kv_cache": ""}
+    values = {
+        "tokenizer_type": "llama",
+        "max_num_sequences": "4",
+        "batch_scheduler_policy": "guaranteed_completion",
+        "max_tokens_in_paged_kv_cache": "",
+    }
     engine = engine_copy("old-llama2-7b-tp4")
     with pytest.raises(ParameterError) as exc:
         front_half(engine, asset("sp_tiny_hf_tokenizer"), values)
@@ -72,8 +89,11 @@ def test_b04_blog_recipe_refused_before_writing(engine_copy):
     assert "max_num_sequences" in text and "trtllm-0.5 only" in text
     assert "guaranteed_completion" in text and "guaranteed_no_evict" in text and "max_utilization" in text
     # The recipe minus the obsolete keys works, and "" leaves the KV cap unset.
-    res = front_half(engine, asset("sp_tiny_hf_tokenizer"),
-                     {"batch_scheduler_policy": "guaranteed_no_evict", "max_tokens_in_paged_kv_cache": ""})
+    res = front_half(
+        engine,
+        asset("sp_tiny_hf_tokenizer"),
+        {"batch_scheduler_policy": "guaranteed_no_evict", "max_tokens_in_paged_kv_cache": ""},
+    )
     assert res["max_tokens_in_paged_kv_cache"] is None and res.origin("max_tokens_in_paged_kv_cache") == "user"
     assert res.as_strings()["max_tokens_in_paged_kv_cache"] == ""
 
@@ -89,8 +109,9 @@ def test_b06a_kv_reuse_without_paged_context_fmha(engine_copy):
 def test_b06b_kv_reuse_with_beam_search(engine_copy):
     # starfish-3b-beam2 has paged context FMHA, so only the beam width blocks reuse.
     with pytest.raises(EngineError) as exc:
-        front_half(engine_copy("old-gpt-starfish-3b-beam2"), LLAMA2,
-                   {"enable_kv_cache_reuse": "true", "max_beam_width": "2"})
+        front_half(
+            engine_copy("old-gpt-starfish-3b-beam2"), LLAMA2, {"enable_kv_cache_reuse": "true", "max_beam_width": "2"}
+        )
     text = str(exc.value)
     assert "beam width > 1" in text and "use_paged_context_fmha" not in text
 
@@ -111,8 +132,9 @@ def test_b07_pbtxt_beam_follows_engine(tmp_path):
 
 def test_b07_beam_above_engine_refused(engine_copy):
     with pytest.raises(EngineError, match=r"max_beam_width: 2 is above the engine's max_beam_width 1"):
-        front_half(engine_copy("v0.17-qwen2.5-0.5b-sparktts-from-readme"), asset("qwen3_tokenizer"),
-                   {"max_beam_width": "2"})
+        front_half(
+            engine_copy("v0.17-qwen2.5-0.5b-sparktts-from-readme"), asset("qwen3_tokenizer"), {"max_beam_width": "2"}
+        )
 
 
 # ---------------------------------------------------------------- B08
@@ -176,8 +198,9 @@ def _tokenizer_without_eos(tmp_path: Path) -> Path:
     d.mkdir()
     for name in ("vocab.json", "merges.txt"):
         shutil.copy(asset("gpt2_tokenizer", name), d / name)
-    (d / "tokenizer_config.json").write_text('{"tokenizer_class": "GPT2Tokenizer", "eos_token": null, '
-                                             '"bos_token": null, "unk_token": null}')
+    (d / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "GPT2Tokenizer", "eos_token": null, "bos_token": null, "unk_token": null}'
+    )
     return d
 
 

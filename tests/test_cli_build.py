@@ -94,8 +94,11 @@ def test_validate_prints_one_line_per_problem_and_exits_1(runner):
     res = runner.invoke(app, ["validate", str(repo)])
     assert res.exit_code == 1
     lines = res.stdout.strip().splitlines()
-    kv = next(i for i, line in enumerate((repo / "tensorrt_llm" / "config.pbtxt").read_text().splitlines(), 1)
-              if "${max_tokens_in_paged_kv_cache}" in line)
+    kv = next(
+        i
+        for i, line in enumerate((repo / "tensorrt_llm" / "config.pbtxt").read_text().splitlines(), 1)
+        if "${max_tokens_in_paged_kv_cache}" in line
+    )
     assert f"tensorrt_llm/config.pbtxt:{kv}: unfilled placeholder ${{max_tokens_in_paged_kv_cache}}" in lines
     assert all(":" in line.split(" ")[0] for line in lines)
     assert f"{len(lines)} problem(s)" in res.stderr

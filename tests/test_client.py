@@ -41,8 +41,16 @@ def test_generate_without_stream_returns_one_response(client):
 
 
 def test_stream_yields_one_delta_per_token_with_increasing_timestamps(client):
-    req = GenerateRequest("alpha beta gamma", max_tokens=5, stream=True, stop_words=["x", "y"], temperature=0.5,
-                          top_k=1, top_p=0.9, min_tokens=5)
+    req = GenerateRequest(
+        "alpha beta gamma",
+        max_tokens=5,
+        stream=True,
+        stop_words=["x", "y"],
+        temperature=0.5,
+        top_k=1,
+        top_p=0.9,
+        min_tokens=5,
+    )
     events = list(client.iter_events(req))
     deltas = [e.text for e in events if e.has_output]
     assert deltas == [" ALPHA", " BETA", " GAMMA", " ALPHA", " BETA"]
@@ -60,8 +68,9 @@ def test_stream_yields_one_delta_per_token_with_increasing_timestamps(client):
 
 def test_grpc_stream_routes_concurrent_requests_by_id(server):
     with LLMClient(server.grpc_url, "grpc", "fake_llm") as c:
-        reqs = [GenerateRequest(f"prompt{i} word{i}", max_tokens=4, stream=True, request_id=f"req-{i}")
-                for i in range(6)]
+        reqs = [
+            GenerateRequest(f"prompt{i} word{i}", max_tokens=4, stream=True, request_id=f"req-{i}") for i in range(6)
+        ]
         results = c.generate_many(reqs)
     for i, res in enumerate(results):
         assert res.request_id == f"req-{i}"
@@ -73,8 +82,9 @@ def test_grpc_stream_routes_concurrent_requests_by_id(server):
 def test_grpc_duplicate_request_ids_refused(server):
     with LLMClient(server.grpc_url, "grpc", "fake_llm") as c:
         with pytest.raises(ClientError) as exc:
-            c.generate_many([GenerateRequest("a", stream=True, request_id="7"),
-                             GenerateRequest("b", stream=True, request_id="7")])
+            c.generate_many(
+                [GenerateRequest("a", stream=True, request_id="7"), GenerateRequest("b", stream=True, request_id="7")]
+            )
     assert exc.value.key == "request_id"
 
 

@@ -29,34 +29,72 @@ def test_generate_streams_text_then_reports_ttft_and_tokens(server, proto):
     from transformers import AutoTokenizer
 
     tok_dir = asset("mistral_v1_tokenizer")
-    result = CliRunner().invoke(app, ["generate", "--url", _url(server, proto), "--protocol", proto,
-                                      "--model", "fake_llm", "--text", "one two three", "--stream",
-                                      "--max-tokens", "5", "--stop-word", "zzz", "--request-id", "42",
-                                      "--tokenizer-dir", str(tok_dir)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--url",
+            _url(server, proto),
+            "--protocol",
+            proto,
+            "--model",
+            "fake_llm",
+            "--text",
+            "one two three",
+            "--stream",
+            "--max-tokens",
+            "5",
+            "--stop-word",
+            "zzz",
+            "--request-id",
+            "42",
+            "--tokenizer-dir",
+            str(tok_dir),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == " ONE TWO THREE ONE TWO\n"
-    expected = len(AutoTokenizer.from_pretrained(str(tok_dir)).encode(" ONE TWO THREE ONE TWO",
-                                                                       add_special_tokens=False))
-    assert (f"tokens generated: {expected} (counted from one tokenization of the whole text with {tok_dir})"
-            in result.stderr)
+    expected = len(
+        AutoTokenizer.from_pretrained(str(tok_dir)).encode(" ONE TWO THREE ONE TWO", add_special_tokens=False)
+    )
+    assert (
+        f"tokens generated: {expected} (counted from one tokenization of the whole text with {tok_dir})"
+        in result.stderr
+    )
     assert "request id: 42" in result.stderr
     assert re.search(r"time to first token: \d+\.\d ms", result.stderr)
     assert "responses: 5" in result.stderr
 
 
 def test_generate_without_tokenizer_says_tokens_unknown(server):
-    result = CliRunner().invoke(app, ["generate", "--url", _url(server, "http"), "--model", "fake_llm",
-                                      "--text", "a b", "--max-tokens", "2", "--exclude-input"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--url",
+            _url(server, "http"),
+            "--model",
+            "fake_llm",
+            "--text",
+            "a b",
+            "--max-tokens",
+            "2",
+            "--exclude-input",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == " A B\n"
     assert "tokens generated: unknown" in result.stderr
 
 
-@pytest.mark.parametrize("args, key", [
-    (["--model", "fake_llm", "--stream", "--beam-width", "2"], "beam_width"),     # B30
-    (["--model", "fake_llm_sync", "--stream"], "stream"),                           # B29a
-    (["--model", "fake_llm_v05", "--end-id", "-1"], "end_id"),                      # UINT32 input
-])
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (["--model", "fake_llm", "--stream", "--beam-width", "2"], "beam_width"),  # B30
+        (["--model", "fake_llm_sync", "--stream"], "stream"),  # B29a
+        (["--model", "fake_llm_v05", "--end-id", "-1"], "end_id"),  # UINT32 input
+    ],
+)
 def test_generate_refusals_exit_2_naming_the_field(server, args, key):
     result = CliRunner().invoke(app, ["generate", "--url", _url(server, "http"), "--text", "x y", *args])
     assert result.exit_code == 2
@@ -65,7 +103,20 @@ def test_generate_refusals_exit_2_naming_the_field(server, args, key):
 
 
 def test_generate_server_error_exit_2_with_model_message(server):
-    result = CliRunner().invoke(app, ["generate", "--url", _url(server, "grpc"), "--protocol", "grpc",
-                                      "--model", "fake_llm", "--text", "FAIL please", "--stream"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--url",
+            _url(server, "grpc"),
+            "--protocol",
+            "grpc",
+            "--model",
+            "fake_llm",
+            "--text",
+            "FAIL please",
+            "--stream",
+        ],
+    )
     assert result.exit_code == 2
     assert "fake_llm" in result.stderr and "asked this model to fail" in result.stderr

@@ -19,11 +19,21 @@ def _config(profile: str, model: str, max_batch_size: int, decoupled: bool) -> d
     contract = load_contract(profile)
     inputs = []
     for spec in contract.models[model].inputs:
-        inputs.append({"name": spec.name, "data_type": spec.data_type or "TYPE_FP16",
-                       "dims": [str(d) for d in spec.dims], "optional": spec.optional})
-    return {"name": model, "max_batch_size": max_batch_size, "input": inputs,
-            "output": [{"name": "text_output", "data_type": "TYPE_STRING", "dims": ["-1"]}],
-            "model_transaction_policy": {"decoupled": decoupled}}
+        inputs.append(
+            {
+                "name": spec.name,
+                "data_type": spec.data_type or "TYPE_FP16",
+                "dims": [str(d) for d in spec.dims],
+                "optional": spec.optional,
+            }
+        )
+    return {
+        "name": model,
+        "max_batch_size": max_batch_size,
+        "input": inputs,
+        "output": [{"name": "text_output", "data_type": "TYPE_STRING", "dims": ["-1"]}],
+        "model_transaction_policy": {"decoupled": decoupled},
+    }
 
 
 @pytest.fixture
@@ -37,8 +47,12 @@ def old_info():
 
 
 def test_batched_model_gets_leading_batch_dim_and_config_dtypes(new_info):
-    arrays = prepare_inputs(new_info, GenerateRequest("hi", max_tokens=8, stop_words=["a", "bc"], top_p=0.5,
-                                                      min_tokens=8, seed=3, stream=True).fields())
+    arrays = prepare_inputs(
+        new_info,
+        GenerateRequest(
+            "hi", max_tokens=8, stop_words=["a", "bc"], top_p=0.5, min_tokens=8, seed=3, stream=True
+        ).fields(),
+    )
     assert arrays["text_input"].shape == (1, 1) and arrays["text_input"].dtype == np.object_
     assert arrays["text_input"][0, 0] == b"hi"
     assert arrays["max_tokens"].dtype == np.int32 and arrays["max_tokens"].tolist() == [[8]]
@@ -54,7 +68,7 @@ def test_old_profile_uint32_no_batch_dim_aliases_and_required_words(old_info):
     arrays = prepare_inputs(old_info, GenerateRequest("hi", max_tokens=8, min_tokens=4, seed=9).fields())
     assert arrays["max_tokens"].dtype == np.uint32 and arrays["max_tokens"].shape == (1,)
     assert "min_length" in arrays and arrays["min_length"].tolist() == [4]  # min_tokens -> min_length
-    assert arrays["random_seed"].tolist() == [9]                           # seed -> random_seed
+    assert arrays["random_seed"].tolist() == [9]  # seed -> random_seed
     assert arrays["bad_words"].tolist() == [b""] and arrays["stop_words"].tolist() == [b""]
 
 
@@ -89,8 +103,11 @@ def test_checks_b30_and_b29a(new_info):
 
 def test_result_counts_tokens_from_ids_or_one_tokenization():
     res = GenerateResult("ensemble", "1", "http", True, start_ns=100)
-    res.events = [StreamEvent(0, 300, " hel", None, {}), StreamEvent(1, 500, "lo", None, {}),
-                  StreamEvent(2, 600, "", None, {}, final=True)]
+    res.events = [
+        StreamEvent(0, 300, " hel", None, {}),
+        StreamEvent(1, 500, "lo", None, {}),
+        StreamEvent(2, 600, "", None, {}, final=True),
+    ]
     res.end_ns = 600
     calls = []
 
@@ -108,11 +125,18 @@ def test_result_counts_tokens_from_ids_or_one_tokenization():
     assert res.count_output_tokens(count) == 3 and res.token_ids == [5, 6, 7]
 
 
-@pytest.mark.parametrize("field,value,shown", [("max_tokens", 2**32 + 5, "4294967301"), ("max_tokens", 10**12,
-                                                                                         "1000000000000"),
-                                               ("temperature", float("nan"), "NaN"), ("temperature", 1e39, "1e+39"),
-                                               ("repetition_penalty", float("inf"), "inf"), ("top_p", 1.5, "1.5"),
-                                               ("num_return_sequences", 0, "got 0")])
+@pytest.mark.parametrize(
+    "field,value,shown",
+    [
+        ("max_tokens", 2**32 + 5, "4294967301"),
+        ("max_tokens", 10**12, "1000000000000"),
+        ("temperature", float("nan"), "NaN"),
+        ("temperature", 1e39, "1e+39"),
+        ("repetition_penalty", float("inf"), "inf"),
+        ("top_p", 1.5, "1.5"),
+        ("num_return_sequences", 0, "got 0"),
+    ],
+)
 def test_values_outside_the_servers_limits_are_refused_with_the_value_given(new_info, field, value, shown):
     """Issue 13 items 8/9: Triton's HTTP front end would wrap 2**32 + 5 to 5 and turn 1e39 into inf before any
     model sees them, so the client refuses such values itself, quoting what was given."""

@@ -34,8 +34,9 @@ def server(tmp_path_factory):
     repo = base / "repo"
     render_repository(engine, asset("mistral_v1_tokenizer"), repo, streaming=True)
     http, grpc, metrics = free_ports(3)
-    with TritonServer(LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                                   no_mpi=True, timeout=300)) as srv:
+    with TritonServer(
+        LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True, timeout=300)
+    ) as srv:
         yield srv
 
 
@@ -61,8 +62,11 @@ def test_streamed_text_equals_whole_text_with_one_response_per_token(server, pro
 def test_grpc_output_selection_on_rendered_ensemble(server):
     with LLMClient(server.grpc_url, "grpc", "ensemble") as c:
         full = c.generate(GenerateRequest("Hi there", max_tokens=3, stream=True, exclude_input_in_output=True))
-        only = c.generate(GenerateRequest("Hi there", max_tokens=3, stream=True, exclude_input_in_output=True,
-                                          outputs=["text_output"]))
+        only = c.generate(
+            GenerateRequest(
+                "Hi there", max_tokens=3, stream=True, exclude_input_in_output=True, outputs=["text_output"]
+            )
+        )
     assert only.text == full.text
     assert "cum_log_probs" in full.events[0].outputs
     assert list(only.events[0].outputs) == ["text_output"]
@@ -72,8 +76,12 @@ def test_grpc_concurrent_requests_get_their_own_text(server):
     prompts = [f"Tell me about topic number {i}." for i in range(5)]
     with LLMClient(server.grpc_url, "grpc", "ensemble") as c:
         alone = [c.generate(GenerateRequest(p, max_tokens=6, exclude_input_in_output=True)).text for p in prompts]
-        together = c.generate_many([GenerateRequest(p, max_tokens=6, stream=True, exclude_input_in_output=True,
-                                                    request_id=f"r{i}") for i, p in enumerate(prompts)])
+        together = c.generate_many(
+            [
+                GenerateRequest(p, max_tokens=6, stream=True, exclude_input_in_output=True, request_id=f"r{i}")
+                for i, p in enumerate(prompts)
+            ]
+        )
     assert len(set(alone)) == 5
     assert [r.text for r in together] == alone
     assert [r.request_id for r in together] == [f"r{i}" for i in range(5)]
@@ -94,10 +102,34 @@ def test_token_ids_to_the_engine_over_grpc_exact(server):
 
 def test_bench_on_rendered_repository(server, tmp_path):
     out = tmp_path / "bench"
-    result = CliRunner().invoke(app, [
-        "bench", "--url", server.grpc_url, "--protocol", "grpc", "--model", "tensorrt_llm_bls", "--stream",
-        "--concurrency", "1,2", "--requests", "4", "--input-tokens", "32", "--output-tokens", "8",
-        "--tokenizer-dir", str(asset("mistral_v1_tokenizer")), "--output", str(out), "--no-progress", "--warmup", "1"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--url",
+            server.grpc_url,
+            "--protocol",
+            "grpc",
+            "--model",
+            "tensorrt_llm_bls",
+            "--stream",
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "4",
+            "--input-tokens",
+            "32",
+            "--output-tokens",
+            "8",
+            "--tokenizer-dir",
+            str(asset("mistral_v1_tokenizer")),
+            "--output",
+            str(out),
+            "--no-progress",
+            "--warmup",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "bench.json").read_text())
     assert report["server"]["min_tokens_sent"] and report["server"]["exclude_input_in_output_sent"]
@@ -121,8 +153,9 @@ def test_same_client_serves_a_rendered_trtllm_0_5_repository(tmp_path):
     repo = tmp_path / "repo05"
     render_repository(engine, asset("mistral_v1_tokenizer"), repo, profile="trtllm-0.5", streaming=True)
     http, grpc, metrics = free_ports(3)
-    with TritonServer(LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                                   no_mpi=True, timeout=300)) as srv:
+    with TritonServer(
+        LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True, timeout=300)
+    ) as srv:
         texts: dict[tuple[str, bool], str] = {}
         for proto in ("http", "grpc"):
             with LLMClient(_url(srv, proto), proto, "ensemble") as c:
@@ -130,8 +163,9 @@ def test_same_client_serves_a_rendered_trtllm_0_5_repository(tmp_path):
                 assert info.inputs["max_tokens"].data_type == "TYPE_UINT32"
                 assert info.inputs["text_input"].dims == (-1,) and not info.inputs["bad_words"].optional
                 for stream in (False, True):
-                    res = c.generate(GenerateRequest("What is machine learning?", max_tokens=6, min_tokens=6,
-                                                     stream=stream))
+                    res = c.generate(
+                        GenerateRequest("What is machine learning?", max_tokens=6, min_tokens=6, stream=stream)
+                    )
                     assert res.ok, res.error
                     assert len(res.chunk_times_ns) == (6 if stream else 1)
                     texts[(proto, stream)] = res.text
@@ -148,9 +182,23 @@ def test_generate_counts_tokens_with_the_served_tokenizer(server):
     """Without --tokenizer-dir, `generate` counts with preprocessing's tokenizer_dir when it exists here."""
     from transformers import AutoTokenizer
 
-    result = CliRunner().invoke(app, ["generate", "--url", server.grpc_url, "--protocol", "grpc", "--stream",
-                                      "--text", "What is machine learning?", "--max-tokens", "7",
-                                      "--min-tokens", "7"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--url",
+            server.grpc_url,
+            "--protocol",
+            "grpc",
+            "--stream",
+            "--text",
+            "What is machine learning?",
+            "--max-tokens",
+            "7",
+            "--min-tokens",
+            "7",
+        ],
+    )
     assert result.exit_code == 0, result.output
     tok_dir = str(asset("mistral_v1_tokenizer"))
     assert f"one tokenization of the whole text with {tok_dir}" in result.output

@@ -47,8 +47,11 @@ def repo4(tmp_path_factory) -> Path:
 def _strict(schema: object) -> object:
     if isinstance(schema, dict):
         out = {k: _strict(v) for k, v in schema.items()}
-        if ("properties" in out and "additionalProperties" not in out
-                and not out.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
             out["additionalProperties"] = False
         return out
     if isinstance(schema, list):
@@ -76,8 +79,9 @@ def by_kind(docs: list[dict]) -> dict[str, dict]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repo_builder", "deploy", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "repo_builder", "deploy", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 # ---------------------------------------------------------------------------------------------- world size 1
@@ -106,8 +110,11 @@ def test_single_gpu_deployment_and_service_validate(repo1, lws_validator) -> Non
     assert volumes["model-repository"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["dshm"]["mountPath"] == "/dev/shm" and mounts["model-repository"]["mountPath"] == "/models/llama"
-    assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "8002",
-                                              "prometheus.io/path": "/metrics"}
+    assert pod["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8002",
+        "prometheus.io/path": "/metrics",
+    }
     # the Service selects the Deployment's pods and exposes every endpoint by name
     assert dep["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
     assert all(pod["metadata"]["labels"][k] == v for k, v in svc["spec"]["selector"].items())
@@ -122,8 +129,16 @@ def test_baked_repository_has_no_volume_and_openai_sidecar(repo1, lws_validator)
     spec = dep["spec"]["template"]["spec"]
     assert [v["name"] for v in spec["volumes"]] == ["dshm"]
     triton, openai = spec["containers"]
-    assert openai["command"] == ["repo-builder", "openai", "--grpc-url", "127.0.0.1:8001", "--port", "9000",
-                                 "--repo", "/models/llama"]
+    assert openai["command"] == [
+        "repo-builder",
+        "openai",
+        "--grpc-url",
+        "127.0.0.1:8001",
+        "--port",
+        "9000",
+        "--repo",
+        "/models/llama",
+    ]
     assert "nvidia.com/gpu" not in json.dumps(openai)
     assert [p["name"] for p in svc["spec"]["ports"]] == ["http", "grpc", "metrics", "openai"]
 
@@ -161,20 +176,28 @@ def test_two_nodes_give_a_leader_worker_set_valid_against_its_crd(repo4, lws_val
     assert 'echo "$(hostname) slots=2"' in script and 'echo "llama-$GROUP_INDEX-$i slots=2"' in script
     mpirun = shlex.split(script.splitlines()[-1])[1:]
     assert mpirun[0] == "mpirun" and "--hostfile" in mpirun
-    assert mpirun[mpirun.index("--mca") + 1: mpirun.index("--mca") + 3] == ["plm_rsh_agent",
-                                                                          "/tmp/repo-builder-kubexec.sh"]
+    assert mpirun[mpirun.index("--mca") + 1 : mpirun.index("--mca") + 3] == [
+        "plm_rsh_agent",
+        "/tmp/repo-builder-kubexec.sh",
+    ]
     assert mpirun.count("--load-model=tensorrt_llm") == 3
     # /dev/shm: the leader holds rank 0 (3 Python stubs) and rank 1 (C++ engine only), a worker none
-    sizes = {t: {v["name"]: v for v in tmpl[t]["spec"]["volumes"]}["dshm"]["emptyDir"]["sizeLimit"]
-             for t in ("leaderTemplate", "workerTemplate")}
+    sizes = {
+        t: {v["name"]: v for v in tmpl[t]["spec"]["volumes"]}["dshm"]["emptyDir"]["sizeLimit"]
+        for t in ("leaderTemplate", "workerTemplate")
+    }
     assert sizes == {"leaderTemplate": "22Mi", "workerTemplate": "16Mi"}
     # RBAC: the leader's account may exec into pods of its namespace, nothing more
     assert tmpl["leaderTemplate"]["spec"]["serviceAccountName"] == kinds["ServiceAccount"]["metadata"]["name"]
-    assert kinds["Role"]["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-                                      {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}]
+    assert kinds["Role"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+    ]
     assert kinds["RoleBinding"]["roleRef"]["name"] == kinds["Role"]["metadata"]["name"]
-    assert kinds["Service"]["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "llama",
-                                                    "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    assert kinds["Service"]["spec"]["selector"] == {
+        "leaderworkerset.sigs.k8s.io/name": "llama",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0",
+    }
 
 
 def test_validators_reject_what_the_api_server_would(repo4, lws_validator) -> None:
@@ -194,30 +217,62 @@ def test_validators_reject_what_the_api_server_would(repo4, lws_validator) -> No
 
 # ---------------------------------------------------------------------------------------------- CLI and errors
 def test_cli_stdout_is_the_multi_document_stream_and_output_writes_files(repo4, tmp_path) -> None:
-    out = cli("kubernetes", str(repo4), "--image", IMAGE, "--nodes", "2", "--gpus-per-node", "2", "--pvc", "models",
-              "--name", "llama")
+    out = cli(
+        "kubernetes",
+        str(repo4),
+        "--image",
+        IMAGE,
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--pvc",
+        "models",
+        "--name",
+        "llama",
+    )
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     assert docs == manifests(read_facts(repo4), KubernetesOptions(image=IMAGE, name="llama", nodes=2, pvc="models"))
     assert "tokenizer_dir" in out.stderr  # the tokenizer lives outside the repository: the user is told
     assert dump(docs).count("\n---\n") == len(docs) - 1
-    out = cli("kubernetes", str(repo4), "--image", IMAGE, "--nodes", "2", "--pvc", "models", "--name", "llama",
-              "--output", str(tmp_path / "k8s"))
+    out = cli(
+        "kubernetes",
+        str(repo4),
+        "--image",
+        IMAGE,
+        "--nodes",
+        "2",
+        "--pvc",
+        "models",
+        "--name",
+        "llama",
+        "--output",
+        str(tmp_path / "k8s"),
+    )
     assert out.returncode == 0, out.stderr
     files = sorted(p.name for p in (tmp_path / "k8s").iterdir())
-    assert files == ["01-serviceaccount-llama-mpi.yaml", "02-role-llama-mpi.yaml", "03-rolebinding-llama-mpi.yaml",
-                     "04-leaderworkerset-llama.yaml", "05-service-llama.yaml"]
+    assert files == [
+        "01-serviceaccount-llama-mpi.yaml",
+        "02-role-llama-mpi.yaml",
+        "03-rolebinding-llama-mpi.yaml",
+        "04-leaderworkerset-llama.yaml",
+        "05-service-llama.yaml",
+    ]
     assert [yaml.safe_load((tmp_path / "k8s" / f).read_text()) for f in files] == docs
 
 
-@pytest.mark.parametrize("args, key, text", [
-    (["--nodes", "2", "--gpus-per-node", "4", "--pvc", "m"], "--gpus-per-node", "world size 4"),
-    (["--nodes", "3", "--pvc", "m"], "--nodes", "does not split"),
-    ([], "--pvc", "--baked"),
-    (["--pvc", "m", "--baked"], "--pvc", "exclude"),
-    (["--pvc", "m", "--name", "Bad_Name"], "--name", "not a valid name"),
-    (["--pvc", "m", "--openai-port", "8001"], "--openai-port", "8001"),
-])
+@pytest.mark.parametrize(
+    "args, key, text",
+    [
+        (["--nodes", "2", "--gpus-per-node", "4", "--pvc", "m"], "--gpus-per-node", "world size 4"),
+        (["--nodes", "3", "--pvc", "m"], "--nodes", "does not split"),
+        ([], "--pvc", "--baked"),
+        (["--pvc", "m", "--baked"], "--pvc", "exclude"),
+        (["--pvc", "m", "--name", "Bad_Name"], "--name", "not a valid name"),
+        (["--pvc", "m", "--openai-port", "8001"], "--openai-port", "8001"),
+    ],
+)
 def test_bad_options_are_named(repo4, args, key, text) -> None:
     out = cli("kubernetes", str(repo4), "--image", IMAGE, *args)
     assert out.returncode == 2, out.stdout

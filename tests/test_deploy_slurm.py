@@ -30,7 +30,7 @@ PROMPT = "What is machine learning?"
 def multi_prog_lines(text: str) -> list[str]:
     lines = text.splitlines()
     start = lines.index('cat > "$CONF" <<EOF') + 1
-    return lines[start:lines.index("EOF", start)]
+    return lines[start : lines.index("EOF", start)]
 
 
 # ---------------------------------------------------------------------------------------------- the script
@@ -39,8 +39,16 @@ def test_two_nodes_four_ranks_script(tmp_path) -> None:
     text = script(facts, SlurmOptions(name="llama", nodes=2, partition="gpu", time="04:00:00"))
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     sbatch = [line.split(None, 1)[1] for line in text.splitlines() if line.startswith("#SBATCH ")]
-    assert sbatch == ["--job-name=llama", "--nodes=2", "--ntasks-per-node=2", "--output=llama-%j.out",
-                      "--signal=B:TERM@120", "--gpus-per-node=2", "--partition=gpu", "--time=04:00:00"]
+    assert sbatch == [
+        "--job-name=llama",
+        "--nodes=2",
+        "--ntasks-per-node=2",
+        "--output=llama-%j.out",
+        "--signal=B:TERM@120",
+        "--gpus-per-node=2",
+        "--partition=gpu",
+        "--time=04:00:00",
+    ]
     assert "srun --nodes=2 --ntasks=4 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 --multi-prog" in text
     lines = multi_prog_lines(text)
     assert [line.split()[0] for line in lines] == ["0", "1", "2", "3"]
@@ -51,14 +59,22 @@ def test_two_nodes_four_ranks_script(tmp_path) -> None:
         if rank == 0:
             assert "--http-port=8000" in argv and "--load-model=tensorrt_llm" not in argv
         else:
-            assert argv[-4:] == ["--load-model=tensorrt_llm", "--allow-http=false", "--allow-grpc=false",
-                                 "--allow-metrics=false"]
+            assert argv[-4:] == [
+                "--load-model=tensorrt_llm",
+                "--allow-http=false",
+                "--allow-grpc=false",
+                "--allow-metrics=false",
+            ]
 
 
 def test_layout_that_contradicts_the_lock_file_is_refused(tmp_path) -> None:
     repo = rendered_repo(tmp_path, 2, 2)
-    out = subprocess.run([sys.executable, "-m", "repo_builder", "deploy", "slurm", str(repo), "--nodes", "2",
-                          "--gpus-per-node", "1"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "repo_builder", "deploy", "slurm", str(repo), "--nodes", "2", "--gpus-per-node", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "--gpus-per-node" in out.stderr and "world size 4" in out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
 
@@ -93,17 +109,40 @@ def slurm_cluster(tmp_path):
         (root / sub).mkdir(parents=True)
     node = socket.gethostname().split(".")[0]
     ctld_port, d_port = free_ports(2)
-    (root / "slurm.conf").write_text("\n".join([
-        "ClusterName=rbtest", f"SlurmctldHost={node}(127.0.0.1)", f"SlurmctldPort={ctld_port}",
-        f"SlurmdPort={d_port}", "AuthType=auth/none", "CredType=cred/none", "SlurmUser=root", "SlurmdUser=root",
-        f"StateSaveLocation={root}/state", f"SlurmdSpoolDir={root}/spool",
-        f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd.pid",
-        f"SlurmctldLogFile={root}/log/slurmctld.log", f"SlurmdLogFile={root}/log/slurmd.log",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_CPU", "MpiDefault=none", "ReturnToService=2", "SchedulerType=sched/builtin",
-        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none", "KillWait=60",
-        "GresTypes=gpu", f"NodeName={node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} RealMemory=2000 Gres=gpu:1",
-        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
+    (root / "slurm.conf").write_text(
+        "\n".join(
+            [
+                "ClusterName=rbtest",
+                f"SlurmctldHost={node}(127.0.0.1)",
+                f"SlurmctldPort={ctld_port}",
+                f"SlurmdPort={d_port}",
+                "AuthType=auth/none",
+                "CredType=cred/none",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                f"StateSaveLocation={root}/state",
+                f"SlurmdSpoolDir={root}/spool",
+                f"SlurmctldPidFile={root}/slurmctld.pid",
+                f"SlurmdPidFile={root}/slurmd.pid",
+                f"SlurmctldLogFile={root}/log/slurmctld.log",
+                f"SlurmdLogFile={root}/log/slurmd.log",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_CPU",
+                "MpiDefault=none",
+                "ReturnToService=2",
+                "SchedulerType=sched/builtin",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",
+                "KillWait=60",
+                "GresTypes=gpu",
+                f"NodeName={node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} RealMemory=2000 Gres=gpu:1",
+                "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+                "",
+            ]
+        )
+    )
     # a count-only GPU: the script's `#SBATCH --gpus-per-node` is schedulable without a device
     (root / "gres.conf").write_text(f"NodeName={node} Name=gpu File=/dev/null\n")
     env = dict(os.environ, SLURM_CONF=str(root / "slurm.conf"))
@@ -111,8 +150,15 @@ def slurm_cluster(tmp_path):
     try:
         for daemon in ("slurmctld", "slurmd"):
             with open(root / "log" / f"{daemon}.out", "wb") as out:
-                daemons.append(subprocess.Popen([daemon, "-D", "-f", str(root / "slurm.conf")], stdout=out,
-                                                stderr=subprocess.STDOUT, env=env, start_new_session=True))
+                daemons.append(
+                    subprocess.Popen(
+                        [daemon, "-D", "-f", str(root / "slurm.conf")],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
             time.sleep(1)
 
         def idle() -> bool:
@@ -145,27 +191,59 @@ def test_sbatch_script_serves_the_tiny_model_under_slurm(slurm_cluster, tmp_path
     repo, ckpt = tiny_llama_repo(tmp_path / "model")
     http, grpc, metrics = free_ports(3)
     job_script = tmp_path / "serve.sbatch"
-    out = subprocess.run([sys.executable, "-m", "repo_builder", "deploy", "slurm", str(repo), "--nodes", "1",
-                          "--gpus-per-node", "1", "--tritonserver", str(find_tritonserver().path),
-                          "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-                          "--ready-timeout", "600", "--name", "tiny", "--output", str(job_script)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repo_builder",
+            "deploy",
+            "slurm",
+            str(repo),
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "1",
+            "--tritonserver",
+            str(find_tritonserver().path),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--ready-timeout",
+            "600",
+            "--name",
+            "tiny",
+            "--output",
+            str(job_script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
-    sub = subprocess.run(["sbatch", "--parsable", str(job_script)], capture_output=True, text=True, env=env,
-                         cwd=tmp_path, timeout=60)
+    sub = subprocess.run(
+        ["sbatch", "--parsable", str(job_script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.strip().split(";")[0]
     log = tmp_path / f"tiny-{job}.out"
     try:
-        _wait(lambda: log.exists() and "repo-builder: ready:" in log.read_text(errors="replace"), 600,
-              "the job to report ready", log)
+        _wait(
+            lambda: log.exists() and "repo-builder: ready:" in log.read_text(errors="replace"),
+            600,
+            "the job to report ready",
+            log,
+        )
         # the server that answers is this job's rank 0, started by slurmstepd with the job's shm prefix
         (pid,) = servers_on_repository(repo)
         assert f"--backend-config=python,shm-region-prefix-name=rb{job}_r0_" in procs.cmdline(pid)
         parent = procs.proc_info(procs.proc_info(pid).ppid)
         assert parent is not None and parent.comm == "slurmstepd"
-        body = http_generate(f"127.0.0.1:{http}", "ensemble", {"text_input": PROMPT, "max_tokens": 8,
-                                                               "bad_words": "", "stop_words": ""})
+        body = http_generate(
+            f"127.0.0.1:{http}", "ensemble", {"text_input": PROMPT, "max_tokens": 8, "bad_words": "", "stop_words": ""}
+        )
         assert body["text_output"] == greedy_text(ckpt, PROMPT, 8)
         assert procs.shm_files(f"rb{job}_r0_"), "the job's Python-backend regions carry its prefix"
         # what Slurm does at the time limit (--signal=B:TERM@120): SIGTERM to the batch shell only

@@ -21,11 +21,11 @@ from repo_builder.runtime.detokenizer import (
 )
 
 B25_LONG = b25_ids("mistral_v1_tokenizer")
-HELLO = sentencepiece("mistral_v1_tokenizer").piece_to_id("\u2581Hello")   # "▁Hello", read with sentencepiece
+HELLO = sentencepiece("mistral_v1_tokenizer").piece_to_id("\u2581Hello")  # "▁Hello", read with sentencepiece
 
 
 def feed(detok: IncrementalDetokenizer, ids: list[int], size: int = 1) -> list[str]:
-    return [detok.add(ids[i:i + size]) for i in range(0, len(ids), size)]
+    return [detok.add(ids[i : i + size]) for i in range(0, len(ids), size)]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,7 @@ def gpt2():
 
 
 # ---- B24: SentencePiece word spaces ---------------------------------------------------------------
+
 
 def test_b24_per_token_stream_keeps_word_spaces(llama):
     ids = llama.encode("Deep learning is a subset of machine learning", add_special_tokens=False)
@@ -60,6 +61,7 @@ def test_b24_after_prompt_and_bos(name):
 
 # ---- B25: byte-fallback characters -----------------------------------------------------------------
 
+
 def test_b25_byte_tokens_are_held_until_the_character_is_complete(llama):
     assert llama.decode([235]) == REPLACEMENT_CHAR
     assert llama.decode([235, 194]) == REPLACEMENT_CHAR * 2
@@ -80,8 +82,9 @@ def test_b25_report_sequence(name, size):
     assert "".join(deltas) == reference
 
 
-@pytest.mark.parametrize("name", ["sp_tiny_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer", "llama3_tokenizer",
-                                  "qwen3_tokenizer"])
+@pytest.mark.parametrize(
+    "name", ["sp_tiny_tokenizer", "mistral_v1_tokenizer", "gpt2_tokenizer", "llama3_tokenizer", "qwen3_tokenizer"]
+)
 def test_emoji_zwj_cjk_cyrillic_one_token_at_a_time(name):
     tok = load(name)
     text = "你有点聪明 🧘\u200d♀️ привет 👨\u200d👩\u200d👧\u200d👦 🇩🇪 迭代"
@@ -93,18 +96,28 @@ def test_emoji_zwj_cjk_cyrillic_one_token_at_a_time(name):
 
 # ---- prefix-unstable decodes -----------------------------------------------------------------------
 
+
 def test_prefix_unstable_cleanup_spaces_gpt2():
     """GPT-2 with clean_up_tokenization_spaces forced on: decode("Hello"+" ") = "Hello " but
     decode("Hello"+" "+".") = "Hello." -- an emitted trailing space could not be taken back."""
-    tok = AutoTokenizer.from_pretrained(asset("gpt2_tokenizer"), local_files_only=True,
-                                        clean_up_tokenization_spaces=True,
-                                        clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=True)
+    tok = AutoTokenizer.from_pretrained(
+        asset("gpt2_tokenizer"),
+        local_files_only=True,
+        clean_up_tokenization_spaces=True,
+        clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=True,
+    )
     space, dot = tok.convert_tokens_to_ids("Ġ"), tok.convert_tokens_to_ids(".")
     hello = tok.encode("Hello", add_special_tokens=False)
-    ids = hello + [space, dot] + tok.encode(" It", add_special_tokens=False) + [space] + \
-        tok.encode("'s", add_special_tokens=False) + [space, tok.convert_tokens_to_ids(",")]
+    ids = (
+        hello
+        + [space, dot]
+        + tok.encode(" It", add_special_tokens=False)
+        + [space]
+        + tok.encode("'s", add_special_tokens=False)
+        + [space, tok.convert_tokens_to_ids(",")]
+    )
     assert tok.decode(hello + [space]) == "Hello "
-    assert tok.decode(hello + [space, dot]) == "Hello."          # not a prefix extension
+    assert tok.decode(hello + [space, dot]) == "Hello."  # not a prefix extension
     factory = DetokenizerFactory(tok, True)
     assert factory.cleanup
     for size in (1, 2, 3):
@@ -117,8 +130,11 @@ def test_prefix_unstable_cleanup_spaces_gpt2():
 def test_prefix_unstable_byte_fallback(llama):
     """decode([235]) is not a prefix of decode([235, 194, 176]): nothing is emitted until it is."""
     assert not llama.decode([235, 194, 176]).startswith(llama.decode([235]))
-    ids = llama.encode("the cat", add_special_tokens=False) + [235, 194, 176] + \
+    ids = (
         llama.encode("the cat", add_special_tokens=False)
+        + [235, 194, 176]
+        + llama.encode("the cat", add_special_tokens=False)
+    )
     deltas = feed(DetokenizerFactory(llama)(), ids)
     assert "".join(deltas) == llama.decode(ids) == "the cat迭 the cat"
     assert "thecat" not in "".join(deltas)
@@ -139,23 +155,25 @@ def test_window_cut_before_skipped_special_token(llama):
 
 # ---- documented edges ------------------------------------------------------------------------------
 
+
 def test_edge1_stream_cut_inside_a_character_needs_flush(llama):
     d = DetokenizerFactory(llama)()
     assert feed(d, [HELLO, 235, 194]) == ["Hello", "", ""]
-    assert d.flush() == REPLACEMENT_CHAR * 2                      # what decode shows for the cut bytes
+    assert d.flush() == REPLACEMENT_CHAR * 2  # what decode shows for the cut bytes
     assert llama.decode([HELLO, 235, 194]) == "Hello" + REPLACEMENT_CHAR * 2
 
 
 def test_edge2_invalid_byte_joins_an_emitted_run(llama):
     """ByteFallback turns the whole run into U+FFFD; the stream already sent the valid character."""
-    ids = [235, 194, 176, 258]                                    # 迭 then byte 0xFF
+    ids = [235, 194, 176, 258]  # 迭 then byte 0xFF
     assert llama.decode(ids) == REPLACEMENT_CHAR * 4
     d = DetokenizerFactory(llama)()
     streamed = "".join(feed(d, ids)) + d.flush()
-    assert streamed == "迭" + REPLACEMENT_CHAR * 3                # same length, first char kept
+    assert streamed == "迭" + REPLACEMENT_CHAR * 3  # same length, first char kept
 
 
 # ---- bounded work per token --------------------------------------------------------------------------
+
 
 class CountingDecode:
     def __init__(self, tok):
@@ -181,13 +199,14 @@ def test_tokens_decoded_per_step_do_not_grow_with_length(name):
         d = IncrementalDetokenizer(counter)
         out = "".join(feed(d, ids)) + d.flush()
         assert out == tok.decode(ids)
-        assert len(d._ids) <= 4 * 6 + 8                           # the window stays small
+        assert len(d._ids) <= 4 * 6 + 8  # the window stays small
         per_token[n] = counter.tokens / n
     # decoding the whole sequence per step would be ~n/2 tokens per token (128 vs 2048)
     assert per_token[4096] < 40 and per_token[4096] <= per_token[256] * 1.3
 
 
 # ---- per-stream cache ---------------------------------------------------------------------------------
+
 
 def test_cache_keeps_streams_apart_and_is_bounded(llama):
     factory = DetokenizerFactory(llama)
@@ -197,9 +216,9 @@ def test_cache_keeps_streams_apart_and_is_bounded(llama):
     out = {"a": [], "b": []}
     for i in range(max(len(a), len(b))):
         if i < len(a):
-            out["a"].append(cache.add(("a", 0, 0), a[i:i + 1]))
+            out["a"].append(cache.add(("a", 0, 0), a[i : i + 1]))
         if i < len(b):
-            out["b"].append(cache.add(("b", 0, 0), b[i:i + 1]))
+            out["b"].append(cache.add(("b", 0, 0), b[i : i + 1]))
     assert "".join(out["a"]) == llama.decode(a)
     assert "".join(out["b"]) == llama.decode(b)
     cache.add(("c", 0, 0), a[:1])
@@ -214,7 +233,7 @@ def test_cache_concurrent_streams(gpt2):
 
     def run(k: int) -> None:
         ids = gpt2.encode(texts[k])
-        results[k] = "".join(cache.add((k, 0, 0), ids[i:i + 1]) for i in range(len(ids)))
+        results[k] = "".join(cache.add((k, 0, 0), ids[i : i + 1]) for i in range(len(ids)))
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
     for t in threads:
@@ -235,5 +254,5 @@ def test_edge3_endless_invalid_byte_run_stays_bounded(llama):
     d = IncrementalDetokenizer(counter, max_window_tokens=64)
     out = "".join(d.add([235]) for _ in range(2000))
     assert max(len(d._ids), 0) <= 64 + 1
-    assert counter.tokens / 2000 < 80                             # not ~1000 tokens per step
+    assert counter.tokens / 2000 < 80  # not ~1000 tokens per step
     assert set(out) == {REPLACEMENT_CHAR} and len(out) + len(d.flush()) == 2000

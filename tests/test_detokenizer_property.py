@@ -29,9 +29,34 @@ from hypothesis import strategies as st
 
 from repo_builder.runtime.detokenizer import REPLACEMENT_CHAR, DetokenizerFactory
 
-PIECES = ["你有点聪明", "迭代", "🧘\u200d♀️", "👨\u200d👩\u200d👧\u200d👦", "🇩🇪", "😀", "привет мир", "Ёжик",
-          "Deep learning is a subset of machine learning", " the cat", "Hello , world !", "it 's", "\n", "\n\n",
-          "  ", "\t", "a.b", "x", "</s>", "<s>", "<|im_end|>", "<|endoftext|>", "€", "ß", "naïve", "日本語の文章"]
+PIECES = [
+    "你有点聪明",
+    "迭代",
+    "🧘\u200d♀️",
+    "👨\u200d👩\u200d👧\u200d👦",
+    "🇩🇪",
+    "😀",
+    "привет мир",
+    "Ёжик",
+    "Deep learning is a subset of machine learning",
+    " the cat",
+    "Hello , world !",
+    "it 's",
+    "\n",
+    "\n\n",
+    "  ",
+    "\t",
+    "a.b",
+    "x",
+    "</s>",
+    "<s>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "€",
+    "ß",
+    "naïve",
+    "日本語の文章",
+]
 
 texts = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=6)), min_size=1, max_size=8).map("".join)
 
@@ -41,7 +66,7 @@ def stream(factory, ids: list[int], sizes: list[int]) -> list[str]:
     out, i, j = [], 0, 0
     while i < len(ids):
         k = sizes[j % len(sizes)]
-        out.append(d.add(ids[i:i + k]))
+        out.append(d.add(ids[i : i + k]))
         i, j = i + k, j + 1
     out.append(d.flush())
     return out
@@ -52,8 +77,9 @@ def tok(request):
     return load(request.param)
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                            HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.mark.parametrize("skip", [True, False])
@@ -63,8 +89,11 @@ def test_random_ids_concatenate_to_decode(tok, skip, data):
     vocab = len(tok)
     special = sorted(set(tok.all_special_ids))
     # mix uniformly random ids with byte-ish low ids and special ids, so byte runs and specials occur
-    one_id = st.one_of(st.integers(0, vocab - 1), st.integers(0, 300),
-                       st.sampled_from(special) if special else st.integers(0, vocab - 1))
+    one_id = st.one_of(
+        st.integers(0, vocab - 1),
+        st.integers(0, 300),
+        st.sampled_from(special) if special else st.integers(0, vocab - 1),
+    )
     ids = data.draw(st.lists(one_id, min_size=1, max_size=60), label="ids")
     sizes = data.draw(st.lists(st.integers(1, 7), min_size=1, max_size=6), label="chunk sizes")
     assume(not byte_run_invalidated(tok, ids, skip))
@@ -87,8 +116,9 @@ def test_random_text_streams_exactly_and_without_replacement_chars(tok, skip, te
 
 
 @pytest.mark.parametrize("skip", [True, False])
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(parts=st.lists(texts, min_size=8, max_size=30), size=st.integers(1, 4))
 def test_long_streams_with_window_trimming(tok, skip, parts, size):
     """Long enough for many window cuts (context_tokens=6), also across special tokens."""

@@ -25,14 +25,25 @@ def expected_from_raw(cfg: dict) -> dict:
         tp = b.get("tensor_parallel", 1)
         pp = b.get("pipeline_parallel", 1)
         return {
-            "layout": "old", "architecture": b["name"], "dtype": b["precision"], "vocab_size": b["vocab_size"],
-            "tp_size": tp, "pp_size": pp, "world_size": tp * pp, "max_batch_size": b["max_batch_size"],
-            "max_beam_width": b.get("max_beam_width", 1), "max_input_len": b["max_input_len"],
-            "max_seq_len": b["max_input_len"] + b["max_output_len"], "max_num_tokens": b.get("max_num_tokens"),
-            "logits_dtype": "float32", "paged_kv_cache": p["paged_kv_cache"],
-            "remove_input_padding": p["remove_input_padding"], "gpt_attention_plugin": p["gpt_attention_plugin"],
+            "layout": "old",
+            "architecture": b["name"],
+            "dtype": b["precision"],
+            "vocab_size": b["vocab_size"],
+            "tp_size": tp,
+            "pp_size": pp,
+            "world_size": tp * pp,
+            "max_batch_size": b["max_batch_size"],
+            "max_beam_width": b.get("max_beam_width", 1),
+            "max_input_len": b["max_input_len"],
+            "max_seq_len": b["max_input_len"] + b["max_output_len"],
+            "max_num_tokens": b.get("max_num_tokens"),
+            "logits_dtype": "float32",
+            "paged_kv_cache": p["paged_kv_cache"],
+            "remove_input_padding": p["remove_input_padding"],
+            "gpt_attention_plugin": p["gpt_attention_plugin"],
             "use_paged_context_fmha": p.get("use_paged_context_fmha", False),
-            "tokens_per_block": p["tokens_per_block"], "max_draft_len": b.get("max_draft_len", 0),
+            "tokens_per_block": p["tokens_per_block"],
+            "max_draft_len": b.get("max_draft_len", 0),
             "gather_generation_logits": b.get("gather_generation_logits", False),
             "gather_context_logits": b.get("gather_context_logits", False),
         }
@@ -44,14 +55,25 @@ def expected_from_raw(cfg: dict) -> dict:
         seq = build["max_input_len"] + build["max_output_len"]
     kv = build.get("kv_cache_type")
     return {
-        "layout": "new", "trtllm_version": cfg["version"], "architecture": pre["architecture"], "dtype": pre["dtype"],
-        "vocab_size": pre["vocab_size"], "tp_size": m["tp_size"], "pp_size": m["pp_size"],
-        "world_size": m["tp_size"] * m["pp_size"], "max_batch_size": build["max_batch_size"],
-        "max_beam_width": build["max_beam_width"], "max_input_len": build["max_input_len"], "max_seq_len": seq,
-        "max_num_tokens": build["max_num_tokens"], "logits_dtype": pre["logits_dtype"],
+        "layout": "new",
+        "trtllm_version": cfg["version"],
+        "architecture": pre["architecture"],
+        "dtype": pre["dtype"],
+        "vocab_size": pre["vocab_size"],
+        "tp_size": m["tp_size"],
+        "pp_size": m["pp_size"],
+        "world_size": m["tp_size"] * m["pp_size"],
+        "max_batch_size": build["max_batch_size"],
+        "max_beam_width": build["max_beam_width"],
+        "max_input_len": build["max_input_len"],
+        "max_seq_len": seq,
+        "max_num_tokens": build["max_num_tokens"],
+        "logits_dtype": pre["logits_dtype"],
         "paged_kv_cache": (kv.lower() == "paged") if kv else plugin["paged_kv_cache"],
-        "remove_input_padding": plugin["remove_input_padding"], "gpt_attention_plugin": plugin["gpt_attention_plugin"],
-        "use_paged_context_fmha": plugin["use_paged_context_fmha"], "tokens_per_block": plugin["tokens_per_block"],
+        "remove_input_padding": plugin["remove_input_padding"],
+        "gpt_attention_plugin": plugin["gpt_attention_plugin"],
+        "use_paged_context_fmha": plugin["use_paged_context_fmha"],
+        "tokens_per_block": plugin["tokens_per_block"],
         "max_draft_len": build.get("max_draft_len", 0),
         "gather_generation_logits": build["gather_generation_logits"],
         "gather_context_logits": build["gather_context_logits"],
@@ -101,8 +123,9 @@ def test_rank_files_match_world_size(engine_copy):
     check_rank_files(info)
 
 
-@pytest.mark.parametrize("name,ranks", [("old-llama2-7b-tp4", 1), ("old-llama2-70b-tp2-int8wo", 3),
-                                        ("v1.2-smollm-llama-beam5", 0)])
+@pytest.mark.parametrize(
+    "name,ranks", [("old-llama2-7b-tp4", 1), ("old-llama2-70b-tp2-int8wo", 3), ("v1.2-smollm-llama-beam5", 0)]
+)
 def test_rank_file_count_mismatch_refused(engine_copy, name, ranks):
     info = inspect_engine(engine_copy(name, ranks=ranks))
     with pytest.raises(EngineError) as exc:
@@ -156,8 +179,9 @@ def test_unrelated_json_refused(tmp_path):
 
 
 def test_trtllm_checkpoint_not_built(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architecture": "LlamaForCausalLM", "dtype": "float16",
-                                                      "mapping": {"tp_size": 1, "pp_size": 1}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architecture": "LlamaForCausalLM", "dtype": "float16", "mapping": {"tp_size": 1, "pp_size": 1}})
+    )
     with pytest.raises(EngineError, match="checkpoint.*not an engine") as exc:
         inspect_engine(tmp_path)
     assert "trtllm-build --checkpoint_dir" in str(exc.value)
@@ -179,8 +203,13 @@ def test_hf_checkpoint(tiny_llama):
 def test_synthetic_defaults_and_values(tmp_path):
     (tmp_path / "synthetic_engine.json").write_text("{}")
     info = inspect_engine(tmp_path)
-    assert (info.kind, info.vocab_size, info.max_batch_size, info.max_input_len, info.max_seq_len) == \
-        ("synthetic", 32000, 64, 1024, 2048)
+    assert (info.kind, info.vocab_size, info.max_batch_size, info.max_input_len, info.max_seq_len) == (
+        "synthetic",
+        32000,
+        64,
+        1024,
+        2048,
+    )
     (tmp_path / "synthetic_engine.json").write_text('{"vocab_size": 100, "max_seq_len": 4096}')
     info = inspect_engine(tmp_path)
     assert (info.vocab_size, info.max_seq_len, info.max_input_len) == (100, 4096, 1024)

@@ -21,8 +21,15 @@ from repo_builder.render import render_configs
 from repo_builder.resolve import resolve
 from repo_builder.tokenizer import inspect_tokenizer
 
-HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
-             "max_position_embeddings": 512, "hidden_size": 64, "num_hidden_layers": 2, "torch_dtype": "float32"}
+HF_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "max_position_embeddings": 512,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "torch_dtype": "float32",
+}
 SYNTHETIC = {"vocab_size": 32000, "max_batch_size": 4, "max_input_len": 64, "max_seq_len": 128}
 
 
@@ -53,9 +60,16 @@ def set_path(data: dict, path: tuple, value: Any) -> None:
 
 
 WEIRD = st.one_of(
-    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.sampled_from([0, -1, 1, 2**31, 2**63]),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.sampled_from(["8", "", "paged", "auto"]),
-    st.lists(st.integers(0, 3), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([0, -1, 1, 2**31, 2**63]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.sampled_from(["8", "", "paged", "auto"]),
+    st.lists(st.integers(0, 3), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 
 def run_everything(engine_dir: Path, tok_info, profile: str = "trtllm-1.2") -> None:
@@ -129,19 +143,25 @@ def test_mutated_tokenizer_files_give_only_tokenizer_errors(tmp_path, tok, data)
 
 
 # ------------------------------------------------------------------ named cases, with the message they give
-@pytest.mark.parametrize("sections,key,needle", [
-    ({"build_config": {"max_batch_size": "8"}}, "build_config.max_batch_size", 'expected an integer, got "8"'),
-    ({"build_config": {"max_batch_size": None}}, "build_config.max_batch_size", "expected an integer, got null"),
-    ({"build_config": {"max_beam_width": True}}, "build_config.max_beam_width", "expected an integer, got true"),
-    ({"build_config": {"max_input_len": -5}}, "build_config.max_input_len", "expected an integer >= 1, got -5"),
-    ({"build_config": {"plugin_config": [1, 2]}}, "build_config.plugin_config", "expected an object, got [1, 2]"),
-    ({"pretrained_config": {"mapping": "tp2"}}, "pretrained_config.mapping", 'expected an object, got "tp2"'),
-    ({"pretrained_config": {"vocab_size": 0}}, "pretrained_config.vocab_size", "expected an integer >= 1"),
-    ({"build_config": {"plugin_config": {"tokens_per_block": "32"}}}, "build_config.plugin_config.tokens_per_block",
-     "expected an integer"),
-    ({"build_config": {"max_seq_len": 100}}, "build_config.max_seq_len", "below max_input_len 1024"),
-    ({"build_config": {"max_seq_len": None, "max_output_len": -1}}, "build_config.max_output_len", ">= 1, got -1"),
-])
+@pytest.mark.parametrize(
+    "sections,key,needle",
+    [
+        ({"build_config": {"max_batch_size": "8"}}, "build_config.max_batch_size", 'expected an integer, got "8"'),
+        ({"build_config": {"max_batch_size": None}}, "build_config.max_batch_size", "expected an integer, got null"),
+        ({"build_config": {"max_beam_width": True}}, "build_config.max_beam_width", "expected an integer, got true"),
+        ({"build_config": {"max_input_len": -5}}, "build_config.max_input_len", "expected an integer >= 1, got -5"),
+        ({"build_config": {"plugin_config": [1, 2]}}, "build_config.plugin_config", "expected an object, got [1, 2]"),
+        ({"pretrained_config": {"mapping": "tp2"}}, "pretrained_config.mapping", 'expected an object, got "tp2"'),
+        ({"pretrained_config": {"vocab_size": 0}}, "pretrained_config.vocab_size", "expected an integer >= 1"),
+        (
+            {"build_config": {"plugin_config": {"tokens_per_block": "32"}}},
+            "build_config.plugin_config.tokens_per_block",
+            "expected an integer",
+        ),
+        ({"build_config": {"max_seq_len": 100}}, "build_config.max_seq_len", "below max_input_len 1024"),
+        ({"build_config": {"max_seq_len": None, "max_output_len": -1}}, "build_config.max_output_len", ">= 1, got -1"),
+    ],
+)
 def test_wrong_typed_field_names_file_and_key(tmp_path, sections, key, needle):
     engine = write_engine(tmp_path / "engine", config("new", **sections))
     with pytest.raises(EngineError) as err:
@@ -194,6 +214,8 @@ def test_a_loop_inside_a_python_engine_dir_is_not_followed(tmp_path, tok):
     os.symlink(d, d / "again")  # a directory loop
     os.symlink(d / "self", d / "self")  # a file loop
     result = render_repository(d, tok, tmp_path / "repo")
-    placed = sorted(p.relative_to(tmp_path / "repo").as_posix()
-                    for p in (tmp_path / "repo" / "tensorrt_llm" / "1" / "engine").rglob("*"))
+    placed = sorted(
+        p.relative_to(tmp_path / "repo").as_posix()
+        for p in (tmp_path / "repo" / "tensorrt_llm" / "1" / "engine").rglob("*")
+    )
     assert result.written and placed == ["tensorrt_llm/1/engine/synthetic_engine.json"]

@@ -130,9 +130,13 @@ def test_log_probs_are_returned_only_when_asked():
 
 def test_two_rows_in_one_request_are_padded_into_one_response():
     backend = ScriptedBackend({1: [10, 2], 3: [30, 31, 32]})
-    inputs = {"input_ids": np.array([[1, 7], [3, 0]], np.int32), "input_lengths": np.array([2, 1], np.int32),
-              "request_output_len": np.array([3, 3], np.int32), "end_id": np.array([2, 2], np.int32),
-              "pad_id": np.array([0, 0], np.int32)}
+    inputs = {
+        "input_ids": np.array([[1, 7], [3, 0]], np.int32),
+        "input_lengths": np.array([2, 1], np.int32),
+        "request_output_len": np.array([3, 3], np.int32),
+        "end_id": np.array([2, 2], np.int32),
+        "pad_id": np.array([0, 0], np.int32),
+    }
     (sink,) = run(backend, inputs)
     outputs, final, _ = sink.responses[-1]
     assert len(sink.responses) == 1 and final
@@ -215,16 +219,19 @@ def test_greedy_unless_top_k_or_top_p_asks_for_sampling():
 
 
 # ---------------------------------------------------------------------------------------------- validation
-@pytest.mark.parametrize("extra,field", [
-    ({"beam_width": [2]}, "beam_width"),
-    ({"beam_width": [2], "streaming": [True]}, "beam_width"),
-    ({"lora_weights": np.ones((1, 2, 2), np.float16)}, "lora_weights"),
-    ({"lora_task_id": np.array([3], np.uint64)}, "lora_task_id"),
-    ({"return_generation_logits": [True]}, "return_generation_logits"),
-    ({"num_return_sequences": [2]}, "num_return_sequences"),
-    ({"runtime_top_p": [1.5]}, "runtime_top_p"),
-    ({"embedding_bias": np.ones((1, 7), np.float32)}, "embedding_bias"),
-])
+@pytest.mark.parametrize(
+    "extra,field",
+    [
+        ({"beam_width": [2]}, "beam_width"),
+        ({"beam_width": [2], "streaming": [True]}, "beam_width"),
+        ({"lora_weights": np.ones((1, 2, 2), np.float16)}, "lora_weights"),
+        ({"lora_task_id": np.array([3], np.uint64)}, "lora_task_id"),
+        ({"return_generation_logits": [True]}, "return_generation_logits"),
+        ({"num_return_sequences": [2]}, "num_return_sequences"),
+        ({"runtime_top_p": [1.5]}, "runtime_top_p"),
+        ({"embedding_bias": np.ones((1, 7), np.float32)}, "embedding_bias"),
+    ],
+)
 def test_bad_request_error_names_the_input(extra, field):
     with pytest.raises(RequestError, match=f"'{field}'"):
         parse_request(req_inputs([1, 2], 4, **extra), IO12, LIMITS)
@@ -245,53 +252,86 @@ def test_length_limits():
 
 
 def test_optional_inputs_the_ensemble_always_sends_are_accepted():
-    inputs = req_inputs([1, 2], 4, prompt_table_extra_ids=np.zeros((1, 2), np.uint64),
-                        embedding_bias=np.zeros((1, 0), np.float32), return_context_logits=[False],
-                        return_generation_logits=[False], bad_words_list=np.array([[[0], [-1]]], np.int32),
-                        stop_words_list=np.array([[[0], [-1]]], np.int32), end_id=[2], pad_id=[2])
+    inputs = req_inputs(
+        [1, 2],
+        4,
+        prompt_table_extra_ids=np.zeros((1, 2), np.uint64),
+        embedding_bias=np.zeros((1, 0), np.float32),
+        return_context_logits=[False],
+        return_generation_logits=[False],
+        bad_words_list=np.array([[[0], [-1]]], np.int32),
+        stop_words_list=np.array([[[0], [-1]]], np.int32),
+        end_id=[2],
+        pad_id=[2],
+    )
     parsed = parse_request(inputs, IO12, LIMITS)
     assert parsed.rows[0].stop_words == [] and parsed.rows[0].embedding_bias is None
 
 
 def test_profile_0_5_names_and_uint32_inputs():
-    inputs = req_inputs([1, 2], 4, uint=True, end_id=np.array([2], np.uint32),
-                        min_length=np.array([3], np.uint32), random_seed=np.array([7], np.uint64),
-                        runtime_top_k=np.array([4], np.uint32))
+    inputs = req_inputs(
+        [1, 2],
+        4,
+        uint=True,
+        end_id=np.array([2], np.uint32),
+        min_length=np.array([3], np.uint32),
+        random_seed=np.array([7], np.uint64),
+        runtime_top_k=np.array([4], np.uint32),
+    )
     row = parse_request(inputs, IO05, LIMITS).rows[0]
-    assert (row.max_new_tokens, row.end_id, row.sampling.min_tokens, row.sampling.seed, row.sampling.top_k) == \
-        (4, 2, 3, 7, 4)
+    assert (row.max_new_tokens, row.end_id, row.sampling.min_tokens, row.sampling.seed, row.sampling.top_k) == (
+        4,
+        2,
+        3,
+        7,
+        4,
+    )
     assert parse_request(req_inputs([1], 4, min_tokens=[5]), IO12, LIMITS).rows[0].sampling.min_tokens == 5
 
 
 # ---------------------------------------------------------------------------------------------- Triton adapter
 def make_model(decoupled=True, profile="trtllm-1.2", scripts=None, pause_after=None, **params):
     backend = ScriptedBackend(scripts or {1: [10, 11, 12, 13], 2: [20, 21]}, pause_after=pause_after)
-    cfg = engine_model_config(profile, decoupled=decoupled,
-                              params={"max_input_len": "16", "max_seq_len": "24", "max_beam_width": "1",
-                                      "exclude_input_in_output": "true", **params})
+    cfg = engine_model_config(
+        profile,
+        decoupled=decoupled,
+        params={
+            "max_input_len": "16",
+            "max_seq_len": "24",
+            "max_beam_width": "1",
+            "exclude_input_in_output": "true",
+            **params,
+        },
+    )
     return TritonEngineModel(fake_pb_utils(), init_args(cfg), lambda p, io: backend), backend
 
 
 def test_decoupled_execute_fails_bad_requests_alone():
     model, _ = make_model()
     good = FakeRequest(req_inputs([1], 3, streaming=[True]))
-    bad = [FakeRequest(req_inputs([1], 3, beam_width=[2])), FakeRequest(req_inputs([1], 0)),
-           FakeRequest(req_inputs(list(range(1, 20)), 3)),
-           FakeRequest(req_inputs([1], 3, lora_weights=np.ones((1, 2, 2), np.float16)))]
+    bad = [
+        FakeRequest(req_inputs([1], 3, beam_width=[2])),
+        FakeRequest(req_inputs([1], 0)),
+        FakeRequest(req_inputs(list(range(1, 20)), 3)),
+        FakeRequest(req_inputs([1], 3, lora_weights=np.ones((1, 2, 2), np.float16))),
+    ]
     assert model.execute([bad[0], good, *bad[1:]]) is None
     assert good.sender.done.wait(10)
     model.finalize()
     assert [r.tensors["output_ids"][0, 0].tolist() for r in good.sender.data()] == [[10], [11], [12]]
     assert good.sender.sent[-1][1] == 1
     for req, field in zip(bad, ["beam_width", "request_output_len", "input_ids", "lora_weights"]):
-        (resp, flags), = req.sender.sent
+        ((resp, flags),) = req.sender.sent
         assert flags == 1 and f"'{field}'" in resp.error.message()
 
 
 def test_non_decoupled_execute_sends_one_final_response_per_request():
     model, backend = make_model(decoupled=False)
-    reqs = [FakeRequest(req_inputs([2], 2)), FakeRequest(req_inputs([1], 3, streaming=[True])),
-            FakeRequest(req_inputs([1], 4))]
+    reqs = [
+        FakeRequest(req_inputs([2], 2)),
+        FakeRequest(req_inputs([1], 3, streaming=[True])),
+        FakeRequest(req_inputs([1], 4)),
+    ]
     assert model.execute(reqs) is None  # responses go through the sender: the next requests need not wait
     assert all(r.sender.done.wait(10) for r in reqs)
     model.finalize()
@@ -315,9 +355,9 @@ def test_stop_works_without_decoupled_mode():
     backend.gate.set()
     assert running.sender.done.wait(10) and stopper.sender.done.wait(10)
     model.finalize()
-    (resp, flags), = running.sender.sent
+    ((resp, flags),) = running.sender.sent
     assert flags == 1 and resp.tensors["output_ids"].tolist() == [[[10, 10, 10]]]  # stopped after 3 of 20
-    (resp, flags), = stopper.sender.sent
+    ((resp, flags),) = stopper.sender.sent
     assert flags == 1 and resp.error is None and resp.tensors == {}
 
 

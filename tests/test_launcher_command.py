@@ -35,10 +35,22 @@ TS = "/opt/ts/bin/tritonserver"
 
 
 def ranks(n: int, names: list[str] | None = None, verbose: bool = False) -> list[list[str]]:
-    return [rank_argv(binary=TS, backend_args=["--backend-directory=/opt/ts/backends"], model_repo="/repo", rank=r,
-                      launch_id="rbTEST", http_address="127.0.0.1", http_port=8000, grpc_port=8001,
-                      metrics_port=8002, trtllm_models=names or ["tensorrt_llm"], verbose=verbose)
-            for r in range(n)]
+    return [
+        rank_argv(
+            binary=TS,
+            backend_args=["--backend-directory=/opt/ts/backends"],
+            model_repo="/repo",
+            rank=r,
+            launch_id="rbTEST",
+            http_address="127.0.0.1",
+            http_port=8000,
+            grpc_port=8001,
+            metrics_port=8002,
+            trtllm_models=names or ["tensorrt_llm"],
+            verbose=verbose,
+        )
+        for r in range(n)
+    ]
 
 
 def split_ranks(argv: list[str]) -> list[list[str]]:
@@ -134,6 +146,7 @@ def test_config_splits_comma_list() -> None:
 
 # ---------------------------------------------------------------- world size and plan
 
+
 @pytest.fixture
 def tiny(tmp_path: Path) -> Path:
     dst = tmp_path / "repo"
@@ -227,6 +240,7 @@ def test_repository_problems(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- preflight
 
+
 def test_port_in_use_is_refused() -> None:
     http, grpc, metrics = free_ports(3)
     with socket.socket() as s:
@@ -287,6 +301,7 @@ def test_shm_too_small_is_refused() -> None:
 
 # ---------------------------------------------------------------- finding tritonserver
 
+
 def test_explicit_binary_must_exist(tmp_path: Path) -> None:
     with pytest.raises(LaunchError) as err:
         find_tritonserver(str(tmp_path / "tritonserver"))
@@ -330,17 +345,22 @@ def test_numpy_2_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # ---------------------------------------------------------------- CLI without a server
 
+
 def run_cli(*args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, str(PROJECT / "scripts" / "launch_triton_server.py")] if script else \
-        [sys.executable, "-m", "repo_builder"]
+    cmd = (
+        [sys.executable, str(PROJECT / "scripts" / "launch_triton_server.py")]
+        if script
+        else [sys.executable, "-m", "repo_builder"]
+    )
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_cli_dry_run_uses_lock_world_size(tiny: Path) -> None:
     write_lock(tiny, 2)
     h, g, m = free_ports(3)
-    out = run_cli("launch", str(tiny), "--http_port", str(h), "--grpc_port", str(g), "--metrics_port", str(m),
-                  "--dry-run")
+    out = run_cli(
+        "launch", str(tiny), "--http_port", str(h), "--grpc_port", str(g), "--metrics_port", str(m), "--dry-run"
+    )
     assert out.returncode == 0, out.stderr
     command = out.stdout.strip().splitlines()[-1].split()
     assert command[0] == "mpirun" and len(split_ranks(command)) == 2
@@ -350,28 +370,46 @@ def test_cli_dry_run_uses_lock_world_size(tiny: Path) -> None:
 
 def test_script_accepts_upstream_flags(tiny: Path) -> None:
     h, g, m = free_ports(3)
-    out = run_cli("--world_size", "3", "--model_repo", str(tiny), "--http_port", str(h), "--grpc_port", str(g),
-                  "--metrics_port", str(m), "--tensorrt_llm_model_name", "tensorrt_llm,postprocessing",
-                  "--log", "--dry-run", script=True)
+    out = run_cli(
+        "--world_size",
+        "3",
+        "--model_repo",
+        str(tiny),
+        "--http_port",
+        str(h),
+        "--grpc_port",
+        str(g),
+        "--metrics_port",
+        str(m),
+        "--tensorrt_llm_model_name",
+        "tensorrt_llm,postprocessing",
+        "--log",
+        "--dry-run",
+        script=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "--oversubscribe" in out.stdout or (os.cpu_count() or 1) >= 3
     command = out.stdout.strip().splitlines()[-1].split()
     per_rank = split_ranks(command)
     assert len(per_rank) == 3
-    assert [a for a in per_rank[2] if a.startswith("--load-model=")] == ["--load-model=tensorrt_llm",
-                                                                          "--load-model=postprocessing"]
+    assert [a for a in per_rank[2] if a.startswith("--load-model=")] == [
+        "--load-model=tensorrt_llm",
+        "--load-model=postprocessing",
+    ]
     # every rank bounds how long in-flight requests may delay a stop (tritonserver's own default is 30 s)
     assert all("--exit-timeout-secs=5" in rank for rank in per_rank)
 
 
 # ---------------------------------------------------------------- world size from the engine (case B12)
 
+
 def add_trtllm_model(repo: Path, engine_dir: Path, name: str = "trtllm_cpp") -> None:
     model = repo / name
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text(
         f'name: "{name}"\nbackend: "tensorrtllm"\nmax_batch_size: 8\n'
-        f'parameters {{ key: "engine_dir" value {{ string_value: "{engine_dir}" }} }}\n')
+        f'parameters {{ key: "engine_dir" value {{ string_value: "{engine_dir}" }} }}\n'
+    )
 
 
 def test_world_size_from_engine_tp(tiny: Path, engine_copy) -> None:

@@ -58,13 +58,16 @@ def test_ranks_fill_each_hosts_slots_in_file_order(tmp_path) -> None:
         rank_hosts(hosts, 5)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("node-a\n", "line 1: node-a has no slots=N"),
-    ("node-a slots=1\nnode-b slots=0\n", "line 2: node-b has slots=0"),
-    ("node-a slots=1 cpus=4\n", "line 1: unknown field 'cpus=4'"),
-    ("node-a slots=1\nnode-a slots=1\n", "line 2: node-a is listed twice"),
-    ("# nothing\n", "lists no host"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("node-a\n", "line 1: node-a has no slots=N"),
+        ("node-a slots=1\nnode-b slots=0\n", "line 2: node-b has slots=0"),
+        ("node-a slots=1 cpus=4\n", "line 1: unknown field 'cpus=4'"),
+        ("node-a slots=1\nnode-a slots=1\n", "line 2: node-a is listed twice"),
+        ("# nothing\n", "lists no host"),
+    ],
+)
 def test_bad_hostfiles_are_named(tmp_path, text, message) -> None:
     with pytest.raises(LaunchError) as err:
         read_hostfile(hostfile(tmp_path, text))
@@ -85,8 +88,11 @@ def test_dry_run_prints_the_rank_to_host_mapping(tmp_path) -> None:
     out = cli("launch", str(repo), "--world_size", "3", "--hostfile", str(hosts), "--dry-run")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[:3] == ["rank 0 -> localhost (all models + HTTP/gRPC/metrics)", "rank 1 -> node-b (tensorrt_llm)",
-                         "rank 2 -> node-b (tensorrt_llm)"]
+    assert lines[:3] == [
+        "rank 0 -> localhost (all models + HTTP/gRPC/metrics)",
+        "rank 1 -> node-b (tensorrt_llm)",
+        "rank 2 -> node-b (tensorrt_llm)",
+    ]
     argv = lines[3].split()
     assert argv[0] == "mpirun" and argv[argv.index("--hostfile") + 1] == str(hosts)
     assert argv[argv.index("--map-by") + 1] == "slot"
@@ -94,8 +100,15 @@ def test_dry_run_prints_the_rank_to_host_mapping(tmp_path) -> None:
 
 def test_first_host_must_be_this_machine(tmp_path) -> None:
     repo = tiny_repo(tmp_path)
-    out = cli("launch", str(repo), "--world_size", "2", "--hostfile",
-              str(hostfile(tmp_path, "192.0.2.1 slots=1\nlocalhost slots=1\n")), "--dry-run")
+    out = cli(
+        "launch",
+        str(repo),
+        "--world_size",
+        "2",
+        "--hostfile",
+        str(hostfile(tmp_path, "192.0.2.1 slots=1\nlocalhost slots=1\n")),
+        "--dry-run",
+    )
     assert out.returncode == 2 and "--hostfile" in out.stderr and "192.0.2.1" in out.stderr
     assert "Traceback" not in out.stderr
 
@@ -170,20 +183,40 @@ def test_rank_zero_serves_on_host_a_while_rank_one_runs_on_host_b(two_hosts, tmp
     hosts = hostfile(tmp_path, f"{addr_a} slots=1\n{addr_b} slots=1\n")
     pid_file = tmp_path / "launch.json"
     # Open MPI's own knobs: the rsh agent, and its TCP traffic kept on the veth link
-    env = {"OMPI_MCA_plm_rsh_agent": str(agent), "OMPI_MCA_oob_tcp_if_include": "10.77.0.0/24",
-           "OMPI_MCA_btl_tcp_if_include": "10.77.0.0/24"}
+    env = {
+        "OMPI_MCA_plm_rsh_agent": str(agent),
+        "OMPI_MCA_oob_tcp_if_include": "10.77.0.0/24",
+        "OMPI_MCA_btl_tcp_if_include": "10.77.0.0/24",
+    }
     dry = cli("launch", str(repo), "--world_size", "2", "--hostfile", str(hosts), "--dry-run", netns=ns_a, env=env)
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.splitlines()[:2] == [f"rank 0 -> {addr_a} (all models + HTTP/gRPC/metrics)",
-                                           f"rank 1 -> {addr_b} (tensorrt_llm)"]
-    out = cli("launch", str(repo), "--world_size", "2", "--hostfile", str(hosts), "--detach", "--pid-file",
-              str(pid_file), "--timeout", "240", "--log-file", str(tmp_path / "ts.log"), netns=ns_a, env=env,
-              timeout=300)
+    assert dry.stdout.splitlines()[:2] == [
+        f"rank 0 -> {addr_a} (all models + HTTP/gRPC/metrics)",
+        f"rank 1 -> {addr_b} (tensorrt_llm)",
+    ]
+    out = cli(
+        "launch",
+        str(repo),
+        "--world_size",
+        "2",
+        "--hostfile",
+        str(hosts),
+        "--detach",
+        "--pid-file",
+        str(pid_file),
+        "--timeout",
+        "240",
+        "--log-file",
+        str(tmp_path / "ts.log"),
+        netns=ns_a,
+        env=env,
+        timeout=300,
+    )
     try:
         assert out.returncode == 0, out.stdout + out.stderr + (tmp_path / "ts.log").read_text(errors="replace")[-3000:]
         ranks = {}
         for pid in servers_on_repository(repo):
-            (prefix,) = [a[len(PREFIX_ARG):] for a in procs.cmdline(pid) if a.startswith(PREFIX_ARG)]
+            (prefix,) = [a[len(PREFIX_ARG) :] for a in procs.cmdline(pid) if a.startswith(PREFIX_ARG)]
             ranks[int(prefix.rsplit("_r", 1)[1].rstrip("_"))] = pid
         assert sorted(ranks) == [0, 1]
         # each rank runs in its own host's network namespace
@@ -192,14 +225,17 @@ def test_rank_zero_serves_on_host_a_while_rank_one_runs_on_host_b(two_hosts, tmp
         # mpirun went through the agent for host B (it starts host A's rank itself)
         assert agent_log.read_text().split() == [addr_b]
         # rank 0 answers on host A; the ensemble's tensorrt_llm step is served by rank 0 (rank 1 only loads it)
-        query = ("import json, urllib.request\n"
-                 "body = json.dumps({'inputs': [{'name': 'input_ids', 'datatype': 'INT32', 'shape': [3], "
-                 "'data': [1, 2, 3]}]}).encode()\n"
-                 "req = urllib.request.Request('http://127.0.0.1:8000/v2/models/ensemble/infer', data=body)\n"
-                 "print(json.dumps(json.loads(urllib.request.urlopen(req, timeout=30).read())"
-                 "['outputs'][0]['data']))\n")
-        got = subprocess.run(["ip", "netns", "exec", ns_a, sys.executable, "-c", query], capture_output=True,
-                             text=True, timeout=60)
+        query = (
+            "import json, urllib.request\n"
+            "body = json.dumps({'inputs': [{'name': 'input_ids', 'datatype': 'INT32', 'shape': [3], "
+            "'data': [1, 2, 3]}]}).encode()\n"
+            "req = urllib.request.Request('http://127.0.0.1:8000/v2/models/ensemble/infer', data=body)\n"
+            "print(json.dumps(json.loads(urllib.request.urlopen(req, timeout=30).read())"
+            "['outputs'][0]['data']))\n"
+        )
+        got = subprocess.run(
+            ["ip", "netns", "exec", ns_a, sys.executable, "-c", query], capture_output=True, text=True, timeout=60
+        )
         assert got.returncode == 0, got.stderr
         assert json.loads(got.stdout) == [4, 6, 8]
         launch_id = json.loads(pid_file.read_text())["launch_id"]

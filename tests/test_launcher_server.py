@@ -67,7 +67,7 @@ def repo_copy(tmp_path: Path):
 
 
 def rank_prefixes(pid: int) -> list[str]:
-    return [a[len(PREFIX_ARG):] for a in procs.cmdline(pid) if a.startswith(PREFIX_ARG)]
+    return [a[len(PREFIX_ARG) :] for a in procs.cmdline(pid) if a.startswith(PREFIX_ARG)]
 
 
 def ports3() -> dict[str, int]:
@@ -76,8 +76,14 @@ def ports3() -> dict[str, int]:
 
 
 def cli_ports(p: dict[str, int]) -> list[str]:
-    return ["--http_port", str(p["http_port"]), "--grpc_port", str(p["grpc_port"]), "--metrics_port",
-            str(p["metrics_port"])]
+    return [
+        "--http_port",
+        str(p["http_port"]),
+        "--grpc_port",
+        str(p["grpc_port"]),
+        "--metrics_port",
+        str(p["metrics_port"]),
+    ]
 
 
 def infer(http_url: str) -> list[int]:
@@ -99,8 +105,9 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
 
 def start_cli(args: list[str], out: Path) -> subprocess.Popen:
     with open(out, "wb") as fh:
-        return subprocess.Popen([sys.executable, "-m", "repo_builder", *args], stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, "-m", "repo_builder", *args], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
 
 
 def assert_all_gone(repo: Path, prefixes: list[str]) -> None:
@@ -114,8 +121,9 @@ def assert_all_gone(repo: Path, prefixes: list[str]) -> None:
 def test_world_size_two_ranks(repo_copy, mpirun, tmp_path: Path) -> None:
     repo = repo_copy()
     ports = ports3()
-    server = TritonServer(LaunchConfig(model_repo=repo, world_size=2, log_file=tmp_path / "ts.log", timeout=120,
-                                       **ports))
+    server = TritonServer(
+        LaunchConfig(model_repo=repo, world_size=2, log_file=tmp_path / "ts.log", timeout=120, **ports)
+    )
     with server:
         ranks = server.rank_pids()
         assert sorted(ranks) == [0, 1]
@@ -144,8 +152,12 @@ def test_port_in_use_refused_before_start(repo_copy, tmp_path: Path) -> None:
             server.start()
         assert err.value.key == "--grpc_port" and str(ports["grpc_port"]) in str(err.value)
         assert server.pids == [] and not (tmp_path / "ts.log").exists()
-        out = subprocess.run([sys.executable, "-m", "repo_builder", "launch", str(repo), *cli_ports(ports)],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "repo_builder", "launch", str(repo), *cli_ports(ports)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert out.returncode == 2
     assert "--grpc_port" in out.stderr and f"port {ports['grpc_port']}" in out.stderr
     assert servers_on_repository(repo) == []
@@ -155,8 +167,9 @@ def test_sigterm_to_launcher_stops_every_rank(repo_copy, mpirun, tmp_path: Path)
     repo = repo_copy()
     ports = ports3()
     out = tmp_path / "launch.out"
-    proc = start_cli(["launch", str(repo), "--world_size", "2", "--log-file", str(tmp_path / "ts.log"),
-                      *cli_ports(ports)], out)
+    proc = start_cli(
+        ["launch", str(repo), "--world_size", "2", "--log-file", str(tmp_path / "ts.log"), *cli_ports(ports)], out
+    )
     try:
         wait_for(lambda: "ready in" in out.read_text(), 120, "the launcher to report ready")
         ranks = servers_on_repository(repo)
@@ -179,8 +192,9 @@ def test_crashed_rank_is_cleaned_up(repo_copy, mpirun, tmp_path: Path) -> None:
     repo = repo_copy()
     ports = ports3()
     out = tmp_path / "launch.out"
-    proc = start_cli(["launch", str(repo), "--world_size", "2", "-q", "--log-file", str(tmp_path / "ts.log"),
-                      *cli_ports(ports)], out)
+    proc = start_cli(
+        ["launch", str(repo), "--world_size", "2", "-q", "--log-file", str(tmp_path / "ts.log"), *cli_ports(ports)], out
+    )
     try:
         wait_for(lambda: "ready in" in out.read_text(), 120, "the launcher to report ready")
         ranks = servers_on_repository(repo)
@@ -199,9 +213,23 @@ def test_crashed_rank_is_cleaned_up(repo_copy, mpirun, tmp_path: Path) -> None:
 def test_model_that_fails_to_load(repo_copy, tmp_path: Path) -> None:
     repo = repo_copy("broken")
     ports = ports3()
-    out = subprocess.run([sys.executable, "-m", "repo_builder", "launch", str(repo), "--no-mpi", "-q",
-                          "--log-file", str(tmp_path / "ts.log"), *cli_ports(ports)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repo_builder",
+            "launch",
+            str(repo),
+            "--no-mpi",
+            "-q",
+            "--log-file",
+            str(tmp_path / "ts.log"),
+            *cli_ports(ports),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert "exited with code 1 before it was ready" in out.stderr
     assert "last 40 lines of" in out.stderr and "fails to load on purpose" in out.stderr
@@ -217,27 +245,54 @@ def test_detach_and_stop(repo_copy, tmp_path: Path) -> None:
     repo = repo_copy()
     ports = ports3()
     pid_file = tmp_path / "ts.pid"
-    out = subprocess.run([sys.executable, "-m", "repo_builder", "launch", str(repo), "--detach", "--pid-file",
-                          str(pid_file), "--log-file", str(tmp_path / "ts.log"), *cli_ports(ports)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repo_builder",
+            "launch",
+            str(repo),
+            "--detach",
+            "--pid-file",
+            str(pid_file),
+            "--log-file",
+            str(tmp_path / "ts.log"),
+            *cli_ports(ports),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         assert out.returncode == 0, out.stderr
         record = json.loads(pid_file.read_text())
-        (rank0_pid, _), = record["ranks"].values()
+        ((rank0_pid, _),) = record["ranks"].values()
         prefix = record["launch_id"] + "_"
         assert procs.is_alive(rank0_pid) and procs.shm_files(prefix)
         assert infer(f"http://127.0.0.1:{ports['http_port']}") == [4, 6, 8]
         # a second launch on the same repository is refused, unless --force
-        again = subprocess.run([sys.executable, "-m", "repo_builder", "launch", str(repo), "--dry-run",
-                                *cli_ports(ports3())], capture_output=True, text=True, timeout=60)
+        again = subprocess.run(
+            [sys.executable, "-m", "repo_builder", "launch", str(repo), "--dry-run", *cli_ports(ports3())],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert again.returncode == 2 and "already running on this repository" in again.stderr
         assert str(rank0_pid) in again.stderr
-        forced = subprocess.run([sys.executable, "-m", "repo_builder", "launch", str(repo), "--dry-run", "--force",
-                                 *cli_ports(ports3())], capture_output=True, text=True, timeout=60)
+        forced = subprocess.run(
+            [sys.executable, "-m", "repo_builder", "launch", str(repo), "--dry-run", "--force", *cli_ports(ports3())],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert forced.returncode == 0 and "--force" in forced.stdout
     finally:
-        stopped = subprocess.run([sys.executable, "-m", "repo_builder", "stop", "--pid-file", str(pid_file)],
-                                 capture_output=True, text=True, timeout=120)
+        stopped = subprocess.run(
+            [sys.executable, "-m", "repo_builder", "stop", "--pid-file", str(pid_file)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert stopped.returncode == 0, stopped.stderr
     assert not pid_file.exists()
     assert_all_gone(repo, [prefix])
@@ -245,25 +300,42 @@ def test_detach_and_stop(repo_copy, tmp_path: Path) -> None:
 
 def test_detach_and_stop_by_repository(repo_copy, tmp_path: Path) -> None:
     repo = repo_copy()
-    out = subprocess.run([sys.executable, "-m", "repo_builder", "launch", str(repo), "--detach", "--no-mpi",
-                          "--log-file", str(tmp_path / "ts.log"), *cli_ports(ports3())],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repo_builder",
+            "launch",
+            str(repo),
+            "--detach",
+            "--no-mpi",
+            "--log-file",
+            str(tmp_path / "ts.log"),
+            *cli_ports(ports3()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     (pid,) = servers_on_repository(repo)
     prefix = rank_prefixes(pid)[0]
-    stopped = subprocess.run([sys.executable, "-m", "repo_builder", "stop", str(repo)], capture_output=True,
-                             text=True, timeout=120)
+    stopped = subprocess.run(
+        [sys.executable, "-m", "repo_builder", "stop", str(repo)], capture_output=True, text=True, timeout=120
+    )
     assert stopped.returncode == 0, stopped.stderr
     assert_all_gone(repo, [prefix])
-    again = subprocess.run([sys.executable, "-m", "repo_builder", "stop", str(repo)], capture_output=True,
-                           text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-m", "repo_builder", "stop", str(repo)], capture_output=True, text=True, timeout=60
+    )
     assert again.returncode == 2 and "no detached launch" in again.stderr
 
 
 def test_lock_file_world_size_is_used(repo_copy, mpirun, tmp_path: Path) -> None:
     repo = repo_copy()
-    (repo / "repo-builder.lock.json").write_text(json.dumps({"launch": {"world_size": 2,
-                                                                        "tensorrt_llm_model_names": ["tensorrt_llm"]}}))
+    (repo / "repo-builder.lock.json").write_text(
+        json.dumps({"launch": {"world_size": 2, "tensorrt_llm_model_names": ["tensorrt_llm"]}})
+    )
     with TritonServer(LaunchConfig(model_repo=repo, log_file=tmp_path / "ts.log", timeout=120, **ports3())) as server:
         assert server.plan.world_size == 2 and "lock" in server.plan.world_size_origin
         assert sorted(server.rank_pids()) == [0, 1]
@@ -278,8 +350,7 @@ def test_another_server_on_the_port_does_not_count_as_ready(repo_copy, tmp_path:
     """Readiness requires our rank 0 to hold the port: a port taken after preflight makes tritonserver exit."""
     repo = repo_copy()
     ports = ports3()
-    server = TritonServer(LaunchConfig(model_repo=repo, no_mpi=True, log_file=tmp_path / "ts.log", timeout=60,
-                                       **ports))
+    server = TritonServer(LaunchConfig(model_repo=repo, no_mpi=True, log_file=tmp_path / "ts.log", timeout=60, **ports))
     server.prepare()  # preflight passes: the port is still free
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", ports["http_port"]))
@@ -295,8 +366,9 @@ def test_another_server_on_the_port_does_not_count_as_ready(repo_copy, tmp_path:
 def test_sigint_in_foreground_without_mpi(repo_copy, tmp_path: Path) -> None:
     repo = repo_copy()
     out = tmp_path / "launch.out"
-    proc = start_cli(["launch", str(repo), "--no-mpi", "-q", "--log-file", str(tmp_path / "ts.log"),
-                      *cli_ports(ports3())], out)
+    proc = start_cli(
+        ["launch", str(repo), "--no-mpi", "-q", "--log-file", str(tmp_path / "ts.log"), *cli_ports(ports3())], out
+    )
     try:
         wait_for(lambda: "ready in" in out.read_text(), 120, "the launcher to report ready")
         (pid,) = servers_on_repository(repo)
@@ -315,8 +387,9 @@ def test_sigint_in_foreground_without_mpi(repo_copy, tmp_path: Path) -> None:
 def test_stop_escalates_to_sigkill(repo_copy, tmp_path: Path) -> None:
     """A model whose finalize() hangs keeps tritonserver alive after SIGTERM: stop() must SIGKILL and clean up."""
     repo = repo_copy("hang_on_stop")
-    server = TritonServer(LaunchConfig(model_repo=repo, no_mpi=True, log_file=tmp_path / "ts.log", stop_timeout=2,
-                                       **ports3()))
+    server = TritonServer(
+        LaunchConfig(model_repo=repo, no_mpi=True, log_file=tmp_path / "ts.log", stop_timeout=2, **ports3())
+    )
     with server:
         prefix = server.rank_shm_prefix(0)
         assert procs.shm_files(prefix)
@@ -328,8 +401,20 @@ def test_second_signal_kills_at_once(repo_copy, tmp_path: Path) -> None:
     """First SIGTERM starts a graceful stop that hangs (finalize sleeps); the second one SIGKILLs right away."""
     repo = repo_copy("hang_on_stop")
     out = tmp_path / "launch.out"
-    proc = start_cli(["launch", str(repo), "--no-mpi", "-q", "--stop-timeout", "600", "--log-file",
-                      str(tmp_path / "ts.log"), *cli_ports(ports3())], out)
+    proc = start_cli(
+        [
+            "launch",
+            str(repo),
+            "--no-mpi",
+            "-q",
+            "--stop-timeout",
+            "600",
+            "--log-file",
+            str(tmp_path / "ts.log"),
+            *cli_ports(ports3()),
+        ],
+        out,
+    )
     try:
         wait_for(lambda: "ready in" in out.read_text(), 120, "the launcher to report ready")
         (pid,) = servers_on_repository(repo)

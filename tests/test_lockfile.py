@@ -34,18 +34,36 @@ def rendered(tmp_path_factory):
 def test_lock_format(rendered):
     eng, out = rendered
     lock = json.loads((out / LOCK_NAME).read_text())
-    assert set(lock) == {"tool", "version", "profile", "engine", "tokenizer", "values", "launch", "serve_path", "files",
-                         "engine_files"}
-    assert lock["engine_files"] == ["tensorrt_llm/1/config.json", "tensorrt_llm/1/rank0.engine",
-                                    "tensorrt_llm/1/rank1.engine"]
+    assert set(lock) == {
+        "tool",
+        "version",
+        "profile",
+        "engine",
+        "tokenizer",
+        "values",
+        "launch",
+        "serve_path",
+        "files",
+        "engine_files",
+    }
+    assert lock["engine_files"] == [
+        "tensorrt_llm/1/config.json",
+        "tensorrt_llm/1/rank0.engine",
+        "tensorrt_llm/1/rank1.engine",
+    ]
     assert lock["tool"] == "repo-builder" and lock["version"] == __import__("repo_builder").__version__
     assert lock["profile"] == "trtllm-1.2"
     assert lock["engine"]["dir"] == str(eng.resolve())
     assert lock["engine"]["kind"] == "trtllm" and lock["engine"]["placement"] == "symlink"
     assert lock["engine"]["fingerprint"] == engine_fingerprint(inspect_engine(eng))
     assert lock["tokenizer"] == {"dir": str(asset(TOK).resolve())}
-    assert lock["launch"] == {"world_size": 2, "tensorrt_llm_model_names": ["tensorrt_llm"], "tp_size": 2, "pp_size": 1,
-                              "python_instances": {"postprocessing": 1, "preprocessing": 1, "tensorrt_llm_bls": 1}}
+    assert lock["launch"] == {
+        "world_size": 2,
+        "tensorrt_llm_model_names": ["tensorrt_llm"],
+        "tp_size": 2,
+        "pp_size": 1,
+        "python_instances": {"postprocessing": 1, "preprocessing": 1, "tensorrt_llm_bls": 1},
+    }
     assert lock["values"]["max_queue_size"] == {"value": 4, "origin": "user"}
     assert lock["values"]["triton_max_batch_size"] == {"value": 32, "origin": "engine"}
     assert lock["values"]["tokenizer_dir"]["origin"] == "tokenizer"
@@ -82,8 +100,10 @@ def test_validate_reports_each_changed_file(rendered, tmp_path):
     (repo / "preprocessing" / "1" / "model.py").write_text("# edited\n")
     (repo / "tensorrt_llm_bls" / "1" / "wiring.json").unlink()
     got = [str(p) for p in validate_repository(repo, served_at=out)]
-    assert "postprocessing/config.pbtxt: changed since it was rendered (sha256 differs from the lock file; " \
-           "re-render with `repo-builder render --force` or keep your edit knowingly)" in got
+    assert (
+        "postprocessing/config.pbtxt: changed since it was rendered (sha256 differs from the lock file; "
+        "re-render with `repo-builder render --force` or keep your edit knowingly)" in got
+    )
     assert any(g.startswith("preprocessing/1/model.py: changed since it was rendered") for g in got)
     assert "tensorrt_llm_bls/1/wiring.json: listed in the lock file but missing" in got
     assert len(got) == 3
@@ -104,13 +124,19 @@ def test_read_lock_absent(tmp_path):
     assert read_lock(tmp_path) is None
 
 
-@pytest.mark.parametrize("launch, key", [
-    (None, "launch"),
-    ({"world_size": 0, "tensorrt_llm_model_names": ["tensorrt_llm"]}, "launch.world_size"),
-    ({"world_size": 2, "tensorrt_llm_model_names": []}, "launch.tensorrt_llm_model_names"),
-    ({"world_size": 4, "tensorrt_llm_model_names": ["t"], "tp_size": 2, "pp_size": 1}, "launch.world_size"),
-    ({"world_size": 1, "tensorrt_llm_model_names": ["t"], "python_instances": {"p": -1}}, "launch.python_instances"),
-])
+@pytest.mark.parametrize(
+    "launch, key",
+    [
+        (None, "launch"),
+        ({"world_size": 0, "tensorrt_llm_model_names": ["tensorrt_llm"]}, "launch.world_size"),
+        ({"world_size": 2, "tensorrt_llm_model_names": []}, "launch.tensorrt_llm_model_names"),
+        ({"world_size": 4, "tensorrt_llm_model_names": ["t"], "tp_size": 2, "pp_size": 1}, "launch.world_size"),
+        (
+            {"world_size": 1, "tensorrt_llm_model_names": ["t"], "python_instances": {"p": -1}},
+            "launch.python_instances",
+        ),
+    ],
+)
 def test_read_launch_names_the_bad_field(launch, key):
     from repo_builder.errors import RenderError
     from repo_builder.lockfile import read_launch

@@ -22,29 +22,32 @@ def err(cls, body) -> APIError:
     return exc.value
 
 
-@pytest.mark.parametrize("extra,param,code", [
-    ({"max_tokens": "8"}, "max_tokens", "invalid_type"),
-    ({"max_tokens": True}, "max_tokens", "invalid_type"),
-    ({"max_tokens": 0}, "max_tokens", "invalid_value"),
-    ({"max_tokens": 1.5}, "max_tokens", "invalid_type"),
-    ({"temperature": float("nan")}, "temperature", "invalid_value"),
-    ({"temperature": float("inf")}, "temperature", "invalid_value"),
-    ({"temperature": 2.5}, "temperature", "invalid_value"),
-    ({"top_p": -0.1}, "top_p", "invalid_value"),
-    ({"presence_penalty": 3}, "presence_penalty", "invalid_value"),
-    ({"frequency_penalty": "1"}, "frequency_penalty", "invalid_type"),
-    ({"seed": -3}, "seed", "invalid_value"),
-    ({"stop": 7}, "stop", "invalid_type"),
-    ({"stop": ["ok", None]}, "stop[1]", "invalid_type"),
-    ({"stream": "yes"}, "stream", "invalid_type"),
-    ({"stream": True, "stream_options": {"include_usage": 1}}, "stream_options.include_usage", "invalid_type"),
-    ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
-    ({"repetition_penalty": 0}, "repetition_penalty", "invalid_value"),
-    ({"min_tokens": -1}, "min_tokens", "invalid_value"),
-    ({"whatever": 1}, "whatever", "unrecognized_argument"),
-    ({"n": 2}, "n", "unsupported_parameter"),
-    ({"logit_bias": {"50256": -100}}, "logit_bias", "unsupported_parameter"),
-])
+@pytest.mark.parametrize(
+    "extra,param,code",
+    [
+        ({"max_tokens": "8"}, "max_tokens", "invalid_type"),
+        ({"max_tokens": True}, "max_tokens", "invalid_type"),
+        ({"max_tokens": 0}, "max_tokens", "invalid_value"),
+        ({"max_tokens": 1.5}, "max_tokens", "invalid_type"),
+        ({"temperature": float("nan")}, "temperature", "invalid_value"),
+        ({"temperature": float("inf")}, "temperature", "invalid_value"),
+        ({"temperature": 2.5}, "temperature", "invalid_value"),
+        ({"top_p": -0.1}, "top_p", "invalid_value"),
+        ({"presence_penalty": 3}, "presence_penalty", "invalid_value"),
+        ({"frequency_penalty": "1"}, "frequency_penalty", "invalid_type"),
+        ({"seed": -3}, "seed", "invalid_value"),
+        ({"stop": 7}, "stop", "invalid_type"),
+        ({"stop": ["ok", None]}, "stop[1]", "invalid_type"),
+        ({"stream": "yes"}, "stream", "invalid_type"),
+        ({"stream": True, "stream_options": {"include_usage": 1}}, "stream_options.include_usage", "invalid_type"),
+        ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
+        ({"repetition_penalty": 0}, "repetition_penalty", "invalid_value"),
+        ({"min_tokens": -1}, "min_tokens", "invalid_value"),
+        ({"whatever": 1}, "whatever", "unrecognized_argument"),
+        ({"n": 2}, "n", "unsupported_parameter"),
+        ({"logit_bias": {"50256": -100}}, "logit_bias", "unsupported_parameter"),
+    ],
+)
 def test_sampling_fields_are_validated_like_openai(extra, param, code):
     for cls, base in ((CompletionRequest, COMPLETION), (ChatCompletionRequest, CHAT)):
         e = err(cls, {**base, **extra})
@@ -53,45 +56,66 @@ def test_sampling_fields_are_validated_like_openai(extra, param, code):
         assert e.body()["error"]["type"] == "invalid_request_error"
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"model": "m"}, "messages"),
-    ({"model": "m", "messages": []}, "messages"),
-    ({"model": "m", "messages": {"role": "user"}}, "messages"),
-    ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
-    ({"model": "m", "messages": [{"content": "x"}]}, "messages[0].role"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]},
-     "messages[0].content[0]"),
-    ({"model": "m", "messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}, "messages[0]"),
-    ({**CHAT, "logprobs": True}, "logprobs"),
-    ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
-    ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
-    ({**CHAT, "max_completion_tokens": 0}, "max_completion_tokens"),
-    ({"messages": CHAT["messages"]}, "model"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"model": "m"}, "messages"),
+        ({"model": "m", "messages": []}, "messages"),
+        ({"model": "m", "messages": {"role": "user"}}, "messages"),
+        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"model": "m", "messages": [{"content": "x"}]}, "messages[0].role"),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}],
+            },
+            "messages[0].content[0]",
+        ),
+        ({"model": "m", "messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}, "messages[0]"),
+        ({**CHAT, "logprobs": True}, "logprobs"),
+        ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
+        ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
+        ({**CHAT, "max_completion_tokens": 0}, "max_completion_tokens"),
+        ({"messages": CHAT["messages"]}, "model"),
+    ],
+)
 def test_chat_requests_are_refused_naming_the_field(body, param):
     e = err(ChatCompletionRequest, body)
     assert e.status == 400 and e.param == param, e.body()
 
 
-@pytest.mark.parametrize("body,param", [
-    ({**COMPLETION, "logprobs": 1}, "logprobs"),
-    ({**COMPLETION, "best_of": 2}, "best_of"),
-    ({**COMPLETION, "suffix": "x"}, "suffix"),
-    ({"model": "m", "prompt": [1, 2]}, "prompt"),
-    ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
-    ({"model": "m", "prompt": 5}, "prompt"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({**COMPLETION, "logprobs": 1}, "logprobs"),
+        ({**COMPLETION, "best_of": 2}, "best_of"),
+        ({**COMPLETION, "suffix": "x"}, "suffix"),
+        ({"model": "m", "prompt": [1, 2]}, "prompt"),
+        ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
+        ({"model": "m", "prompt": 5}, "prompt"),
+    ],
+)
 def test_completion_requests_are_refused_naming_the_field(body, param):
     e = err(CompletionRequest, body)
     assert e.status == 400 and e.param == param, e.body()
 
 
 def test_accepted_requests_keep_their_values():
-    req = parse_request(ChatCompletionRequest, {**CHAT, "max_completion_tokens": 5, "max_tokens": 9, "stop": "x",
-                                                "user": "u", "temperature": 1, "top_k": 3, "seed": 2**63,
-                                                "messages": [{"role": "user", "content": [
-                                                    {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]})
+    req = parse_request(
+        ChatCompletionRequest,
+        {
+            **CHAT,
+            "max_completion_tokens": 5,
+            "max_tokens": 9,
+            "stop": "x",
+            "user": "u",
+            "temperature": 1,
+            "top_k": 3,
+            "seed": 2**63,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+        },
+    )
     unsupported(req)
     assert req.requested_max_tokens() == (5, "max_completion_tokens")
     assert req.stop_list() == ["x"] and req.temperature == 1.0 and req.messages[0].text() == "ab"
@@ -117,23 +141,37 @@ def test_sampling_fields_map_onto_ensemble_inputs():
     assert sampled["temperature"] == 0.7 and sampled["top_p"] == 1.0  # TRT-LLM samples only with top_k/top_p set
     assert fields(temperature=0.7, top_k=40)["top_p"] is None
     assert fields(top_k=-1)["top_k"] is None
-    got = fields(stop=["a", "b"], seed=7, presence_penalty=0.5, frequency_penalty=-1, repetition_penalty=1.1,
-                 min_tokens=3, ignore_eos=True)
+    got = fields(
+        stop=["a", "b"],
+        seed=7,
+        presence_penalty=0.5,
+        frequency_penalty=-1,
+        repetition_penalty=1.1,
+        min_tokens=3,
+        ignore_eos=True,
+    )
     assert got["stop_words"] == ["a", "b"] and got["seed"] == 7 and got["end_id"] == -1
-    assert (got["presence_penalty"], got["frequency_penalty"], got["repetition_penalty"], got["min_tokens"]) == \
-        (0.5, -1.0, 1.1, 3)
+    assert (got["presence_penalty"], got["frequency_penalty"], got["repetition_penalty"], got["min_tokens"]) == (
+        0.5,
+        -1.0,
+        1.1,
+        3,
+    )
     assert got["return_num_input_tokens"] and got["return_num_output_tokens"] and got["exclude_input_in_output"]
     unset = fields()
     assert all(unset[k] is None for k in ("top_k", "top_p", "seed", "stop_words", "presence_penalty"))
     assert "end_id" not in unset and "temperature" not in unset
 
 
-@pytest.mark.parametrize("message,field", [
-    ("in ensemble 'ensemble', text_input: the prompt is 600 tokens, more than ...", "text_input"),
-    ("preprocessing: max_tokens: prompt 2 tokens + max_tokens 5000 = 5002 exceeds ...", "max_tokens"),
-    ("stop_words: malformed", "stop_words"),
-    ("in ensemble 'ensemble', failed to load: something", None),
-])
+@pytest.mark.parametrize(
+    "message,field",
+    [
+        ("in ensemble 'ensemble', text_input: the prompt is 600 tokens, more than ...", "text_input"),
+        ("preprocessing: max_tokens: prompt 2 tokens + max_tokens 5000 = 5002 exceeds ...", "max_tokens"),
+        ("stop_words: malformed", "stop_words"),
+        ("in ensemble 'ensemble', failed to load: something", None),
+    ],
+)
 def test_triton_error_names_the_field(message, field):
     assert error_field(message, {"text_input", "max_tokens", "stop_words", "top_k"}) == field
 
@@ -146,8 +184,9 @@ def test_raw_response_parsing():
         out = resp.outputs.add()
         out.name, out.datatype = name, dtype
     text = "héllo ✓".encode()
-    resp.raw_output_contents.extend([len(text).to_bytes(4, "little") + text, (7).to_bytes(4, "little"),
-                                     (3).to_bytes(4, "little")])
+    resp.raw_output_contents.extend(
+        [len(text).to_bytes(4, "little") + text, (7).to_bytes(4, "little"), (3).to_bytes(4, "little")]
+    )
     resp.parameters["triton_final_response"].bool_param = True
     assert _parse(resp) == Chunk("héllo ✓", 7, 3, True)
     assert _parse(service_pb2.ModelInferResponse()) == Chunk("", None, None, False)
@@ -162,10 +201,21 @@ def test_chat_prompt_gets_one_bos_through_preprocessing(tmp_path):
     from repo_builder.testing import packaged_tokenizer
 
     tok = AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1-instruct", tmp_path / "tok")))
-    served = ServedModel(name="m", tokenizer=tok, max_seq_len=512, max_input_len=511, add_special_tokens=True,
-                         preprocessing_applies_template=False, engine_model="tensorrt_llm")
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"}]
+    served = ServedModel(
+        name="m",
+        tokenizer=tok,
+        max_seq_len=512,
+        max_input_len=511,
+        add_special_tokens=True,
+        preprocessing_applies_template=False,
+        engine_model="tensorrt_llm",
+    )
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "2+2?"},
+    ]
     text = chat_prompt(served, parse_request(ChatCompletionRequest, {"model": "m", "messages": messages}))
     assert text.startswith("<s>[INST] Be brief.\n\nHi [/INST]")
     reference = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
@@ -182,8 +232,15 @@ def test_preprocessing_template_mode_takes_one_user_message(tmp_path):
     from repo_builder.testing import packaged_tokenizer
 
     tok = AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1-instruct", tmp_path / "tok")))
-    served = ServedModel(name="m", tokenizer=tok, max_seq_len=512, max_input_len=511, add_special_tokens=True,
-                         preprocessing_applies_template=True, engine_model="tensorrt_llm")
+    served = ServedModel(
+        name="m",
+        tokenizer=tok,
+        max_seq_len=512,
+        max_input_len=511,
+        add_special_tokens=True,
+        preprocessing_applies_template=True,
+        engine_model="tensorrt_llm",
+    )
     assert chat_prompt(served, parse_request(ChatCompletionRequest, CHAT)) == "hi"
     two = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}
     with pytest.raises(APIError) as exc:
@@ -197,13 +254,27 @@ def test_serving_info_from_the_lock_file(tmp_path):
 
     with pytest.raises(RenderError, match="no lock file"):
         read_serving_info(tmp_path)
-    lock = build_lock(version="0.1.0", profile="trtllm-1.2",
-                      engine={"dir": "/engines/llama-3-8b/", "kind": "trtllm", "placement": "copy",
-                              "fingerprint": "sha256:" + "0" * 64},
-                      tokenizer_dir="/hf/tok", values={"max_seq_len": (4096, "engine")}, world_size=1,
-                      tensorrt_llm_model_names=["tensorrt_llm"], files={})
+    lock = build_lock(
+        version="0.1.0",
+        profile="trtllm-1.2",
+        engine={
+            "dir": "/engines/llama-3-8b/",
+            "kind": "trtllm",
+            "placement": "copy",
+            "fingerprint": "sha256:" + "0" * 64,
+        },
+        tokenizer_dir="/hf/tok",
+        values={"max_seq_len": (4096, "engine")},
+        world_size=1,
+        tensorrt_llm_model_names=["tensorrt_llm"],
+        files={},
+    )
     (tmp_path / LOCK_NAME).write_bytes(dumps(lock))
     (info,) = read_serving_info(tmp_path)  # one entry for a single-LLM repository
-    assert (info.model_name, str(info.tokenizer_dir), info.value("max_seq_len"), info.value("x", 3)) == \
-        ("llama-3-8b", "/hf/tok", 4096, 3)
+    assert (info.model_name, str(info.tokenizer_dir), info.value("max_seq_len"), info.value("x", 3)) == (
+        "llama-3-8b",
+        "/hf/tok",
+        4096,
+        3,
+    )
     assert (info.llm, info.triton_model("ensemble")) == (None, "ensemble")

@@ -35,8 +35,9 @@ def repos(tmp_path_factory) -> dict[str, Path]:
     tok1 = packaged_tokenizer("mistral-v1", base / "tok1")
     tok3 = packaged_tokenizer("mistral-v3", base / "tok3")
     two = base / "two"
-    render_multi_repository([("alpha", _engine(base / "ea", 2048, 32000), tok1),
-                             ("beta", _engine(base / "eb", 1536, 32768), tok3)], two)
+    render_multi_repository(
+        [("alpha", _engine(base / "ea", 2048, 32000), tok1), ("beta", _engine(base / "eb", 1536, 32768), tok3)], two
+    )
     one = base / "one"
     render_repository(_engine(base / "llama-one", 2048, 32000), tok1, one)
     return {"two": two, "one": one, "tok1": tok1, "tok3": tok3}

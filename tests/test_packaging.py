@@ -22,10 +22,14 @@ def _pyproject() -> dict:
 
 def test_every_subpackage_is_listed():
     listed = set(_pyproject()["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(PROJECT).parts) for p in (PROJECT / "repo_builder").rglob("__init__.py")
-             if "__pycache__" not in p.parts}
-    assert found - listed == set(), \
+    found = {
+        ".".join(p.parent.relative_to(PROJECT).parts)
+        for p in (PROJECT / "repo_builder").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert found - listed == set(), (
         f"sub-packages missing from pyproject.toml [tool.setuptools] packages: {found - listed}"
+    )
     assert "repo_builder.model_templates" in listed
 
 
@@ -39,8 +43,11 @@ def test_templates_come_from_the_installed_package():
 def test_package_data_globs_cover_every_template_file():
     globs = _pyproject()["tool"]["setuptools"]["package-data"]["repo_builder.model_templates"]
     root = PROJECT / "model_templates"
-    files = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
-             and "__pycache__" not in p.parts and p.name != "__init__.py"}
+    files = {
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.name != "__init__.py"
+    }
     covered = {f for f in files if any(Path(f).match(g) and len(Path(f).parts) == len(Path(g).parts) for g in globs)}
     assert files - covered == set(), f"model_templates files no package-data glob ships: {files - covered}"
 

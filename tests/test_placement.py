@@ -193,8 +193,9 @@ def test_on_progress_reaches_the_size_of_a_file_above_the_threshold(engine, tmp_
     (engine / "rank0.engine").write_bytes(data)
     plan = plan_placement("trtllm", engine, "copy")
     calls: list[tuple[int, int]] = []
-    place(plan, tmp_path / "root", on_progress=lambda done, total: calls.append((done, total)),
-          progress_threshold=1 << 20)
+    place(
+        plan, tmp_path / "root", on_progress=lambda done, total: calls.append((done, total)), progress_threshold=1 << 20
+    )
     assert calls and calls[-1] == (len(data), len(data))  # config.json is under the threshold: not counted
     assert all(total == len(data) for _, total in calls)
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)
@@ -203,8 +204,11 @@ def test_on_progress_reaches_the_size_of_a_file_above_the_threshold(engine, tmp_
 
 def test_on_progress_not_called_below_the_threshold(engine, tmp_path):
     calls: list[tuple[int, int]] = []
-    place(plan_placement("trtllm", engine, "copy"), tmp_path / "root",
-          on_progress=lambda done, total: calls.append((done, total)))
+    place(
+        plan_placement("trtllm", engine, "copy"),
+        tmp_path / "root",
+        on_progress=lambda done, total: calls.append((done, total)),
+    )
     assert calls == []
 
 
@@ -223,8 +227,7 @@ def test_progress_bar_reaches_the_file_sizes(engine, tmp_path, monkeypatch):
         return real_stop(self)
 
     monkeypatch.setattr(rich_progress.Progress, "stop", stop)
-    place(plan_placement("trtllm", engine, "copy"), tmp_path / "root", progress=True,
-          progress_threshold=1 << 20)
+    place(plan_placement("trtllm", engine, "copy"), tmp_path / "root", progress=True, progress_threshold=1 << 20)
     total = len(big) + (1 << 20) + 1
     assert seen == [(total, total)]
 
@@ -263,7 +266,6 @@ def test_copy_error_names_the_file_and_stops_the_watcher(engine, tmp_path, monke
 
     monkeypatch.setattr(os, "copy_file_range", fails_on_big)
     with pytest.raises(RenderError) as err:
-        place(plan_placement("trtllm", engine, "copy"), tmp_path / "root", progress=True,
-              progress_threshold=1 << 20)
+        place(plan_placement("trtllm", engine, "copy"), tmp_path / "root", progress=True, progress_threshold=1 << 20)
     assert str(engine / "rank0.engine") in str(err.value) and "Input/output error" in str(err.value)
     assert not any(t.name.startswith("repo-builder-progress") for t in threading.enumerate())

@@ -15,8 +15,7 @@ from repo_builder.contract import load_contract
 
 
 def response(ids, arrival=None):
-    inputs = {"TOKENS_BATCH": np.array([[list(ids)]], np.int32),
-              "SEQUENCE_LENGTH": np.array([[len(ids)]], np.int32)}
+    inputs = {"TOKENS_BATCH": np.array([[list(ids)]], np.int32), "SEQUENCE_LENGTH": np.array([[len(ids)]], np.int32)}
     if arrival is not None:
         inputs["ARRIVAL_TIME_NS"] = np.array([[arrival]], np.int64)
     return inputs

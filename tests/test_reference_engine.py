@@ -46,12 +46,13 @@ def backend(tiny_llama):
 def hf_generate(hf_model, ids, n, **kwargs):
     with torch.inference_mode():
         out = hf_model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0, **kwargs)
-    return out[0, len(ids):].tolist()
+    return out[0, len(ids) :].tolist()
 
 
 def generate(backend, *requests):
-    limits = EngineLimits(vocab_size=backend.vocab_size, max_input_len=256, max_seq_len=512,
-                          exclude_input_in_output=True)
+    limits = EngineLimits(
+        vocab_size=backend.vocab_size, max_input_len=256, max_seq_len=512, exclude_input_in_output=True
+    )
     sched = Scheduler(backend)
     sinks = []
     for inputs in requests:
@@ -94,8 +95,9 @@ def test_end_id_stops_before_it_and_min_tokens_forbids_it(backend, new_token):
     ids, greedy, k = new_token
     end_id = greedy[k]  # a token that was not generated before position k
     n, least = len(greedy), k + 3
-    ((stopped, _), (forced, _)) = generate(backend, req_inputs(ids, n, end_id=[end_id]),
-                                           req_inputs(ids, n, end_id=[end_id], min_tokens=[least]))
+    ((stopped, _), (forced, _)) = generate(
+        backend, req_inputs(ids, n, end_id=[end_id]), req_inputs(ids, n, end_id=[end_id], min_tokens=[least])
+    )
     assert stopped == greedy[:k]
     assert len(forced) >= least and forced[:k] == greedy[:k] and end_id not in forced[:least]
 
@@ -106,22 +108,24 @@ def test_bad_words_and_embedding_bias_steer_the_choice(backend, hf_model, tok):
     bad = np.array([[[greedy[0]], [1]]], np.int32)
     bias = np.zeros((1, backend.vocab_size), np.float32)
     bias[0, 1234] = 1e4
-    ((banned, _), (biased, _)) = generate(backend, req_inputs(ids, 4, bad_words_list=bad),
-                                          req_inputs(ids, 4, embedding_bias=bias))
+    ((banned, _), (biased, _)) = generate(
+        backend, req_inputs(ids, 4, bad_words_list=bad), req_inputs(ids, 4, embedding_bias=bias)
+    )
     assert greedy[0] not in banned
     assert biased == [1234] * 4
 
 
 def test_multi_token_bad_word_bans_only_after_its_prefix(backend, new_token):
     ids, greedy, k = new_token
-    greedy = greedy[:k + 2]
+    greedy = greedy[: k + 2]
     # banning [greedy[k-1], greedy[k]] changes nothing before k: greedy[k] was never chosen before it
     prefix = greedy[k - 1] if k > 0 else ids[-1]
     banned = np.array([[[prefix, greedy[k]], [2, -1]]], np.int32)
     never = next(t for t in range(99, 200) if t not in greedy and t not in ids)
     unmatched = np.array([[[never, greedy[k]], [2, -1]]], np.int32)  # a prefix that never occurs
-    ((out, _), (same, _)) = generate(backend, req_inputs(ids, k + 2, bad_words_list=banned),
-                                     req_inputs(ids, k + 2, bad_words_list=unmatched))
+    ((out, _), (same, _)) = generate(
+        backend, req_inputs(ids, k + 2, bad_words_list=banned), req_inputs(ids, k + 2, bad_words_list=unmatched)
+    )
     assert out[:k] == greedy[:k] and out[k] != greedy[k]
     assert same == greedy
 
@@ -137,9 +141,15 @@ def test_repetition_penalty_matches_transformers(backend, hf_model, tok):
 def test_log_probs_are_the_chosen_tokens_log_softmax(backend, hf_model, tok):
     ids = tok("Tell me about forests")["input_ids"]
     with torch.inference_mode():
-        out = hf_model.generate(torch.tensor([ids]), max_new_tokens=5, do_sample=False, pad_token_id=0,
-                                output_logits=True, return_dict_in_generate=True)
-    chosen = out.sequences[0, len(ids):].tolist()
+        out = hf_model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=5,
+            do_sample=False,
+            pad_token_id=0,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    chosen = out.sequences[0, len(ids) :].tolist()
     expected = [float(torch.log_softmax(lg[0].float(), -1)[t]) for lg, t in zip(out.logits, chosen)]
     ((got, outputs),) = generate(backend, req_inputs(ids, 5, return_log_probs=[True]))
     assert got == chosen
@@ -150,9 +160,12 @@ def test_log_probs_are_the_chosen_tokens_log_softmax(backend, hf_model, tok):
 def test_sampling_is_reproducible_per_seed(backend, tok):
     ids = tok("Tell me about forests")["input_ids"]
     sample = dict(runtime_top_k=[50], temperature=[1.5])
-    a, b, c = generate(backend, req_inputs(ids, 16, seed=np.array([11], np.uint64), **sample),
-                       req_inputs(ids, 16, seed=np.array([11], np.uint64), **sample),
-                       req_inputs(ids, 16, seed=np.array([12], np.uint64), **sample))
+    a, b, c = generate(
+        backend,
+        req_inputs(ids, 16, seed=np.array([11], np.uint64), **sample),
+        req_inputs(ids, 16, seed=np.array([11], np.uint64), **sample),
+        req_inputs(ids, 16, seed=np.array([12], np.uint64), **sample),
+    )
     assert a[0] == b[0]
     assert a[0] != c[0]
 
@@ -188,9 +201,15 @@ def test_top_p_keeps_only_the_nucleus(backend, tok):
 def test_served_through_the_adapter_streaming_and_not(tiny_llama, hf_model, tok):
     ids = tok("Tell me about forests")["input_ids"]
     expected = hf_generate(hf_model, ids, 8)
-    cfg = engine_model_config(params={"engine_dir": str(tiny_llama), "max_beam_width": "1",
-                                      "exclude_input_in_output": "true", "max_input_len": "256",
-                                      "max_seq_len": "512"})
+    cfg = engine_model_config(
+        params={
+            "engine_dir": str(tiny_llama),
+            "max_beam_width": "1",
+            "exclude_input_in_output": "true",
+            "max_input_len": "256",
+            "max_seq_len": "512",
+        }
+    )
     model = TritonEngineModel(fake_pb_utils(), init_args(cfg), ReferenceBackend.from_params)
     stream, whole = FakeRequest(req_inputs(ids, 8, streaming=[True])), FakeRequest(req_inputs(ids, 8))
     model.execute([stream, whole])
@@ -216,8 +235,9 @@ def test_load_errors_name_the_engine_dir(tmp_path):
 def test_batched_decode_with_joining_and_leaving_sequences_matches_generate(backend, hf_model, tok):
     """Sequences of different prompt lengths and output lengths, one joining mid-flight: the stacked,
     left-padded batch is re-stacked when one joins or leaves and every stream stays equal to generate()."""
-    limits = EngineLimits(vocab_size=backend.vocab_size, max_input_len=256, max_seq_len=512,
-                          exclude_input_in_output=True)
+    limits = EngineLimits(
+        vocab_size=backend.vocab_size, max_input_len=256, max_seq_len=512, exclude_input_in_output=True
+    )
     sched = Scheduler(backend)
     plan = [(PROMPTS[0], 5), (PROMPTS[1], 20), (PROMPTS[2] + " and rivers in the north", 12)]
     sinks = []
@@ -230,9 +250,9 @@ def test_batched_decode_with_joining_and_leaving_sequences_matches_generate(back
         sched.submit(RequestGroup(parse_request(req_inputs(tok(prompt)["input_ids"], n), IO, limits), sink, IO))
         sinks.append(sink)
     sched.run_until_idle()
-    assert backend.batched_forwards > before            # the batched path ran
+    assert backend.batched_forwards > before  # the batched path ran
     for (prompt, n), sink in zip(plan, sinks):
         outputs, final, error = sink.responses[-1]
         assert final and error is None, error
-        got = outputs["output_ids"][0, 0, :int(outputs["sequence_length"][0, 0])].tolist()
+        got = outputs["output_ids"][0, 0, : int(outputs["sequence_length"][0, 0])].tolist()
         assert got == hf_generate(hf_model, tok(prompt)["input_ids"], n), prompt

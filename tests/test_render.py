@@ -46,14 +46,21 @@ def engine_facts(engine_dir: Path) -> dict:
     if "build_config" in cfg:
         b = cfg["build_config"]
         m = cfg["pretrained_config"].get("mapping", {})
-        return {"max_batch_size": b["max_batch_size"], "max_beam_width": b.get("max_beam_width", 1),
-                "max_input_len": b["max_input_len"], "world_size": m.get("tp_size", 1) * m.get("pp_size", 1),
-                "vocab_size": cfg["pretrained_config"]["vocab_size"]}
-    b = cfg["builder_config"]
-    return {"max_batch_size": b["max_batch_size"], "max_beam_width": b.get("max_beam_width") or 1,
+        return {
+            "max_batch_size": b["max_batch_size"],
+            "max_beam_width": b.get("max_beam_width", 1),
             "max_input_len": b["max_input_len"],
-            "world_size": (b.get("tensor_parallel") or 1) * (b.get("pipeline_parallel") or 1),
-            "vocab_size": b["vocab_size"]}
+            "world_size": m.get("tp_size", 1) * m.get("pp_size", 1),
+            "vocab_size": cfg["pretrained_config"]["vocab_size"],
+        }
+    b = cfg["builder_config"]
+    return {
+        "max_batch_size": b["max_batch_size"],
+        "max_beam_width": b.get("max_beam_width") or 1,
+        "max_input_len": b["max_input_len"],
+        "world_size": (b.get("tensor_parallel") or 1) * (b.get("pipeline_parallel") or 1),
+        "vocab_size": b["vocab_size"],
+    }
 
 
 def fitting_tokenizers(engine_dir: Path) -> list[str]:
@@ -96,8 +103,9 @@ def test_render_every_engine_with_every_fitting_tokenizer(engine_name, engine_co
         assert params(pre)["end_id"] == str(_tokenizer_info(str(asset(tok).resolve())).end_id)
         placed = out / "tensorrt_llm" / "1"
         assert (placed / "config.json").read_bytes() == (engine / "config.json").read_bytes()
-        assert sorted(p.name for p in placed.glob("rank*.engine")) == \
-            [f"rank{r}.engine" for r in range(facts["world_size"])]
+        assert sorted(p.name for p in placed.glob("rank*.engine")) == [
+            f"rank{r}.engine" for r in range(facts["world_size"])
+        ]
 
 
 def test_bert_engine_is_refused_with_why(tmp_path):
@@ -121,8 +129,9 @@ def test_hf_checkpoint_renders_the_reference_engine(tiny_llama, tmp_path):
     assert (engine_dir / "config.json").is_file()
     from repo_builder.paths import templates_dir
 
-    assert (out / "tensorrt_llm" / "1" / "model.py").read_bytes() == \
-        (templates_dir() / "python_models" / "reference_engine" / "model.py").read_bytes()
+    assert (out / "tensorrt_llm" / "1" / "model.py").read_bytes() == (
+        templates_dir() / "python_models" / "reference_engine" / "model.py"
+    ).read_bytes()
     assert (out / "tensorrt_llm" / "1" / "repo_builder_runtime" / "__init__.py").is_file()
     assert "synthetic_token_delay_ms" not in p and "kv_cache_free_gpu_mem_fraction" not in p
     assert validate_repository(out) == []
@@ -131,11 +140,13 @@ def test_hf_checkpoint_renders_the_reference_engine(tiny_llama, tmp_path):
 def test_synthetic_engine_streaming(tmp_path):
     eng = tmp_path / "synthetic"
     eng.mkdir()
-    (eng / "synthetic_engine.json").write_text(json.dumps({"vocab_size": 32000, "max_batch_size": 16,
-                                                           "max_input_len": 256, "max_seq_len": 512}))
+    (eng / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": 32000, "max_batch_size": 16, "max_input_len": 256, "max_seq_len": 512})
+    )
     out = tmp_path / "repo"
-    render_repository(eng, asset("mistral_v1_tokenizer"), out, streaming=True,
-                      user_values={"synthetic_token_delay_ms": "2.5"})
+    render_repository(
+        eng, asset("mistral_v1_tokenizer"), out, streaming=True, user_values={"synthetic_token_delay_ms": "2.5"}
+    )
     llm = load_model_config(out / "tensorrt_llm" / "config.pbtxt")
     assert llm.backend == "python" and llm.model_transaction_policy.decoupled
     assert load_model_config(out / "tensorrt_llm_bls" / "config.pbtxt").model_transaction_policy.decoupled
@@ -144,8 +155,9 @@ def test_synthetic_engine_streaming(tmp_path):
     assert (p["max_input_len"], p["max_seq_len"]) == ("256", "512")
     from repo_builder.paths import templates_dir
 
-    assert (out / "tensorrt_llm" / "1" / "model.py").read_bytes() == \
-        (templates_dir() / "python_models" / "synthetic_engine" / "model.py").read_bytes()
+    assert (out / "tensorrt_llm" / "1" / "model.py").read_bytes() == (
+        templates_dir() / "python_models" / "synthetic_engine" / "model.py"
+    ).read_bytes()
     assert validate_repository(out) == []
 
 
@@ -156,8 +168,9 @@ def test_python_models_runtime_and_wiring(tmp_path, engine_copy):
     out = tmp_path / "repo"
     render_repository(engine_copy("v1.2-smollm-llama-beam5"), asset("mistral_v1_tokenizer"), out)
     for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
-        assert (out / model / "1" / "model.py").read_bytes() == \
-            (templates_dir() / "python_models" / model / "model.py").read_bytes()
+        assert (out / model / "1" / "model.py").read_bytes() == (
+            templates_dir() / "python_models" / model / "model.py"
+        ).read_bytes()
         vendored = out / model / "1" / "repo_builder_runtime"
         for src in runtime_dir().rglob("*.py"):
             if "__pycache__" in src.parts:
@@ -194,11 +207,17 @@ def test_both_profiles_render_and_validate(profile, engine_copy, tmp_path):
 
 def test_values_file_then_set(tmp_path, engine_copy):
     values = tmp_path / "values.yaml"
-    values.write_text("kv_cache_free_gpu_mem_fraction: 0.5\nmax_queue_delay_microseconds: 100\n"
-                      "gpu_device_ids: [[0, 1], [2, 3]]\n")
+    values.write_text(
+        "kv_cache_free_gpu_mem_fraction: 0.5\nmax_queue_delay_microseconds: 100\ngpu_device_ids: [[0, 1], [2, 3]]\n"
+    )
     out = tmp_path / "repo"
-    render_repository(engine_copy("v0.8-mistral-7b-dolphin"), asset("mistral_v1_tokenizer"), out,
-                      values_file=values, user_values={"kv_cache_free_gpu_mem_fraction": "0.7"})
+    render_repository(
+        engine_copy("v0.8-mistral-7b-dolphin"),
+        asset("mistral_v1_tokenizer"),
+        out,
+        values_file=values,
+        user_values={"kv_cache_free_gpu_mem_fraction": "0.7"},
+    )
     llm = load_model_config(out / "tensorrt_llm" / "config.pbtxt")
     p = params(llm)
     assert p["kv_cache_free_gpu_mem_fraction"] == "0.7"  # --set wins
@@ -210,18 +229,22 @@ def test_values_file_then_set(tmp_path, engine_copy):
 
 def test_unset_runtime_value_is_omitted(tmp_path, engine_copy):
     out = tmp_path / "repo"
-    render_repository(engine_copy("v0.8-mistral-7b-dolphin"), asset("mistral_v1_tokenizer"), out,
-                      user_values={"kv_cache_free_gpu_mem_fraction": ""})
+    render_repository(
+        engine_copy("v0.8-mistral-7b-dolphin"),
+        asset("mistral_v1_tokenizer"),
+        out,
+        user_values={"kv_cache_free_gpu_mem_fraction": ""},
+    )
     assert "kv_cache_free_gpu_mem_fraction" not in params(load_model_config(out / "tensorrt_llm" / "config.pbtxt"))
 
 
 def test_serve_path_writes_engine_dir_in_the_servers_namespace(tmp_path, engine_copy):
     """Case B22: the repository is mounted at /models in the server's container."""
     out = tmp_path / "repo"
-    render_repository(engine_copy("v0.8-mistral-7b-dolphin"), asset("mistral_v1_tokenizer"), out,
-                      serve_path="/models")
-    assert params(load_model_config(out / "tensorrt_llm" / "config.pbtxt"))["gpt_model_path"] == \
-        "/models/tensorrt_llm/1"
+    render_repository(engine_copy("v0.8-mistral-7b-dolphin"), asset("mistral_v1_tokenizer"), out, serve_path="/models")
+    assert (
+        params(load_model_config(out / "tensorrt_llm" / "config.pbtxt"))["gpt_model_path"] == "/models/tensorrt_llm/1"
+    )
     assert json.loads((out / LOCK_NAME).read_text())["serve_path"] == "/models"
     assert validate_repository(out) == []  # the lock's serve_path maps /models to the repository
 

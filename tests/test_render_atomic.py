@@ -81,8 +81,11 @@ def test_failed_validation_of_the_temp_dir_writes_nothing(work, engine, monkeypa
     import repo_builder.validate as validate_mod
     from repo_builder.validate import Problem
 
-    monkeypatch.setattr(validate_mod, "validate_repository",
-                        lambda *a, **k: [Problem("tensorrt_llm/config.pbtxt", "simulated problem", 3)])
+    monkeypatch.setattr(
+        validate_mod,
+        "validate_repository",
+        lambda *a, **k: [Problem("tensorrt_llm/config.pbtxt", "simulated problem", 3)],
+    )
     with pytest.raises(RenderError, match="tensorrt_llm/config.pbtxt:3: simulated problem"):
         render_repository(engine, asset(TOK), work / "repo")
     assert list(work.iterdir()) == []
@@ -109,8 +112,9 @@ def test_force_replaces_a_rendered_repository(work, engine):
     out = work / "repo"
     render_repository(engine, asset(TOK), out)
     (out / "stray.txt").write_text("old")
-    result = render_repository(engine, asset(TOK), out, force=True, user_values={"max_queue_size": "9"},
-                               delete_unlisted=True)
+    result = render_repository(
+        engine, asset(TOK), out, force=True, user_values={"max_queue_size": "9"}, delete_unlisted=True
+    )
     assert result.written and result.existed
     assert not (out / "stray.txt").exists()
     assert '"max_queue_size"' in (out / LOCK_NAME).read_text()
@@ -123,8 +127,10 @@ def test_dry_run_writes_nothing(work, engine):
     assert not result.written and result.diff == "" and not result.existed
     assert list(work.iterdir()) == []
     assert "tensorrt_llm/config.pbtxt" in result.plan.files and LOCK_NAME in result.plan.files
-    assert [f.target for f in result.plan.placement.files] == ["tensorrt_llm/1/config.json",
-                                                               "tensorrt_llm/1/rank0.engine"]
+    assert [f.target for f in result.plan.placement.files] == [
+        "tensorrt_llm/1/config.json",
+        "tensorrt_llm/1/rank0.engine",
+    ]
 
 
 def test_dry_run_shows_a_diff_against_the_existing_repository(work, engine):

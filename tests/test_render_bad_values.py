@@ -40,20 +40,23 @@ def _refused(exc: BaseException, *needles: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("tensorrt_llm_model_name", "a${b}", "${"),
-    ("xgrammar_tokenizer_info_path", "${xgrammar_tokenizer_info_path}", "${"),
-    ("lora_prefetch_dir", "/x/${HOME}/lora", "${"),
-    ("tensorrt_llm_model_name", "caf\udce9", "not valid UTF-8"),
-    ("max_queue_size", "99999999999999999999", "32-bit integer"),
-    ("triton_max_batch_size", str(2**31), "32-bit integer"),
-    ("kv_cache_host_memory_bytes", str(2**64), "out of range"),
-    ("synthetic_token_delay_ms", "1e39", "32-bit float"),
-    ("synthetic_token_delay_ms", "nan", "finite"),
-    ("kv_cache_free_gpu_mem_fraction", "inf", "finite"),
-    ("kv_cache_free_gpu_mem_fraction", "-inf", "finite"),
-    ("max_queue_size", "${max_queue_size}", "expected an integer"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("tensorrt_llm_model_name", "a${b}", "${"),
+        ("xgrammar_tokenizer_info_path", "${xgrammar_tokenizer_info_path}", "${"),
+        ("lora_prefetch_dir", "/x/${HOME}/lora", "${"),
+        ("tensorrt_llm_model_name", "caf\udce9", "not valid UTF-8"),
+        ("max_queue_size", "99999999999999999999", "32-bit integer"),
+        ("triton_max_batch_size", str(2**31), "32-bit integer"),
+        ("kv_cache_host_memory_bytes", str(2**64), "out of range"),
+        ("synthetic_token_delay_ms", "1e39", "32-bit float"),
+        ("synthetic_token_delay_ms", "nan", "finite"),
+        ("kv_cache_free_gpu_mem_fraction", "inf", "finite"),
+        ("kv_cache_free_gpu_mem_fraction", "-inf", "finite"),
+        ("max_queue_size", "${max_queue_size}", "expected an integer"),
+    ],
+)
 def test_bad_value_names_its_key(tmp_path, tok, engine, key, value, needle):
     out = tmp_path / "repo"
     with pytest.raises(ParameterError) as err:
@@ -63,8 +66,9 @@ def test_bad_value_names_its_key(tmp_path, tok, engine, key, value, needle):
 
 
 def test_a_large_byte_count_is_still_accepted(tmp_path, tok, engine):
-    result = render_repository(engine, tok, tmp_path / "repo", dry_run=True,
-                               user_values={"kv_cache_host_memory_bytes": str(64 << 30)})
+    result = render_repository(
+        engine, tok, tmp_path / "repo", dry_run=True, user_values={"kv_cache_host_memory_bytes": str(64 << 30)}
+    )
     assert result.plan.resolution["kv_cache_host_memory_bytes"] == 64 << 30
 
 
@@ -89,22 +93,26 @@ def test_a_path_holding_a_placeholder_is_named(tmp_path, tok, engine, where):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("item,needle", [("max_queue_size", "expects KEY=VALUE"), ("=3", "empty key"),
-                                         ("  =3", "empty key")])
+@pytest.mark.parametrize(
+    "item,needle", [("max_queue_size", "expects KEY=VALUE"), ("=3", "empty key"), ("  =3", "empty key")]
+)
 def test_malformed_set_names_the_argument(item, needle):
     with pytest.raises(ParameterError) as err:
         _parse_sets([item])
     _refused(err.value, needle, repr(item).strip("'").strip())
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("max_queue_size: [1, 2\n", "not valid YAML"),
-    ("- max_queue_size\n", "YAML mapping"),
-    ("max_queue_size: {a: 1}\n", "max_queue_size: expected an integer"),
-    ("tensorrt_llm_model_name: 5\n", "tensorrt_llm_model_name: expected a string"),
-    ("kv_cache_free_gpu_mem_fraction: .nan\n", "kv_cache_free_gpu_mem_fraction: expected a finite number"),
-    ("tensorrt_llm_model_name: '${x}'\n", "tensorrt_llm_model_name:"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("max_queue_size: [1, 2\n", "not valid YAML"),
+        ("- max_queue_size\n", "YAML mapping"),
+        ("max_queue_size: {a: 1}\n", "max_queue_size: expected an integer"),
+        ("tensorrt_llm_model_name: 5\n", "tensorrt_llm_model_name: expected a string"),
+        ("kv_cache_free_gpu_mem_fraction: .nan\n", "kv_cache_free_gpu_mem_fraction: expected a finite number"),
+        ("tensorrt_llm_model_name: '${x}'\n", "tensorrt_llm_model_name:"),
+    ],
+)
 def test_malformed_values_file_names_the_file_or_key(tmp_path, tok, engine, text, needle):
     values = tmp_path / "values.yaml"
     values.write_text(text)
@@ -114,8 +122,24 @@ def test_malformed_values_file_names_the_file_or_key(tmp_path, tok, engine, text
 
 
 def test_cli_reports_a_placeholder_value_without_traceback(tmp_path, tok, engine):
-    proc = subprocess.run([sys.executable, "-m", "repo_builder", "render", "--engine-dir", str(engine),
-                           "--tokenizer-dir", str(tok), "--output", str(tmp_path / "repo"),
-                           "--set", "tensorrt_llm_model_name=x${y}"], cwd=PROJECT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repo_builder",
+            "render",
+            "--engine-dir",
+            str(engine),
+            "--tokenizer-dir",
+            str(tok),
+            "--output",
+            str(tmp_path / "repo"),
+            "--set",
+            "tensorrt_llm_model_name=x${y}",
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     _refused(RepoBuilderError(proc.stderr), "tensorrt_llm_model_name:", "${")

@@ -59,32 +59,69 @@ def refuse(exc_type, work: Path, *args, match: list[str], **kwargs) -> RepoBuild
 
 
 def test_unknown_key(work, engine):
-    refuse(ParameterError, work, engine, asset(TOK), work / "repo", user_values={"kv_cache_fraction": "0.5"},
-           match=["kv_cache_fraction", "kv_cache_free_gpu_mem_fraction"])
+    refuse(
+        ParameterError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        user_values={"kv_cache_fraction": "0.5"},
+        match=["kv_cache_fraction", "kv_cache_free_gpu_mem_fraction"],
+    )
 
 
 def test_wrong_type(work, engine):
-    refuse(ParameterError, work, engine, asset(TOK), work / "repo", user_values={"triton_max_batch_size": "eight"},
-           match=["triton_max_batch_size", "--set"])
+    refuse(
+        ParameterError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        user_values={"triton_max_batch_size": "eight"},
+        match=["triton_max_batch_size", "--set"],
+    )
 
 
 def test_out_of_range(work, engine):
-    refuse(ParameterError, work, engine, asset(TOK), work / "repo",
-           user_values={"kv_cache_free_gpu_mem_fraction": "1.5"}, match=["kv_cache_free_gpu_mem_fraction"])
+    refuse(
+        ParameterError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        user_values={"kv_cache_free_gpu_mem_fraction": "1.5"},
+        match=["kv_cache_free_gpu_mem_fraction"],
+    )
 
 
 def test_build_time_key(work, engine):
     """Case B08: build-time settings are refused with the trtllm-build flag."""
-    refuse(ParameterError, work, engine, asset(TOK), work / "repo", user_values={"max_input_len": "8192000"},
-           match=["max_input_len", "--max_input_len"])
+    refuse(
+        ParameterError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        user_values={"max_input_len": "8192000"},
+        match=["max_input_len", "--max_input_len"],
+    )
 
 
 def test_legacy_recipe_keys(work, engine):
     """Case B04: removed keys and renamed enum values are refused, naming each key."""
-    err = refuse(ParameterError, work, engine, asset(TOK), work / "repo",
-                 user_values={"tokenizer_type": "llama", "max_num_sequences": "4",
-                              "batch_scheduler_policy": "guaranteed_completion"},
-                 match=["tokenizer_type", "max_num_sequences", "guaranteed_no_evict"])
+    err = refuse(
+        ParameterError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        user_values={
+            "tokenizer_type": "llama",
+            "max_num_sequences": "4",
+            "batch_scheduler_policy": "guaranteed_completion",
+        },
+        match=["tokenizer_type", "max_num_sequences", "guaranteed_no_evict"],
+    )
     assert len(err.problems) == 3
 
 
@@ -101,15 +138,23 @@ def test_values_file_not_a_mapping(work, engine, tmp_path):
 
 
 def test_values_file_missing(work, engine, tmp_path):
-    refuse(ParameterError, work, engine, asset(TOK), work / "repo", values_file=tmp_path / "nope.yaml",
-           match=["nope.yaml"])
+    refuse(
+        ParameterError, work, engine, asset(TOK), work / "repo", values_file=tmp_path / "nope.yaml", match=["nope.yaml"]
+    )
 
 
 def test_values_file_bad_value_names_the_file_and_key(work, engine, tmp_path):
     values = tmp_path / "values.yaml"
     values.write_text("max_beam_width: wide\n")
-    refuse(ParameterError, work, engine, asset(TOK), work / "repo", values_file=values,
-           match=[str(values), "max_beam_width"])
+    refuse(
+        ParameterError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        values_file=values,
+        match=[str(values), "max_beam_width"],
+    )
 
 
 def test_missing_engine_dir(work, tmp_path):
@@ -126,13 +171,25 @@ def test_engine_dir_with_an_hf_config_only(work, tmp_path):
 
 def test_missing_rank_files(work):
     """Case B11: rank*.engine count must equal tp x pp."""
-    refuse(EngineError, work, ENGINES / "old-llama2-7b-tp4", asset("sp_tiny_hf_tokenizer"), work / "repo",
-           match=["old-llama2-7b-tp4", "rank0.engine, rank1.engine, rank2.engine, rank3.engine"])
+    refuse(
+        EngineError,
+        work,
+        ENGINES / "old-llama2-7b-tp4",
+        asset("sp_tiny_hf_tokenizer"),
+        work / "repo",
+        match=["old-llama2-7b-tp4", "rank0.engine, rank1.engine, rank2.engine, rank3.engine"],
+    )
 
 
 def test_bert_engine(work):
-    refuse(EngineError, work, ENGINES / "old-bert-base-benchmark", asset(TOK), work / "repo",
-           match=["old-bert-base-benchmark", "encoder"])
+    refuse(
+        EngineError,
+        work,
+        ENGINES / "old-bert-base-benchmark",
+        asset(TOK),
+        work / "repo",
+        match=["old-bert-base-benchmark", "encoder"],
+    )
 
 
 def test_missing_tokenizer_dir(work, engine, tmp_path):
@@ -140,53 +197,102 @@ def test_missing_tokenizer_dir(work, engine, tmp_path):
 
 
 def test_tokenizer_larger_than_engine_vocab(work, engine_copy):
-    refuse(TokenizerError, work, engine_copy("v1.2-smollm-llama-beam5"), asset("gpt2_tokenizer"), work / "repo",
-           match=["tokenizer_dir", "50257", "49152"])
+    refuse(
+        TokenizerError,
+        work,
+        engine_copy("v1.2-smollm-llama-beam5"),
+        asset("gpt2_tokenizer"),
+        work / "repo",
+        match=["tokenizer_dir", "50257", "49152"],
+    )
 
 
 def test_beam_above_engine(work, engine_copy):
     """Case B07."""
-    refuse(EngineError, work, engine_copy("v1.2-smollm-llama-beam5"), asset(TOK), work / "repo",
-           user_values={"max_beam_width": "8"}, match=["max_beam_width", "8", "5"])
+    refuse(
+        EngineError,
+        work,
+        engine_copy("v1.2-smollm-llama-beam5"),
+        asset(TOK),
+        work / "repo",
+        user_values={"max_beam_width": "8"},
+        match=["max_beam_width", "8", "5"],
+    )
 
 
 def test_kv_cache_reuse_without_paged_context_fmha(work, engine):
     """Case B06 (a)."""
-    refuse(EngineError, work, engine, asset(TOK), work / "repo", user_values={"enable_kv_cache_reuse": "true"},
-           match=["enable_kv_cache_reuse", "use_paged_context_fmha"])
+    refuse(
+        EngineError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        user_values={"enable_kv_cache_reuse": "true"},
+        match=["enable_kv_cache_reuse", "use_paged_context_fmha"],
+    )
 
 
 def test_logits_dtype_contradicting_the_engine(work, engine):
     """Case B09."""
-    refuse(EngineError, work, engine, asset(TOK), work / "repo", user_values={"logits_datatype": "TYPE_FP16"},
-           match=["logits_datatype", "TYPE_FP16"])
+    refuse(
+        EngineError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        user_values={"logits_datatype": "TYPE_FP16"},
+        match=["logits_datatype", "TYPE_FP16"],
+    )
 
 
 def test_streaming_with_several_postprocessing_instances(work, engine):
-    refuse(ParameterError, work, engine, asset(TOK), work / "repo", streaming=True,
-           user_values={"postprocessing_instance_count": "2"}, match=["postprocessing_instance_count"])
+    refuse(
+        ParameterError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        streaming=True,
+        user_values={"postprocessing_instance_count": "2"},
+        match=["postprocessing_instance_count"],
+    )
 
 
 def test_unknown_profile(work, engine):
-    refuse(RepoBuilderError, work, engine, asset(TOK), work / "repo", profile="trtllm-9.9",
-           match=["trtllm-9.9", "trtllm-1.2"])
+    refuse(
+        RepoBuilderError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        profile="trtllm-9.9",
+        match=["trtllm-9.9", "trtllm-1.2"],
+    )
 
 
 def test_unknown_engine_mode(work, engine):
-    refuse(RenderError, work, engine, asset(TOK), work / "repo", engine_mode="move",
-           match=["move", "--engine-mode", "hardlink"])
+    refuse(
+        RenderError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        engine_mode="move",
+        match=["move", "--engine-mode", "hardlink"],
+    )
 
 
 def test_relative_serve_path(work, engine):
-    refuse(RenderError, work, engine, asset(TOK), work / "repo", serve_path="models",
-           match=["--serve-path", "absolute"])
+    refuse(
+        RenderError, work, engine, asset(TOK), work / "repo", serve_path="models", match=["--serve-path", "absolute"]
+    )
 
 
 def test_output_exists_without_force(work, engine):
     out = work / "repo"
     render_repository(engine, asset(TOK), out)
-    refuse(RenderError, work, engine, asset(TOK), out, user_values={"max_queue_size": "3"},
-           match=[str(out), "--force"])
+    refuse(RenderError, work, engine, asset(TOK), out, user_values={"max_queue_size": "3"}, match=[str(out), "--force"])
 
 
 def test_output_is_a_file(work, engine):
@@ -214,31 +320,56 @@ def test_missing_python_model_source(work, engine, tmp_path, monkeypatch):
     shutil.copytree(templates_dir(), templates)
     (templates / "python_models" / "postprocessing" / "model.py").unlink()
     monkeypatch.setenv("REPO_BUILDER_TEMPLATES", str(templates))
-    refuse(TemplateError, work, engine, asset(TOK), work / "repo",
-           match=[str(templates / "python_models" / "postprocessing" / "model.py")])
+    refuse(
+        TemplateError,
+        work,
+        engine,
+        asset(TOK),
+        work / "repo",
+        match=[str(templates / "python_models" / "postprocessing" / "model.py")],
+    )
 
 
 def test_template_bug_fails_before_writing(work, engine, tmp_path, monkeypatch):
     templates = tmp_path / "templates"
     shutil.copytree(templates_dir(), templates)
     tpl = templates / "trtllm-1.2" / "tensorrt_llm" / "config.pbtxt.j2"
-    tpl.write_text(tpl.read_text().replace("max_batch_size: {{ triton_max_batch_size | pbint }}",
-                                           "max_batch_size: {{ triton_max_batch_size | pbint }}\nbatch_size_max: 1"))
+    tpl.write_text(
+        tpl.read_text().replace(
+            "max_batch_size: {{ triton_max_batch_size | pbint }}",
+            "max_batch_size: {{ triton_max_batch_size | pbint }}\nbatch_size_max: 1",
+        )
+    )
     monkeypatch.setenv("REPO_BUILDER_TEMPLATES", str(templates))
-    refuse(TemplateError, work, engine, asset(TOK), work / "repo",
-           match=["tensorrt_llm/config.pbtxt", "batch_size_max"])
+    refuse(
+        TemplateError, work, engine, asset(TOK), work / "repo", match=["tensorrt_llm/config.pbtxt", "batch_size_max"]
+    )
 
 
 def test_existing_repository_untouched_by_a_failed_forced_render(work, engine):
     out = work / "repo"
     render_repository(engine, asset(TOK), out)
-    refuse(ParameterError, work, engine, asset(TOK), out, force=True, user_values={"max_queue_size": "-1"},
-           match=["max_queue_size"])
+    refuse(
+        ParameterError,
+        work,
+        engine,
+        asset(TOK),
+        out,
+        force=True,
+        user_values={"max_queue_size": "-1"},
+        match=["max_queue_size"],
+    )
     assert json.loads((out / "repo-builder.lock.json").read_text())["values"]["max_queue_size"]["value"] == 0
 
 
 def test_hub_id_tokenizer_is_named_as_a_hub_id(work, engine, monkeypatch):
     """B22 through render: the raw --tokenizer-dir text reaches the check, not a path resolved against cwd."""
     monkeypatch.chdir(work)
-    refuse(TokenizerError, work, engine, "meta-llama/Llama-2-7b-hf", work / "repo",
-           match=["meta-llama/Llama-2-7b-hf", "hub id", "never downloads"])
+    refuse(
+        TokenizerError,
+        work,
+        engine,
+        "meta-llama/Llama-2-7b-hf",
+        work / "repo",
+        match=["meta-llama/Llama-2-7b-hf", "hub id", "never downloads"],
+    )

@@ -38,8 +38,10 @@ def engines(tmp_path_factory):
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): ("<dir>" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*"))}
+    return {
+        p.relative_to(root).as_posix(): ("<dir>" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _refuse(out: Path, *args, match: list[str], **kwargs) -> str:
@@ -53,8 +55,9 @@ def _refuse(out: Path, *args, match: list[str], **kwargs) -> str:
     return text
 
 
-@pytest.mark.parametrize("garbage", ["{not json", "[]", "{}", '{"files": {}, "values": {}}',
-                                     "\xff\xfe".encode("latin-1").decode("latin-1")])
+@pytest.mark.parametrize(
+    "garbage", ["{not json", "[]", "{}", '{"files": {}, "values": {}}', "\xff\xfe".encode("latin-1").decode("latin-1")]
+)
 def test_a_garbage_lock_file_is_not_proof(tmp_path, tok, engines, garbage):
     out = tmp_path / "mine"
     out.mkdir()
@@ -63,15 +66,18 @@ def test_a_garbage_lock_file_is_not_proof(tmp_path, tok, engines, garbage):
     _refuse(out, engines["trtllm"], tok, match=["lock file does not prove", LOCK_NAME])
 
 
-@pytest.mark.parametrize("mutate,key", [
-    (lambda lk: lk.update(tool="other-tool"), "tool"),
-    (lambda lk: lk["files"].update({"../../etc/passwd": "sha256:" + "0" * 64}), "files"),
-    (lambda lk: lk["files"].update({"preprocessing/config.pbtxt": "md5:abc"}), "files"),
-    (lambda lk: lk["values"].update({"x": {"value": 1, "origin": "somewhere"}}), "values.x.origin"),
-    (lambda lk: lk["engine"].update(placement="teleport"), "engine.placement"),
-    (lambda lk: lk["launch"].update(world_size="1"), "launch.world_size"),
-    (lambda lk: lk.pop("files"), "files"),
-])
+@pytest.mark.parametrize(
+    "mutate,key",
+    [
+        (lambda lk: lk.update(tool="other-tool"), "tool"),
+        (lambda lk: lk["files"].update({"../../etc/passwd": "sha256:" + "0" * 64}), "files"),
+        (lambda lk: lk["files"].update({"preprocessing/config.pbtxt": "md5:abc"}), "files"),
+        (lambda lk: lk["values"].update({"x": {"value": 1, "origin": "somewhere"}}), "values.x.origin"),
+        (lambda lk: lk["engine"].update(placement="teleport"), "engine.placement"),
+        (lambda lk: lk["launch"].update(world_size="1"), "launch.world_size"),
+        (lambda lk: lk.pop("files"), "files"),
+    ],
+)
 def test_a_lock_file_failing_its_schema_is_not_proof(tmp_path, tok, engines, mutate, key):
     out = tmp_path / "repo"
     render_repository(engines["trtllm"], tok, out)
@@ -82,8 +88,9 @@ def test_a_lock_file_failing_its_schema_is_not_proof(tmp_path, tok, engines, mut
     assert "Traceback" not in text
 
 
-@pytest.mark.parametrize("kind,mode", [("trtllm", "copy"), ("trtllm", "symlink"), ("synthetic", "copy"),
-                                       ("synthetic", "reference")])
+@pytest.mark.parametrize(
+    "kind,mode", [("trtllm", "copy"), ("trtllm", "symlink"), ("synthetic", "copy"), ("synthetic", "reference")]
+)
 def test_unlisted_files_are_listed_and_kept(tmp_path, tok, engines, kind, mode):
     out = tmp_path / "repo"
     render_repository(engines[kind], tok, out, engine_mode=mode)
@@ -94,8 +101,13 @@ def test_unlisted_files_are_listed_and_kept(tmp_path, tok, engines, kind, mode):
     render_repository(engines[kind], tok, out, engine_mode=mode, force=True)  # nothing unlisted: replaced
     (out / "notes.md").write_text("mine")
     (out / "tensorrt_llm" / "1" / "extra.bin").write_bytes(b"mine too")
-    text = _refuse(out, engines[kind], tok, engine_mode=mode,
-                   match=["2 file(s)", "notes.md", "tensorrt_llm/1/extra.bin", "--delete-unlisted"])
+    text = _refuse(
+        out,
+        engines[kind],
+        tok,
+        engine_mode=mode,
+        match=["2 file(s)", "notes.md", "tensorrt_llm/1/extra.bin", "--delete-unlisted"],
+    )
     assert "config.pbtxt" not in text.split("deleted:")[1]
     result = render_repository(engines[kind], tok, out, engine_mode=mode, force=True, delete_unlisted=True)
     assert result.written and not (out / "notes.md").exists() and not (out / "tensorrt_llm/1/extra.bin").exists()
@@ -114,8 +126,19 @@ def test_cli_names_the_flag(tmp_path, tok, engines):
     out = tmp_path / "repo"
     render_repository(engines["trtllm"], tok, out)
     (out / "keep.txt").write_text("x")
-    args = [sys.executable, "-m", "repo_builder", "render", "--engine-dir", str(engines["trtllm"]),
-            "--tokenizer-dir", str(tok), "--output", str(out), "--force"]
+    args = [
+        sys.executable,
+        "-m",
+        "repo_builder",
+        "render",
+        "--engine-dir",
+        str(engines["trtllm"]),
+        "--tokenizer-dir",
+        str(tok),
+        "--output",
+        str(out),
+        "--force",
+    ]
     proc = subprocess.run(args, cwd=PROJECT, capture_output=True, text=True)
     assert proc.returncode == 2 and "keep.txt" in proc.stderr and "--delete-unlisted" in proc.stderr, proc.stderr
     assert (out / "keep.txt").read_text() == "x"

@@ -48,11 +48,33 @@ def test_two_renders_in_two_processes_are_byte_identical(tmp_path, tok, kind):
     procs = []
     for i, seed in enumerate(("1", "2")):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "repo_builder", "render", "--engine-dir", str(engine), "--tokenizer-dir",
-             str(tok), "--output", str(tmp_path / f"out{i}"), "--serve-path", "/srv/models/repo",
-             "--set", "stop_token_ids=2,3", "--set", "gpu_device_ids=0,1"],
-            cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "repo_builder",
+                    "render",
+                    "--engine-dir",
+                    str(engine),
+                    "--tokenizer-dir",
+                    str(tok),
+                    "--output",
+                    str(tmp_path / f"out{i}"),
+                    "--serve-path",
+                    "/srv/models/repo",
+                    "--set",
+                    "stop_token_ids=2,3",
+                    "--set",
+                    "gpu_device_ids=0,1",
+                ],
+                cwd=PROJECT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err

@@ -34,9 +34,24 @@ def _temp_engine_file(work: Path) -> Path | None:
 
 
 def _start(engine: Path, tok: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "repo_builder", "render", "--engine-dir", str(engine),
-                             "--tokenizer-dir", str(tok), "--output", str(out)],
-                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "repo_builder",
+            "render",
+            "--engine-dir",
+            str(engine),
+            "--tokenizer-dir",
+            str(tok),
+            "--output",
+            str(out),
+        ],
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _signal_mid_copy(proc: subprocess.Popen, work: Path, size: int, signum: int) -> bool:

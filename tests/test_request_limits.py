@@ -47,8 +47,11 @@ def post(tok_dir):
 
 
 def engine_inputs(**extra):
-    tensors = {"input_ids": np.array([[1, 2, 3]], np.int32), "input_lengths": np.array([[3]], np.int32),
-               "request_output_len": np.array([[4]], np.int32)}
+    tensors = {
+        "input_ids": np.array([[1, 2, 3]], np.int32),
+        "input_lengths": np.array([[3]], np.int32),
+        "request_output_len": np.array([[4]], np.int32),
+    }
     for name, value in extra.items():
         dtype = np.float32 if LIMITS[name].kind == "float" else (np.uint64 if name == "seed" else np.int32)
         tensors[name] = np.array([[value]], dtype)
@@ -84,13 +87,16 @@ def test_a_refusal_quotes_the_value_received_and_the_range():
 def test_preprocessing_refuses_max_tokens_out_of_range(pre):
     for value in (0, -5, -727379968):
         with pytest.raises(RequestError) as err:
-            pre.process({"QUERY": np.array([[b"Hello"]], dtype=object),
-                         "REQUEST_OUTPUT_LEN": np.array([[value]], np.int32)})
+            pre.process(
+                {"QUERY": np.array([[b"Hello"]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[value]], np.int32)}
+            )
         assert err.value.field == "max_tokens" and f"got {value}" in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["temperature", "runtime_top_p", "repetition_penalty", "presence_penalty",
-                                  "frequency_penalty", "len_penalty"])
+@pytest.mark.parametrize(
+    "name",
+    ["temperature", "runtime_top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "len_penalty"],
+)
 @pytest.mark.parametrize("value", BAD_REALS, ids=["nan", "inf", "-inf", "1e39"])
 def test_engine_refuses_nan_and_inf_naming_the_input_and_the_clients_field(name, value):
     with pytest.raises(EngineRequestError) as err:
@@ -100,8 +106,9 @@ def test_engine_refuses_nan_and_inf_naming_the_input_and_the_clients_field(name,
         assert f"({LIMITS[name].field} in the ensemble and BLS)" in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["temperature", "top_p", "repetition_penalty", "presence_penalty",
-                                  "frequency_penalty", "length_penalty"])
+@pytest.mark.parametrize(
+    "name", ["temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "length_penalty"]
+)
 @pytest.mark.parametrize("value", BAD_REALS, ids=["nan", "inf", "-inf", "1e39"])
 def test_bls_refuses_nan_and_inf_naming_the_field(name, value):
     with pytest.raises(BLSRequestError) as err:
@@ -109,8 +116,17 @@ def test_bls_refuses_nan_and_inf_naming_the_field(name, value):
     assert err.value.field == name and str(err.value).startswith(f"{name}: ")
 
 
-@pytest.mark.parametrize("name,value", [("top_p", 1.5), ("top_k", -1), ("temperature", -0.5),
-                                        ("repetition_penalty", 0.0), ("min_tokens", -1), ("beam_width", 0)])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("top_p", 1.5),
+        ("top_k", -1),
+        ("temperature", -0.5),
+        ("repetition_penalty", 0.0),
+        ("min_tokens", -1),
+        ("beam_width", 0),
+    ],
+)
 def test_out_of_range_values_refused_by_bls_and_engine_alike(name, value):
     engine_name = LIMITS[name].engine or name
     with pytest.raises(BLSRequestError) as bls_err:
@@ -134,11 +150,13 @@ def test_num_return_sequences_zero_is_refused_by_bls_and_engine(pre):
 def test_postprocessing_refuses_token_ids_outside_the_vocabulary(post, bad):
     """Item 12: an OverflowError from the tokenizer before; now a request error naming TOKENS_BATCH."""
     with pytest.raises(RequestError) as err:
-        post.process({"TOKENS_BATCH": np.array([[[1, bad, 3]]], np.int32),
-                      "SEQUENCE_LENGTH": np.array([[3]], np.int32)})
+        post.process(
+            {"TOKENS_BATCH": np.array([[[1, bad, 3]]], np.int32), "SEQUENCE_LENGTH": np.array([[3]], np.int32)}
+        )
     assert err.value.field == "TOKENS_BATCH" and f"token id {bad} at position [1]" in str(err.value)
     assert "[0, 32000)" in str(err.value)
     # ids past SEQUENCE_LENGTH are padding and are not looked at
-    out = post.process({"TOKENS_BATCH": np.array([[[1, 415, bad]]], np.int32),
-                        "SEQUENCE_LENGTH": np.array([[2]], np.int32)})
+    out = post.process(
+        {"TOKENS_BATCH": np.array([[[1, 415, bad]]], np.int32), "SEQUENCE_LENGTH": np.array([[2]], np.int32)}
+    )
     assert out["OUTPUT"].reshape(-1)[0]

@@ -114,8 +114,10 @@ def test_kv_cache_cap_smaller_than_one_sequence(engine_copy, sp_tok):
     tok = inspect_tokenizer(asset("mistral_v1_tokenizer"))
     with pytest.raises(ParameterError, match=r"max_tokens_in_paged_kv_cache: 4000 tokens .* 4096 tokens"):
         resolve("trtllm-1.2", eng, tok, {"max_tokens_in_paged_kv_cache": "4000"})
-    assert resolve("trtllm-1.2", eng, tok, {"max_tokens_in_paged_kv_cache": "4096"})["max_tokens_in_paged_kv_cache"] \
+    assert (
+        resolve("trtllm-1.2", eng, tok, {"max_tokens_in_paged_kv_cache": "4096"})["max_tokens_in_paged_kv_cache"]
         == 4096
+    )
 
 
 def test_tokenizer_vocab_larger_than_engine(engine_copy, llama31_tok):
@@ -134,8 +136,12 @@ def test_postprocessing_instances_with_streaming(engine_copy, sp_tok):
     eng = inspect_engine(engine_copy("v0.8-mistral-7b-dolphin"))
     with pytest.raises(ParameterError, match="postprocessing_instance_count: 2 with streaming"):
         resolve("trtllm-1.2", eng, sp_tok, {"postprocessing_instance_count": "2"}, streaming=True)
-    assert resolve("trtllm-1.2", eng, sp_tok, {"postprocessing_instance_count": "2"},
-                   streaming=False)["postprocessing_instance_count"] == 2
+    assert (
+        resolve("trtllm-1.2", eng, sp_tok, {"postprocessing_instance_count": "2"}, streaming=False)[
+            "postprocessing_instance_count"
+        ]
+        == 2
+    )
 
 
 def test_chunked_context_needs_paged_context_fmha(engine_copy, sp_tok):
@@ -152,8 +158,13 @@ def test_lookahead_needs_its_sizes(engine_copy, sp_tok):
 
 def test_streaming_with_beam_warns_b30(engine_copy):
     eng = inspect_engine(engine_copy("old-gpt-starfish-3b-beam2"))
-    res = resolve("trtllm-1.2", eng, inspect_tokenizer(asset("mistral_v1_tokenizer")), {"accumulate_tokens": "true"},
-                  streaming=True)
+    res = resolve(
+        "trtllm-1.2",
+        eng,
+        inspect_tokenizer(asset("mistral_v1_tokenizer")),
+        {"accumulate_tokens": "true"},
+        streaming=True,
+    )
     assert any("streaming with max_beam_width 2" in w for w in res.warnings)
     assert any("accumulate_tokens: with max_beam_width 2" in w for w in res.warnings)
 

@@ -19,8 +19,12 @@ from repo_builder.render import render_repository
 from repo_builder.schema import load_schema
 from repo_builder.validate import validate_repository
 
-LORA_ENGINE = {"build_config": {"plugin_config": {"lora_plugin": "float16"},
-                                "lora_config": {"max_lora_rank": 64, "lora_target_modules": ["attn_q", "attn_v"]}}}
+LORA_ENGINE = {
+    "build_config": {
+        "plugin_config": {"lora_plugin": "float16"},
+        "lora_config": {"max_lora_rank": 64, "lora_target_modules": ["attn_q", "attn_v"]},
+    }
+}
 # one adapter at rank 64: 2 (A and B) x 64 x hidden 512 x 2 modules x 4 layers x 2 bytes
 LORA_BYTES = 2 * 64 * 512 * 2 * 4 * 2
 BEAM = {"build_config": {"max_beam_width": 4, "max_seq_len": 2050}}
@@ -39,43 +43,123 @@ def xgrammar_file(tmp: Path, content: Any) -> str:
 
 # (id, engine sections, values (callable of tmp dir allowed), severity, needle)
 CASES = [
-    ("kv-blocks-beam", BEAM, {"max_beam_width": 4, "max_tokens_in_paged_kv_cache": 8200}, "error",
-     "max_tokens_in_paged_kv_cache: 8200 tokens cannot hold one full sequence (max_seq_len 2050 in blocks of 32 "
-     "tokens = 65 blocks = 2080 tokens, x max_beam_width 4 = 8320 tokens); the minimum that works is 8320"),
-    ("kv-fewer-than-batch", BEAM, {"max_beam_width": 4, "max_tokens_in_paged_kv_cache": 8320}, "warning",
-     "fewer than the batch size 8: requests will wait for KV-cache blocks; 66560 tokens hold a full batch"),
-    ("kv-tiny-fraction", {}, {"kv_cache_free_gpu_mem_fraction": 0.0001}, "warning",
-     "kv_cache_free_gpu_mem_fraction: 0.0001 of the free GPU memory leaves room for at most 2 full sequence(s)"),
-    ("xgrammar-no-file", {}, {"guided_decoding_backend": "xgrammar"}, "error",
-     "xgrammar_tokenizer_info_path: unset, but guided_decoding_backend is xgrammar"),
-    ("xgrammar-missing", {}, {"guided_decoding_backend": "xgrammar",
-                              "xgrammar_tokenizer_info_path": "/nonexistent/xg.json"}, "error",
-     "xgrammar_tokenizer_info_path: '/nonexistent/xg.json' is not a file"),
-    ("xgrammar-bad-json", {}, lambda t: {"guided_decoding_backend": "xgrammar",
-                                         "xgrammar_tokenizer_info_path": xgrammar_file(t, "{nope")}, "error",
-     "xgrammar_tokenizer_info_path: '{tmp}/xgrammar.json' is not readable JSON"),
-    ("xgrammar-wrong-keys", {}, lambda t: {"guided_decoding_backend": "xgrammar",
-                                           "xgrammar_tokenizer_info_path": xgrammar_file(t, {"vocab": []})}, "error",
-     "xgrammar_tokenizer_info_path: '{tmp}/xgrammar.json' lacks encoded_vocab, tokenizer_str, stop_token_ids"),
-    ("lora-one-byte", LORA_ENGINE, {"lora_cache_host_memory_bytes": 1}, "error",
-     f"lora_cache_host_memory_bytes: 1 bytes cannot hold one adapter at the engine's max_lora_rank 64 "
-     f"({LORA_BYTES} bytes); the minimum that works is {LORA_BYTES}"),
-    ("lora-prefetch-missing", LORA_ENGINE, {"lora_prefetch_dir": "/nonexistent/loras"}, "error",
-     "lora_prefetch_dir: '/nonexistent/loras' is not an existing directory"),
-    ("lora-sizes", LORA_ENGINE, {"lora_cache_optimal_adapter_size": 128, "lora_cache_max_adapter_size": 64}, "error",
-     "lora_cache_optimal_adapter_size: 128 is above lora_cache_max_adapter_size 64"),
-    ("lora-no-plugin", {}, {"lora_cache_gpu_memory_fraction": 0.1}, "warning",
-     "lora_cache_gpu_memory_fraction: the engine was built without the LoRA plugin"),
-    ("draft-model", {}, {"tensorrt_llm_draft_model_name": "draft"}, "error",
-     "tensorrt_llm_draft_model_name: 'draft': repo-builder's BLS has no draft-model loop"),
-    ("multimodal", {}, {"multimodal_encoders_name": "multimodal_encoders"}, "error",
-     "multimodal_encoders_name: 'multimodal_encoders': repo-builder renders text-only repositories"),
-    ("sink-window", {}, {"max_attention_window_size": "512", "sink_token_length": 512}, "error",
-     "sink_token_length: 512 sink tokens leave no room in the attention window (max_attention_window_size 512)"),
-    ("window-above-seq", {}, {"max_attention_window_size": "4096"}, "warning",
-     "max_attention_window_size: 4096 is above the engine's max_seq_len 2048"),
-    ("max-num-tokens", {"build_config": {"max_num_tokens": 512}}, {}, "warning",
-     "enable_chunked_context: off, but the engine's max_num_tokens 512 is below its max_input_len 1024"),
+    (
+        "kv-blocks-beam",
+        BEAM,
+        {"max_beam_width": 4, "max_tokens_in_paged_kv_cache": 8200},
+        "error",
+        "max_tokens_in_paged_kv_cache: 8200 tokens cannot hold one full sequence (max_seq_len 2050 in blocks of 32 "
+        "tokens = 65 blocks = 2080 tokens, x max_beam_width 4 = 8320 tokens); the minimum that works is 8320",
+    ),
+    (
+        "kv-fewer-than-batch",
+        BEAM,
+        {"max_beam_width": 4, "max_tokens_in_paged_kv_cache": 8320},
+        "warning",
+        "fewer than the batch size 8: requests will wait for KV-cache blocks; 66560 tokens hold a full batch",
+    ),
+    (
+        "kv-tiny-fraction",
+        {},
+        {"kv_cache_free_gpu_mem_fraction": 0.0001},
+        "warning",
+        "kv_cache_free_gpu_mem_fraction: 0.0001 of the free GPU memory leaves room for at most 2 full sequence(s)",
+    ),
+    (
+        "xgrammar-no-file",
+        {},
+        {"guided_decoding_backend": "xgrammar"},
+        "error",
+        "xgrammar_tokenizer_info_path: unset, but guided_decoding_backend is xgrammar",
+    ),
+    (
+        "xgrammar-missing",
+        {},
+        {"guided_decoding_backend": "xgrammar", "xgrammar_tokenizer_info_path": "/nonexistent/xg.json"},
+        "error",
+        "xgrammar_tokenizer_info_path: '/nonexistent/xg.json' is not a file",
+    ),
+    (
+        "xgrammar-bad-json",
+        {},
+        lambda t: {"guided_decoding_backend": "xgrammar", "xgrammar_tokenizer_info_path": xgrammar_file(t, "{nope")},
+        "error",
+        "xgrammar_tokenizer_info_path: '{tmp}/xgrammar.json' is not readable JSON",
+    ),
+    (
+        "xgrammar-wrong-keys",
+        {},
+        lambda t: {
+            "guided_decoding_backend": "xgrammar",
+            "xgrammar_tokenizer_info_path": xgrammar_file(t, {"vocab": []}),
+        },
+        "error",
+        "xgrammar_tokenizer_info_path: '{tmp}/xgrammar.json' lacks encoded_vocab, tokenizer_str, stop_token_ids",
+    ),
+    (
+        "lora-one-byte",
+        LORA_ENGINE,
+        {"lora_cache_host_memory_bytes": 1},
+        "error",
+        f"lora_cache_host_memory_bytes: 1 bytes cannot hold one adapter at the engine's max_lora_rank 64 "
+        f"({LORA_BYTES} bytes); the minimum that works is {LORA_BYTES}",
+    ),
+    (
+        "lora-prefetch-missing",
+        LORA_ENGINE,
+        {"lora_prefetch_dir": "/nonexistent/loras"},
+        "error",
+        "lora_prefetch_dir: '/nonexistent/loras' is not an existing directory",
+    ),
+    (
+        "lora-sizes",
+        LORA_ENGINE,
+        {"lora_cache_optimal_adapter_size": 128, "lora_cache_max_adapter_size": 64},
+        "error",
+        "lora_cache_optimal_adapter_size: 128 is above lora_cache_max_adapter_size 64",
+    ),
+    (
+        "lora-no-plugin",
+        {},
+        {"lora_cache_gpu_memory_fraction": 0.1},
+        "warning",
+        "lora_cache_gpu_memory_fraction: the engine was built without the LoRA plugin",
+    ),
+    (
+        "draft-model",
+        {},
+        {"tensorrt_llm_draft_model_name": "draft"},
+        "error",
+        "tensorrt_llm_draft_model_name: 'draft': repo-builder's BLS has no draft-model loop",
+    ),
+    (
+        "multimodal",
+        {},
+        {"multimodal_encoders_name": "multimodal_encoders"},
+        "error",
+        "multimodal_encoders_name: 'multimodal_encoders': repo-builder renders text-only repositories",
+    ),
+    (
+        "sink-window",
+        {},
+        {"max_attention_window_size": "512", "sink_token_length": 512},
+        "error",
+        "sink_token_length: 512 sink tokens leave no room in the attention window (max_attention_window_size 512)",
+    ),
+    (
+        "window-above-seq",
+        {},
+        {"max_attention_window_size": "4096"},
+        "warning",
+        "max_attention_window_size: 4096 is above the engine's max_seq_len 2048",
+    ),
+    (
+        "max-num-tokens",
+        {"build_config": {"max_num_tokens": 512}},
+        {},
+        "warning",
+        "enable_chunked_context: off, but the engine's max_num_tokens 512 is below its max_input_len 1024",
+    ),
 ]
 
 
@@ -86,8 +170,7 @@ def _values(spec: Any, tmp: Path) -> dict[str, Any]:
 def _render_text(engine: Path, tok: Path, out: Path, values: dict[str, Any]) -> tuple[str, str]:
     """(severity found by render, all its text): "error" with the error's text, else "warning"/"none"."""
     try:
-        result = render_repository(engine, tok, out, user_values={k: str(v) for k, v in values.items()},
-                                   dry_run=True)
+        result = render_repository(engine, tok, out, user_values={k: str(v) for k, v in values.items()}, dry_run=True)
     except ParameterError as exc:  # mixed classes come as ParameterError; single ones may be EngineError
         return "error", str(exc)
     except RepoBuilderError as exc:
@@ -108,8 +191,9 @@ def _add_params(repo: Path, values: dict[str, Any]) -> None:
         if f'key: "{param.key}"' in text:
             import re
 
-            text = re.sub(r'parameters: \{\s*key: "' + param.key + r'"\s*value: \{\s*string_value: "[^"]*"\s*\}\s*\}',
-                          entry, text)
+            text = re.sub(
+                r'parameters: \{\s*key: "' + param.key + r'"\s*value: \{\s*string_value: "[^"]*"\s*\}\s*\}', entry, text
+            )
         else:
             text += entry + "\n"
         path.write_text(text)
@@ -131,8 +215,9 @@ def test_render_and_validate_report_it_alike(tmp_path, tok, case):
     key = needle.split(":")[0]
     shown = load_schema().parameters[key].key if key in load_schema().parameters else key
     mine = [p for p in problems if shown in p.message and "sha256" not in p.message]
-    assert any(p.severity == severity and needle.split(": ", 1)[1] in p.message for p in mine), \
-        "\n".join(str(p) for p in problems)
+    assert any(p.severity == severity and needle.split(": ", 1)[1] in p.message for p in mine), "\n".join(
+        str(p) for p in problems
+    )
 
 
 def test_a_good_xgrammar_file_and_lora_settings_pass(tmp_path, tok):
@@ -140,9 +225,13 @@ def test_a_good_xgrammar_file_and_lora_settings_pass(tmp_path, tok):
     loras = tmp_path / "loras"
     loras.mkdir()
     info = xgrammar_file(tmp_path, {"encoded_vocab": [], "tokenizer_str": "", "stop_token_ids": [2]})
-    values = {"guided_decoding_backend": "xgrammar", "xgrammar_tokenizer_info_path": info,
-              "lora_prefetch_dir": str(loras), "lora_cache_host_memory_bytes": LORA_BYTES,
-              "kv_cache_free_gpu_mem_fraction": 0.9}
+    values = {
+        "guided_decoding_backend": "xgrammar",
+        "xgrammar_tokenizer_info_path": info,
+        "lora_prefetch_dir": str(loras),
+        "lora_cache_host_memory_bytes": LORA_BYTES,
+        "kv_cache_free_gpu_mem_fraction": 0.9,
+    }
     assert _render_text(engine, tok, tmp_path / "dry", values) == ("none", "")
 
 
@@ -158,5 +247,6 @@ def test_draft_and_multimodal_names_are_known_to_the_schema():
 
     with pytest.raises(ParameterError, match="exists in profile trtllm-1.2 only"):
         validate_user_values("trtllm-0.5", {"tensorrt_llm_draft_model_name": "d"}, source="--set")
-    assert validate_user_values("trtllm-1.2", {"multimodal_encoders_name": "m"}, source="--set") == \
-        {"multimodal_encoders_name": "m"}
+    assert validate_user_values("trtllm-1.2", {"multimodal_encoders_name": "m"}, source="--set") == {
+        "multimodal_encoders_name": "m"
+    }

@@ -27,13 +27,29 @@ guided_decoding_backend xgrammar_tokenizer_info_path
 """.split()
 
 # The seven placeholders of the v0.5.0 tensorrt_llm template.
-TRTLLM_05_PLACEHOLDERS = ["decoupled_mode", "engine_dir", "max_tokens_in_paged_kv_cache", "batch_scheduler_policy",
-                          "kv_cache_free_gpu_mem_fraction", "max_num_sequences", "enable_trt_overlap"]
+TRTLLM_05_PLACEHOLDERS = [
+    "decoupled_mode",
+    "engine_dir",
+    "max_tokens_in_paged_kv_cache",
+    "batch_scheduler_policy",
+    "kv_cache_free_gpu_mem_fraction",
+    "max_num_sequences",
+    "enable_trt_overlap",
+]
 
 # Parameters repo-builder's Python models read (docs/design.md).
 PYTHON_MODEL_KEYS = {
-    "preprocessing": ["tokenizer_dir", "add_special_tokens", "apply_chat_template", "trust_remote_code", "end_id",
-                      "pad_id", "stop_token_ids", "max_input_len", "max_seq_len"],
+    "preprocessing": [
+        "tokenizer_dir",
+        "add_special_tokens",
+        "apply_chat_template",
+        "trust_remote_code",
+        "end_id",
+        "pad_id",
+        "stop_token_ids",
+        "max_input_len",
+        "max_seq_len",
+    ],
     "postprocessing": ["tokenizer_dir", "skip_special_tokens", "trust_remote_code", "detokenizer_max_streams"],
     "tensorrt_llm_bls": ["tensorrt_llm_model_name", "accumulate_tokens", "max_beam_width"],
 }
@@ -94,25 +110,48 @@ def test_config_keys_follow_upstream():
 
 
 def test_set_strings_are_coerced():
-    out = validate_user_values("trtllm-1.2", {
-        "kv_cache_free_gpu_mem_fraction": "0.5", "enable_kv_cache_reuse": "False", "max_beam_width": " 2 ",
-        "stop_token_ids": "2,32000", "logits_datatype": "float16", "batch_scheduler_policy": "MAX_UTILIZATION",
-    }, source="--set")
-    assert out == {"kv_cache_free_gpu_mem_fraction": 0.5, "enable_kv_cache_reuse": False, "max_beam_width": 2,
-                   "stop_token_ids": [2, 32000], "logits_datatype": "TYPE_FP16",
-                   "batch_scheduler_policy": "max_utilization"}
+    out = validate_user_values(
+        "trtllm-1.2",
+        {
+            "kv_cache_free_gpu_mem_fraction": "0.5",
+            "enable_kv_cache_reuse": "False",
+            "max_beam_width": " 2 ",
+            "stop_token_ids": "2,32000",
+            "logits_datatype": "float16",
+            "batch_scheduler_policy": "MAX_UTILIZATION",
+        },
+        source="--set",
+    )
+    assert out == {
+        "kv_cache_free_gpu_mem_fraction": 0.5,
+        "enable_kv_cache_reuse": False,
+        "max_beam_width": 2,
+        "stop_token_ids": [2, 32000],
+        "logits_datatype": "TYPE_FP16",
+        "batch_scheduler_policy": "max_utilization",
+    }
 
 
 def test_yaml_values_are_typed():
-    out = validate_user_values("trtllm-1.2", {"enable_chunked_context": True, "max_queue_size": 16,
-                                              "gpu_weights_percent": 1}, source="values.yaml")
+    out = validate_user_values(
+        "trtllm-1.2",
+        {"enable_chunked_context": True, "max_queue_size": 16, "gpu_weights_percent": 1},
+        source="values.yaml",
+    )
     assert out == {"enable_chunked_context": True, "max_queue_size": 16, "gpu_weights_percent": 1.0}
 
 
 def test_b03_list_values_are_structured():
-    out = validate_user_values("trtllm-1.2", {
-        "gpu_device_ids": "0,1;2,3", "participant_ids": "1,2", "medusa_choices": "{0, 0, 0}, {0, 1}",
-        "max_attention_window_size": "4096,2048"}, source="--set")
+    out = validate_user_values(
+        "trtllm-1.2",
+        {
+            "gpu_device_ids": "0,1;2,3",
+            "participant_ids": "1,2",
+            "medusa_choices": "{0, 0, 0}, {0, 1}",
+            "max_attention_window_size": "4096,2048",
+        },
+        source="--set",
+    )
     assert out["gpu_device_ids"] == [[0, 1], [2, 3]]
     assert out["participant_ids"] == [[1, 2]]
     assert out["medusa_choices"] == [[0, 0, 0], [0, 1]]
@@ -121,16 +160,16 @@ def test_b03_list_values_are_structured():
     assert params["gpu_device_ids"].format_value(out["gpu_device_ids"]) == "0,1;2,3"
     assert params["medusa_choices"].format_value(out["medusa_choices"]) == "{0, 0, 0}, {0, 1}"
     # YAML lists give the same values.
-    same = validate_user_values("trtllm-1.2", {"gpu_device_ids": [[0, 1], [2, 3]],
-                                               "medusa_choices": [[0, 0, 0], [0, 1]]}, source="v.yaml")
+    same = validate_user_values(
+        "trtllm-1.2", {"gpu_device_ids": [[0, 1], [2, 3]], "medusa_choices": [[0, 0, 0], [0, 1]]}, source="v.yaml"
+    )
     assert same["gpu_device_ids"] == out["gpu_device_ids"] and same["medusa_choices"] == out["medusa_choices"]
     with pytest.raises(ParameterError, match="medusa_choices"):
         validate_user_values("trtllm-1.2", {"medusa_choices": "0,0,0"}, source="--set")
 
 
 def test_empty_string_means_unset():
-    out = validate_user_values("trtllm-1.2", {"max_tokens_in_paged_kv_cache": "", "decoding_mode": ""},
-                               source="--set")
+    out = validate_user_values("trtllm-1.2", {"max_tokens_in_paged_kv_cache": "", "decoding_mode": ""}, source="--set")
     assert out == {"max_tokens_in_paged_kv_cache": None, "decoding_mode": None}
 
 
@@ -151,8 +190,9 @@ def test_unknown_key_did_you_mean():
 
 def test_wrong_type_names_key_and_type():
     with pytest.raises(ParameterError) as exc:
-        validate_user_values("trtllm-1.2", {"max_beam_width": "two", "enable_kv_cache_reuse": "maybe"},
-                             source="cfg.yaml")
+        validate_user_values(
+            "trtllm-1.2", {"max_beam_width": "two", "enable_kv_cache_reuse": "maybe"}, source="cfg.yaml"
+        )
     text = str(exc.value)
     assert "cfg.yaml" in text
     assert re.search(r"max_beam_width: expected an integer, got 'two'", text)
@@ -181,10 +221,17 @@ def test_key_from_other_profile_names_the_profile():
         validate_user_values("trtllm-0.5", {"enable_kv_cache_reuse": "true"}, source="--set")
 
 
-@pytest.mark.parametrize("key,flag", [("max_input_len", "--max_input_len"), ("max_num_tokens", "--max_num_tokens"),
-                                      ("max_batch_size", "--max_batch_size"), ("max_seq_len", "--max_seq_len"),
-                                      ("max_output_len", "--max_seq_len"),
-                                      ("use_paged_context_fmha", "--use_paged_context_fmha enable")])
+@pytest.mark.parametrize(
+    "key,flag",
+    [
+        ("max_input_len", "--max_input_len"),
+        ("max_num_tokens", "--max_num_tokens"),
+        ("max_batch_size", "--max_batch_size"),
+        ("max_seq_len", "--max_seq_len"),
+        ("max_output_len", "--max_seq_len"),
+        ("use_paged_context_fmha", "--use_paged_context_fmha enable"),
+    ],
+)
 def test_build_time_key_points_to_trtllm_build(key, flag):
     with pytest.raises(ParameterError) as exc:
         validate_user_values("trtllm-1.2", {key: "8192000"}, source="--set")
@@ -194,8 +241,12 @@ def test_build_time_key_points_to_trtllm_build(key, flag):
 
 def test_b04_obsolete_keys_and_renamed_enum_all_reported():
     """B04: the NVIDIA-blog recipe, refused as a whole with one line per problem."""
-    values = {"tokenizer_type": "llama", "max_num_sequences": "4",
-              "batch_scheduler_policy": "guaranteed_completion", "max_tokens_in_paged_kv_cache": ""}
+    values = {
+        "tokenizer_type": "llama",
+        "max_num_sequences": "4",
+        "batch_scheduler_policy": "guaranteed_completion",
+        "max_tokens_in_paged_kv_cache": "",
+    }
     with pytest.raises(ParameterError) as exc:
         validate_user_values("trtllm-1.2", values, source="--set")
     lines = problems(exc)

@@ -19,8 +19,10 @@ def test_llama31_generation_config_wins():
     tok = load("llama3.1_tokenizer")
     ids = resolve_special_ids(tok, asset("llama3.1_tokenizer"))
     assert (ids.end_id, ids.pad_id, ids.stop_token_ids) == (128001, 128004, ())
-    assert ids.sources == {"end_id": "generation_config.json eos_token_id",
-                           "pad_id": "generation_config.json pad_token_id"}
+    assert ids.sources == {
+        "end_id": "generation_config.json eos_token_id",
+        "pad_id": "generation_config.json pad_token_id",
+    }
 
 
 def test_qwen25_eos_list_without_tokenizer():

@@ -25,9 +25,11 @@ def synth_dir(tmp_path):
 
 
 def make_model(engine_dir, *, decoupled=True, profile="trtllm-1.2", **params):
-    cfg = engine_model_config(profile, decoupled=decoupled,
-                              params={"engine_dir": str(engine_dir), "max_beam_width": "1",
-                                      "exclude_input_in_output": "true", **params})
+    cfg = engine_model_config(
+        profile,
+        decoupled=decoupled,
+        params={"engine_dir": str(engine_dir), "max_beam_width": "1", "exclude_input_in_output": "true", **params},
+    )
     return TritonEngineModel(fake_pb_utils(), init_args(cfg), SyntheticBackend.from_params)
 
 
@@ -99,8 +101,7 @@ def test_token_delay_paces_each_iteration(synth_dir, monkeypatch):
     class S:  # minimal sequence
         def __init__(self):
             self.state = None
-            self.req = type("R", (), {"prompt": [1], "end_id": None,
-                                      "sampling": type("P", (), {"seed": None})()})()
+            self.req = type("R", (), {"prompt": [1], "end_id": None, "sampling": type("P", (), {"seed": None})()})()
 
     seqs = [S(), S()]
     for _ in range(3):
@@ -111,15 +112,18 @@ def test_token_delay_paces_each_iteration(synth_dir, monkeypatch):
     assert sleeps == [0.025, 0.025]
 
 
-@pytest.mark.parametrize("content,match", [
-    (None, "has no synthetic_engine.json"),
-    ("{not json", "not valid JSON"),
-    (json.dumps({**SPEC, "vocab": 3}), "unknown key"),
-    # a missing key takes its default (max_seq_len 2048), which must still exceed max_input_len
-    (json.dumps({**{k: v for k, v in SPEC.items() if k != "max_seq_len"}, "max_input_len": 4096}), "must be below"),
-    (json.dumps({**SPEC, "vocab_size": "32000"}), "'vocab_size' must be a positive integer"),
-    (json.dumps({**SPEC, "max_input_len": 64}), "must be below"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        (None, "has no synthetic_engine.json"),
+        ("{not json", "not valid JSON"),
+        (json.dumps({**SPEC, "vocab": 3}), "unknown key"),
+        # a missing key takes its default (max_seq_len 2048), which must still exceed max_input_len
+        (json.dumps({**{k: v for k, v in SPEC.items() if k != "max_seq_len"}, "max_input_len": 4096}), "must be below"),
+        (json.dumps({**SPEC, "vocab_size": "32000"}), "'vocab_size' must be a positive integer"),
+        (json.dumps({**SPEC, "max_input_len": 64}), "must be below"),
+    ],
+)
 def test_bad_engine_dir_is_a_load_error_naming_the_file(tmp_path, content, match):
     if content is not None:
         (tmp_path / "synthetic_engine.json").write_text(content)
@@ -138,4 +142,8 @@ def test_missing_spec_keys_take_the_defaults_render_uses_too(tmp_path):
     assert spec == {**SPEC_DEFAULTS, "vocab_size": 1000}
     info = inspect_engine(tmp_path)
     assert (info.vocab_size, info.max_batch_size, info.max_input_len, info.max_seq_len) == (
-        1000, SPEC_DEFAULTS["max_batch_size"], SPEC_DEFAULTS["max_input_len"], SPEC_DEFAULTS["max_seq_len"])
+        1000,
+        SPEC_DEFAULTS["max_batch_size"],
+        SPEC_DEFAULTS["max_input_len"],
+        SPEC_DEFAULTS["max_seq_len"],
+    )

@@ -78,8 +78,9 @@ def test_io_sections_follow_the_contract(profile, kind):
                 if section == "input":
                     assert t.optional == s.optional
                     assert t.allow_ragged_batch == s.allow_ragged_batch
-                    assert (list(t.reshape.shape) if t.HasField("reshape") else None) == \
-                        (list(s.reshape) if s.reshape is not None else None)
+                    assert (list(t.reshape.shape) if t.HasField("reshape") else None) == (
+                        list(s.reshape) if s.reshape is not None else None
+                    )
 
 
 def test_trtllm_05_uses_uint32_request_inputs():
@@ -106,8 +107,15 @@ def test_logits_dtype_parameter_reaches_every_logits_tensor():
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("kind", ["trtllm", "hf", "synthetic"])
 def test_structural_fields(profile, kind):
-    values = template_values(profile, kind, decoupled_mode=True, triton_max_batch_size=16,
-                             max_queue_delay_microseconds=250, max_queue_size=7, preprocessing_instance_count=3)
+    values = template_values(
+        profile,
+        kind,
+        decoupled_mode=True,
+        triton_max_batch_size=16,
+        max_queue_delay_microseconds=250,
+        max_queue_size=7,
+        preprocessing_instance_count=3,
+    )
     parsed = _parse_all(render_configs(profile, values, engine_kind=kind))
     for model in MODEL_NAMES:
         assert parsed[model].name == model
@@ -173,9 +181,16 @@ def test_unset_runtime_parameters_are_omitted():
 
 def test_list_values_render_as_one_string():
     """Case B03: lists are structured input, rendered as one string inside string_value."""
-    typed = validate_user_values("trtllm-1.2", {"gpu_device_ids": "0,1;2,3", "participant_ids": [[1, 2]],
-                                                "medusa_choices": [[0, 0, 0], [0, 1]],
-                                                "max_attention_window_size": "4096,2048"}, source="test")
+    typed = validate_user_values(
+        "trtllm-1.2",
+        {
+            "gpu_device_ids": "0,1;2,3",
+            "participant_ids": [[1, 2]],
+            "medusa_choices": [[0, 0, 0], [0, 1]],
+            "max_attention_window_size": "4096,2048",
+        },
+        source="test",
+    )
     values = template_values("trtllm-1.2", **typed)
     llm = parse_model_config(render_configs("trtllm-1.2", values, engine_kind="trtllm")["tensorrt_llm"])
     p = {k: v.string_value for k, v in llm.parameters.items()}
@@ -185,16 +200,25 @@ def test_list_values_render_as_one_string():
     assert p["max_attention_window_size"] == "4096,2048"
 
 
-NASTY = ['/models/tok"enizer', "C:\\models\\tok", "/a/b\nparameters: { key: \"evil\" }",
-         'x" } } parameters { key: "evil',
-         "/tab\there", "/bell\x07\x01", "/ünïcødé/токенизатор/模型", "/trailing\\", "${tokenizer_dir}x"[2:]]
+NASTY = [
+    '/models/tok"enizer',
+    "C:\\models\\tok",
+    '/a/b\nparameters: { key: "evil" }',
+    'x" } } parameters { key: "evil',
+    "/tab\there",
+    "/bell\x07\x01",
+    "/ünïcødé/токенизатор/模型",
+    "/trailing\\",
+    "${tokenizer_dir}x"[2:],
+]
 
 
 @pytest.mark.parametrize("path", NASTY)
 def test_string_values_round_trip_and_never_add_a_field(path):
     values = template_values("trtllm-1.2", tokenizer_dir=path)
-    baseline = parse_model_config(render_configs("trtllm-1.2", template_values("trtllm-1.2"),
-                                                 engine_kind="trtllm")["preprocessing"])
+    baseline = parse_model_config(
+        render_configs("trtllm-1.2", template_values("trtllm-1.2"), engine_kind="trtllm")["preprocessing"]
+    )
     text = render_configs("trtllm-1.2", values, engine_kind="trtllm")["preprocessing"]
     cfg = model_config_pb2.ModelConfig()
     text_format.Parse(text, cfg)
@@ -252,8 +276,9 @@ def _batch_line() -> int:
 def test_template_that_renders_invalid_pbtxt_fails_with_the_line(template_copy):
     line = _batch_line()
     path = template_copy / "trtllm-1.2" / "ensemble" / "config.pbtxt.j2"
-    path.write_text(path.read_text().replace("max_batch_size: {{ triton_max_batch_size | pbint }}",
-                                             "max_batch_size: eight"))
+    path.write_text(
+        path.read_text().replace("max_batch_size: {{ triton_max_batch_size | pbint }}", "max_batch_size: eight")
+    )
     with pytest.raises(TemplateError) as err:
         render_configs("trtllm-1.2", template_values("trtllm-1.2"), engine_kind="trtllm")
     assert "ensemble/config.pbtxt" in str(err.value) and f"line {line}:" in str(err.value)
@@ -263,8 +288,11 @@ def test_leftover_placeholder_fails_with_the_line(template_copy):
     """Case B01: a `${...}` never reaches a written file."""
     line = _batch_line()
     path = template_copy / "trtllm-1.2" / "ensemble" / "config.pbtxt.j2"
-    path.write_text(path.read_text().replace("max_batch_size: {{ triton_max_batch_size | pbint }}",
-                                             "max_batch_size: ${triton_max_batch_size}"))
+    path.write_text(
+        path.read_text().replace(
+            "max_batch_size: {{ triton_max_batch_size | pbint }}", "max_batch_size: ${triton_max_batch_size}"
+        )
+    )
     with pytest.raises(TemplateError) as err:
         render_configs("trtllm-1.2", template_values("trtllm-1.2"), engine_kind="trtllm")
     assert "${triton_max_batch_size}" in str(err.value) and f"line {line}:" in str(err.value)

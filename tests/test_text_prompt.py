@@ -59,6 +59,7 @@ def test_loads_from_a_copy_without_network(tmp_path):
 
 # ---- B18: the HF default encoding --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", HF_TOKENIZERS)
 @pytest.mark.parametrize("prompt", ["how are you", "What is machine learning?"])
 def test_b18_add_special_tokens_true_is_the_hf_default(name, prompt):
@@ -72,7 +73,7 @@ def test_b18_sentencepiece_ids(name):
     tok, sp = load(name), sentencepiece(name)
     for text in ("What is machine learning?", "你有点聪明 🧘\u200d♀️ привет"):
         ids = sp.encode(text)
-        assert sp.id_to_piece(ids[0]).startswith("\u2581")                # the dummy prefix
+        assert sp.id_to_piece(ids[0]).startswith("\u2581")  # the dummy prefix
         assert encode_prompt(tok, text) == [sp.bos_id()] + ids
         assert encode_prompt(tok, text, add_special_tokens=False) == ids
     assert any(sp.id_to_piece(i).startswith("<0x") for i in sp.encode("你有点聪明 🧘"))  # byte fallback
@@ -94,6 +95,7 @@ def test_empty_prompt_is_a_request_error():
 
 # ---- chat template -------------------------------------------------------------------------------------
 
+
 def test_chat_template_llama3_single_bos():
     tok = load("llama3_tokenizer")
     rendered = render_chat(tok, "Hi there")
@@ -112,6 +114,7 @@ def test_chat_template_qwen3_user_message():
 
 # ---- B34: lengths ------------------------------------------------------------------------------------
 
+
 def test_b34_prompt_longer_than_max_input_len():
     with pytest.raises(RequestError) as err:
         check_lengths(5056, 100, max_input_len=2048, max_seq_len=2560)
@@ -128,7 +131,7 @@ def test_b34_prompt_plus_max_tokens_above_max_seq_len():
 
 def test_b34_within_limits_and_unknown_limits():
     check_lengths(2000, 560, max_input_len=2048, max_seq_len=2560)
-    check_lengths(10 ** 6, 10 ** 6, max_input_len=None, max_seq_len=None)
+    check_lengths(10**6, 10**6, max_input_len=None, max_seq_len=None)
 
 
 def test_b34_counts_tokens_with_the_same_tokenizer():
@@ -141,6 +144,7 @@ def test_b34_counts_tokens_with_the_same_tokenizer():
 
 
 # ---- B27 decode -------------------------------------------------------------------------------------
+
 
 def test_b27_decode_skips_special_tokens():
     llama = load("mistral_v1_tokenizer")

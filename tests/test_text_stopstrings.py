@@ -26,7 +26,7 @@ def test_trim_non_streaming():
     assert trim_at_stop("Hello\nUser: hi", ["User:"], include_stop=True) == ("Hello\nUser:", "User:")
     assert trim_at_stop("no stop here", ["###"]) == ("no stop here", None)
     assert trim_at_stop("prompt ### answer ### x", ["###"], start=8) == ("prompt ### answer ", "###")
-    assert find_stop("abcd", ["bc", "bcd", "cd"]) == (1, "bcd")     # earliest, then longest
+    assert find_stop("abcd", ["bc", "bcd", "cd"]) == (1, "bcd")  # earliest, then longest
 
 
 def test_stop_split_over_chunks_is_found_and_never_half_emitted():
@@ -58,9 +58,11 @@ def test_include_stop():
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(alphabet="abc\n #", max_size=40),
-       stops=st.lists(st.text(alphabet="abc\n #", min_size=1, max_size=4), min_size=0, max_size=30),
-       cuts=st.lists(st.integers(0, 40), max_size=8))
+@given(
+    text=st.text(alphabet="abc\n #", max_size=40),
+    stops=st.lists(st.text(alphabet="abc\n #", min_size=1, max_size=4), min_size=0, max_size=30),
+    cuts=st.lists(st.integers(0, 40), max_size=8),
+)
 def test_streaming_equals_non_streaming(text, stops, cuts):
     points = sorted({c for c in cuts if c <= len(text)} | {0, len(text)})
     chunks = [text[a:b] for a, b in zip(points, points[1:])]

@@ -16,8 +16,20 @@ from repo_builder.testing import packaged_tokenizer
 
 # Facts render reads (resolve.py) plus the informational ones inspect prints; class_name is the class named in
 # the files (transformers 5 reports PreTrainedTokenizerFast as TokenizersBackend).
-FIELDS = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "has_chat_template",
-          "add_bos", "end_id", "pad_id", "stop_token_ids", "special_id_sources", "special_ids_error")
+FIELDS = (
+    "vocab_size",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "unk_token_id",
+    "has_chat_template",
+    "add_bos",
+    "end_id",
+    "pad_id",
+    "stop_token_ids",
+    "special_id_sources",
+    "special_ids_error",
+)
 HEAVY = ("torch", "transformers", "grpc", "tritonclient.grpc")
 
 
@@ -52,13 +64,24 @@ def bpe_tokenizer(tmp_path_factory) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(["What is the capital of France? Paris is.", "héllo wörld 你好 🙂"] * 20, trainer)
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<|im_start|>",
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "unk_token": "<|endoftext|>",
+            }
+        )
+    )
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
     return out
 
@@ -83,8 +106,11 @@ def test_layouts_it_does_not_know_go_to_autotokenizer(tmp_path, sp_tokenizer):
     remote = tmp_path / "remote"
     remote.mkdir()
     (remote / "tokenizer.model").write_bytes((sp_tokenizer / "tokenizer.model").read_bytes())
-    (remote / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "ChatGLMTokenizer", "auto_map": {"AutoTokenizer": ["tok.ChatGLMTokenizer", None]}}))
+    (remote / "tokenizer_config.json").write_text(
+        json.dumps(
+            {"tokenizer_class": "ChatGLMTokenizer", "auto_map": {"AutoTokenizer": ["tok.ChatGLMTokenizer", None]}}
+        )
+    )
     assert tokenizer_mod.inspect_tokenizer_files(remote) is None
     bpe = tmp_path / "bpe"
     bpe.mkdir()
@@ -101,7 +127,8 @@ def _imported_by(argv: list[str], cwd: Path) -> tuple[int, list[str]]:
         f"sys.argv = {['repo-builder', *argv]!r}\n"
         "try:\n    app()\nexcept SystemExit as exc:\n    rc = exc.code or 0\nelse:\n    rc = 0\n"
         f"heavy = sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in {HEAVY!r}))\n"
-        "print('\\n' + json.dumps([rc, heavy]))\n")
+        "print('\\n' + json.dumps([rc, heavy]))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, check=False)
     rc, heavy = json.loads(out.stdout.strip().splitlines()[-1])
     return rc, heavy
@@ -110,15 +137,34 @@ def _imported_by(argv: list[str], cwd: Path) -> tuple[int, list[str]]:
 def test_cli_commands_import_no_torch(tmp_path, sp_tokenizer, json_tokenizer):
     engine = tmp_path / "engine"
     engine.mkdir()
-    (engine / "synthetic_engine.json").write_text(json.dumps(
-        {"vocab_size": 32001, "max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512}))
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": 32001, "max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512})
+    )
     runs = {
         "help": ["--help"],
         "params": ["params", "--json"],
-        "render-reference": ["render", "--engine-dir", str(engine), "--tokenizer-dir", str(sp_tokenizer),
-                             "--output", str(tmp_path / "repo"), "--engine-mode", "reference"],
-        "render-symlink": ["render", "--engine-dir", str(engine), "--tokenizer-dir", str(json_tokenizer),
-                           "--output", str(tmp_path / "repo2"), "--engine-mode", "symlink"],
+        "render-reference": [
+            "render",
+            "--engine-dir",
+            str(engine),
+            "--tokenizer-dir",
+            str(sp_tokenizer),
+            "--output",
+            str(tmp_path / "repo"),
+            "--engine-mode",
+            "reference",
+        ],
+        "render-symlink": [
+            "render",
+            "--engine-dir",
+            str(engine),
+            "--tokenizer-dir",
+            str(json_tokenizer),
+            "--output",
+            str(tmp_path / "repo2"),
+            "--engine-mode",
+            "symlink",
+        ],
         "validate": ["validate", str(tmp_path / "repo")],
         "inspect-repo": ["inspect", str(tmp_path / "repo"), "--json"],
         "inspect-engine": ["inspect", str(engine)],

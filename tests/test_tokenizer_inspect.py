@@ -48,8 +48,14 @@ def test_special_ids_and_sources():
     assert (llama2.end_id, llama2.pad_id, llama2.pad_token_id) == (2, 2, None)
 
 
-@pytest.mark.parametrize("name,cls", [("qwen1_tiktoken", "QWenTokenizer"), ("chatglm2_tokenizer", "ChatGLMTokenizer"),
-                                      ("chatglm3_tokenizer", "ChatGLMTokenizer")])
+@pytest.mark.parametrize(
+    "name,cls",
+    [
+        ("qwen1_tiktoken", "QWenTokenizer"),
+        ("chatglm2_tokenizer", "ChatGLMTokenizer"),
+        ("chatglm3_tokenizer", "ChatGLMTokenizer"),
+    ],
+)
 def test_remote_code_tokenizers_refused_when_not_trusted(name, cls):
     with pytest.raises(TokenizerError) as exc:
         inspect_tokenizer(asset(name))
@@ -102,8 +108,9 @@ def test_no_end_id_is_recorded_not_raised(tmp_path):
 
     shutil.copy(asset("gpt2_tokenizer", "vocab.json"), tmp_path / "vocab.json")
     shutil.copy(asset("gpt2_tokenizer", "merges.txt"), tmp_path / "merges.txt")
-    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "GPT2Tokenizer", "eos_token": null, '
-                                                    '"bos_token": null, "unk_token": null}')
+    (tmp_path / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "GPT2Tokenizer", "eos_token": null, "bos_token": null, "unk_token": null}'
+    )
     info = inspect_tokenizer(tmp_path)
     assert info.eos_token_id is None
     assert info.end_id is None and "no end id found" in info.special_ids_error

@@ -47,8 +47,10 @@ def test_ensemble_input_dtype_mismatch(mini):
     edit(mini, "ensemble", '{ name: "max_tokens" data_type: TYPE_INT32', '{ name: "max_tokens" data_type: TYPE_UINT32')
     got = lines(validate_repository(mini))
     ln = line_of(mini, "ensemble", 'key: "REQUEST_OUTPUT_LEN" value: "max_tokens"')
-    assert got == [f"ensemble/config.pbtxt:{ln}: dtype mismatch: 'max_tokens' is TYPE_UINT32 but "
-                   "preprocessing.REQUEST_OUTPUT_LEN expects TYPE_INT32"]
+    assert got == [
+        f"ensemble/config.pbtxt:{ln}: dtype mismatch: 'max_tokens' is TYPE_UINT32 but "
+        "preprocessing.REQUEST_OUTPUT_LEN expects TYPE_INT32"
+    ]
 
 
 def test_dtype_of_internal_tensor_comes_from_the_producing_step(mini):
@@ -77,8 +79,9 @@ def test_required_step_input_not_fed(mini):
     edit(mini, "ensemble", '      input_map { key: "input_lengths" value: "_REQUEST_INPUT_LEN" }\n', "")
     got = lines(validate_repository(mini))
     ln = line_of(mini, "ensemble", 'model_name: "tensorrt_llm"')
-    assert got == [f"ensemble/config.pbtxt:{ln}: step 'tensorrt_llm': required input 'input_lengths' is not fed by "
-                   "input_map"]
+    assert got == [
+        f"ensemble/config.pbtxt:{ln}: step 'tensorrt_llm': required input 'input_lengths' is not fed by input_map"
+    ]
 
 
 def test_optional_step_input_may_stay_unfed(mini):
@@ -94,9 +97,13 @@ def test_ensemble_output_produced_by_no_step(mini):
 
 
 def test_ensemble_output_produced_by_two_steps(mini):
-    edit(mini, "ensemble", 'output_map { key: "sequence_length" value: "_SEQUENCE_LENGTH" }',
-         'output_map { key: "sequence_length" value: "_SEQUENCE_LENGTH" }\n'
-         '      output_map { key: "output_ids" value: "text_output" }')
+    edit(
+        mini,
+        "ensemble",
+        'output_map { key: "sequence_length" value: "_SEQUENCE_LENGTH" }',
+        'output_map { key: "sequence_length" value: "_SEQUENCE_LENGTH" }\n'
+        '      output_map { key: "output_ids" value: "text_output" }',
+    )
     got = lines(validate_repository(mini))
     assert any("ensemble output 'text_output': produced by 2 steps (tensorrt_llm, postprocessing)" in g for g in got)
 
@@ -104,8 +111,10 @@ def test_ensemble_output_produced_by_two_steps(mini):
 def test_tensor_that_is_never_produced(mini):
     edit(mini, "ensemble", 'value: "_REQUEST_INPUT_LEN" }\n      output_map', 'value: "_LEN" }\n      output_map')
     got = lines(validate_repository(mini))
-    assert any("'_REQUEST_INPUT_LEN' (for tensorrt_llm.input_lengths) is neither an ensemble input nor produced" in g
-               for g in got)
+    assert any(
+        "'_REQUEST_INPUT_LEN' (for tensorrt_llm.input_lengths) is neither an ensemble input nor produced" in g
+        for g in got
+    )
 
 
 def test_missing_step_model(mini):
@@ -115,18 +124,24 @@ def test_missing_step_model(mini):
 
 
 def test_duplicate_input_name(mini):
-    edit(mini, "postprocessing", '{ name: "SEQUENCE_LENGTH" data_type: TYPE_INT32 dims: [ -1 ] }',
-         '{ name: "SEQUENCE_LENGTH" data_type: TYPE_INT32 dims: [ -1 ] },\n'
-         '  { name: "SEQUENCE_LENGTH" data_type: TYPE_INT32 dims: [ -1 ] }')
+    edit(
+        mini,
+        "postprocessing",
+        '{ name: "SEQUENCE_LENGTH" data_type: TYPE_INT32 dims: [ -1 ] }',
+        '{ name: "SEQUENCE_LENGTH" data_type: TYPE_INT32 dims: [ -1 ] },\n'
+        '  { name: "SEQUENCE_LENGTH" data_type: TYPE_INT32 dims: [ -1 ] }',
+    )
     got = lines(validate_repository(mini))
-    assert any(g.startswith("postprocessing/config.pbtxt:") and "input 'SEQUENCE_LENGTH' declared twice" in g
-               for g in got)
+    assert any(
+        g.startswith("postprocessing/config.pbtxt:") and "input 'SEQUENCE_LENGTH' declared twice" in g for g in got
+    )
 
 
 def test_name_differs_from_folder(mini):
     edit(mini, "postprocessing", 'name: "postprocessing"', 'name: "detok"')
     assert lines(validate_repository(mini)) == [
-        "postprocessing/config.pbtxt:1: name 'detok' differs from the folder name 'postprocessing'"]
+        "postprocessing/config.pbtxt:1: name 'detok' differs from the folder name 'postprocessing'"
+    ]
 
 
 def test_parse_error_is_reported_with_its_line(mini):
@@ -151,8 +166,9 @@ def test_placeholders_reported_per_line_even_when_unparsable(mini):
 def test_placeholder_inside_a_string_parses_but_is_reported(mini):
     edit(mini, "tensorrt_llm", 'string_value: "1"', 'string_value: "${max_beam_width}"')
     got = lines(validate_repository(mini))
-    assert got == [f"tensorrt_llm/config.pbtxt:{line_of(mini, 'tensorrt_llm', '${')}: "
-                   "unfilled placeholder ${max_beam_width}"]
+    assert got == [
+        f"tensorrt_llm/config.pbtxt:{line_of(mini, 'tensorrt_llm', '${')}: unfilled placeholder ${{max_beam_width}}"
+    ]
 
 
 def test_model_folder_without_config(mini):
@@ -168,8 +184,12 @@ def test_more_than_one_trtllm_instance(mini):
 
 
 def test_bls_model_name_must_exist(mini):
-    edit(mini, "postprocessing", "instance_group", 'parameters: { key: "tensorrt_llm_model_name" value: '
-                                                   '{ string_value: "llm_main" } }\ninstance_group')
+    edit(
+        mini,
+        "postprocessing",
+        "instance_group",
+        'parameters: { key: "tensorrt_llm_model_name" value: { string_value: "llm_main" } }\ninstance_group',
+    )
     got = lines(validate_repository(mini))
     assert len(got) == 1 and "tensorrt_llm_model_name 'llm_main' is not a model of the repository" in got[0]
 
@@ -186,8 +206,9 @@ def test_tokenizer_dir_must_exist_and_hold_tokenizer_files(mini, tmp_path):
     empty.mkdir()
     _add_param(mini, "postprocessing", "tokenizer_dir", str(empty))
     got = lines(validate_repository(mini))
-    assert any(g.startswith("preprocessing/config.pbtxt:") and "'/tensorrt_llm/tokenizer' is not an existing" in g
-               for g in got)
+    assert any(
+        g.startswith("preprocessing/config.pbtxt:") and "'/tensorrt_llm/tokenizer' is not an existing" in g for g in got
+    )
     assert any(g.startswith("postprocessing/config.pbtxt:") and "holds no tokenizer files" in g for g in got)
     assert len(got) == 2
 
@@ -269,10 +290,12 @@ def test_hayleyhu_batch_size_above_the_engine(engine_copy):
     got = _engine_problems(repo, engine_copy(PAIRS[repo.name]))
     ln = line_of(repo, "tensorrt_llm", "max_batch_size: 64")
     # B08: a warning, as resolve() warns for the same value at render time
-    assert got == [f"tensorrt_llm/config.pbtxt:{ln}: warning: max_batch_size: 64 is above the engine's "
-                   "max_batch_size 32: "
-                   "the engine runs at most 32 requests at once; a larger batch needs `trtllm-build --max_batch_size` "
-                   "(B08)"]
+    assert got == [
+        f"tensorrt_llm/config.pbtxt:{ln}: warning: max_batch_size: 64 is above the engine's "
+        "max_batch_size 32: "
+        "the engine runs at most 32 requests at once; a larger batch needs `trtllm-build --max_batch_size` "
+        "(B08)"
+    ]
 
 
 def test_sfc_batch_size_above_the_engine(engine_copy):
@@ -304,11 +327,17 @@ def _engine_lines(repo: Path, engine: Path) -> list[str]:
 
 def test_max_beam_width_above_the_engine(mini, engine_copy):
     """Case B07."""
-    edit(mini, "tensorrt_llm", 'key: "max_beam_width" value: { string_value: "1" }',
-         'key: "max_beam_width" value: { string_value: "4" }')
+    edit(
+        mini,
+        "tensorrt_llm",
+        'key: "max_beam_width" value: { string_value: "1" }',
+        'key: "max_beam_width" value: { string_value: "4" }',
+    )
     got = _engine_lines(mini, engine_copy("v0.8-mistral-7b-dolphin"))
-    assert got == [f"tensorrt_llm/config.pbtxt:{line_of(mini, 'tensorrt_llm', 'max_beam_width')}: max_beam_width: 4 "
-                   "is above the engine's max_beam_width 1 (rebuild with `trtllm-build --max_beam_width 4`) (B07)"]
+    assert got == [
+        f"tensorrt_llm/config.pbtxt:{line_of(mini, 'tensorrt_llm', 'max_beam_width')}: max_beam_width: 4 "
+        "is above the engine's max_beam_width 1 (rebuild with `trtllm-build --max_beam_width 4`) (B07)"
+    ]
 
 
 def test_streaming_with_beam_search(mini, engine_copy):
@@ -325,9 +354,13 @@ def test_streaming_with_beam_search(mini, engine_copy):
 
 def test_logits_dtype_must_match_the_engine(mini, engine_copy):
     """Case B09."""
-    edit(mini, "tensorrt_llm", '{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }',
-         '{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] },\n'
-         '  { name: "generation_logits" data_type: TYPE_FP16 dims: [ -1, -1, -1 ] }')
+    edit(
+        mini,
+        "tensorrt_llm",
+        '{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }',
+        '{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] },\n'
+        '  { name: "generation_logits" data_type: TYPE_FP16 dims: [ -1, -1, -1 ] }',
+    )
     got = _engine_lines(mini, engine_copy("old-gpt-starchat-15b"))
     assert len(got) == 1 and "logits data_type: TYPE_FP16 contradicts the engine's logits dtype float32" in got[0]
 

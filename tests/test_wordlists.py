@@ -38,6 +38,7 @@ def sequences(wl: np.ndarray, row: int = 0) -> list[list[int]]:
 
 # ---- B15 -----------------------------------------------------------------------------------------------
 
+
 def test_b15_eos_text_is_the_eos_id_alone(llama):
     wl = llama.word_list([["</s>"]], "stop_words")
     assert wl.dtype == np.int32 and wl.tolist() == [[[2], [1]]]
@@ -47,16 +48,16 @@ def test_b15_word_has_no_bos(llama):
     tok = llama.tokenizer
     wl = llama.word_list([["branch"]], "stop_words")
     seqs = sequences(wl)
-    assert all(1 not in s for s in seqs)                       # no BOS anywhere
-    assert tok.encode("branch", add_special_tokens=False) in seqs   # "▁branch", as generated after a space
+    assert all(1 not in s for s in seqs)  # no BOS anywhere
+    assert tok.encode("branch", add_special_tokens=False) in seqs  # "▁branch", as generated after a space
     assert all(tok.decode(s) == "branch" for s in seqs)
 
 
 @pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "sp_tiny_tokenizer"])
 def test_b16_newline_has_no_dummy_prefix(name):
     sp = sentencepiece(name)
-    dummy, newline = sp.piece_to_id("\u2581"), sp.piece_to_id("<0x0A>")   # "▁" and the byte-fallback newline
-    assert sp.encode("\n") == [dummy, newline]                            # the reported bug input
+    dummy, newline = sp.piece_to_id("\u2581"), sp.piece_to_id("<0x0A>")  # "▁" and the byte-fallback newline
+    assert sp.encode("\n") == [dummy, newline]  # the reported bug input
     enc = WordEncoder(load(name))
     assert enc.tokenizer.encode("\n", add_special_tokens=False) == [dummy, newline]
     assert enc.word_list([["\n"]], "stop_words").tolist() == [[[newline], [1]]]
@@ -67,21 +68,23 @@ def test_b16_codellama_report_generation_stops(llama):
     list must contain the newline id alone so that it matches."""
     seqs = sequences(llama.word_list([["\n"]], "stop_words"))
     generated = sentencepiece("mistral_v1_tokenizer").encode("print(x)\n")
-    assert generated[-1] == 13 and len(generated) > 1                      # <0x0A>
-    assert any(generated[-len(s):] == s for s in seqs)
+    assert generated[-1] == 13 and len(generated) > 1  # <0x0A>
+    assert any(generated[-len(s) :] == s for s in seqs)
 
 
 # ---- variants with and without a leading space ------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["gpt2_tokenizer", "llama3_tokenizer", "qwen3_tokenizer", "mistral_v1_tokenizer",
-                                  "sp_tiny_tokenizer"])
+
+@pytest.mark.parametrize(
+    "name", ["gpt2_tokenizer", "llama3_tokenizer", "qwen3_tokenizer", "mistral_v1_tokenizer", "sp_tiny_tokenizer"]
+)
 def test_stop_word_matches_with_and_without_space_before(name):
     enc = WordEncoder(load(name))
     tok = enc.tokenizer
     seqs = sequences(enc.word_list([["Hello"]], "stop_words"))
     for generated_text in ("Say:Hello", "Say: Hello", "Say:\nHello"):
         generated = tok.encode(generated_text, add_special_tokens=False)
-        assert any(generated[-len(s):] == s for s in seqs), (generated_text, generated, seqs)
+        assert any(generated[-len(s) :] == s for s in seqs), (generated_text, generated, seqs)
 
 
 def test_gpt2_both_variants(gpt2):
@@ -98,7 +101,7 @@ def test_commas_are_never_split(gpt2):
     comma = tok.convert_tokens_to_ids(",")
     phrase = [s for s in seqs if comma in s]
     assert phrase and all(tok.decode(s).strip() == "a, b" for s in phrase)
-    assert len(seqs) == 4                                       # "a, b" x2 variants, "c" x2 variants
+    assert len(seqs) == 4  # "a, b" x2 variants, "c" x2 variants
 
 
 def test_special_token_texts(llama):
@@ -107,6 +110,7 @@ def test_special_token_texts(llama):
 
 
 # ---- raw ids -----------------------------------------------------------------------------------------
+
 
 def test_raw_token_ids(llama):
     assert llama.word_list([["[13]", "[29871, 13]"]], "stop_words").tolist() == [[[13, 29871, 13], [1, 3, -1]]]
@@ -127,12 +131,11 @@ def test_bracketed_text_is_text(llama):
 
 # ---- layout ------------------------------------------------------------------------------------------
 
+
 def test_layout_padding_per_batch_row(llama):
     wl = llama.word_list([["</s>"], ["\n", "</s>"], None], "stop_words", extra_ids=[7])
     assert wl.shape == (3, 2, 3) and wl.dtype == np.int32
-    assert wl.tolist() == [[[2, 7, 0], [1, 2, -1]],
-                           [[13, 2, 7], [1, 2, 3]],
-                           [[7, 0, 0], [1, -1, -1]]]
+    assert wl.tolist() == [[[2, 7, 0], [1, 2, -1]], [[13, 2, 7], [1, 2, 3]], [[7, 0, 0], [1, -1, -1]]]
 
 
 def test_empty_lists(llama):
@@ -146,6 +149,7 @@ def test_stop_token_ids_appended_once(llama):
 
 # ---- embedding bias ------------------------------------------------------------------------------------
 
+
 def test_embedding_bias(llama):
     bias = llama.embedding_bias([["Hello", "world"]], [[2.0, -1.5]], batch=1)
     assert bias.shape == (1, 32000) and bias.dtype == np.float32
@@ -153,7 +157,7 @@ def test_embedding_bias(llama):
     assert bias[0, tok.encode("Hello", add_special_tokens=False)[0]] == 2.0
     assert bias[0, tok.encode("world", add_special_tokens=False)[0]] == -1.5
     dummy = sentencepiece("mistral_v1_tokenizer").piece_to_id("\u2581")
-    assert bias[0, 1] == 0.0 and bias[0, dummy] == 0.0           # neither BOS nor the dummy prefix
+    assert bias[0, 1] == 0.0 and bias[0, dummy] == 0.0  # neither BOS nor the dummy prefix
     assert np.count_nonzero(bias) == len({t for w in ("Hello", "world") for s in llama.text_variants(w) for t in s})
 
 
@@ -169,14 +173,18 @@ def test_embedding_bias_errors_name_the_fields(llama):
 
 # ---- large lists: batched encoding and de-duplication (timings: docs/performance.md, not asserted) --------
 
+
 @pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "gpt2_tokenizer", "qwen3_tokenizer"])
 def test_many_words_encode_like_one_word_at_a_time(name):
     """The batched path (hundreds of words in one Rust call) gives each word the same sequences as a
     request with that word alone, in the order of first occurrence, each sequence once."""
-    words = ["Hello", " Hello", "\n", "</s>", "[13]", "a, b", "Hello", "stop", "world"] \
-        + [f"w{i} end" for i in range(300)] + ["stop", "[13]"]
+    words = (
+        ["Hello", " Hello", "\n", "</s>", "[13]", "a, b", "Hello", "stop", "world"]
+        + [f"w{i} end" for i in range(300)]
+        + ["stop", "[13]"]
+    )
     batched = sequences(WordEncoder(load(name)).word_list([words], "stop_words"))
-    one = WordEncoder(load(name))                       # fresh cache: every word encoded on its own
+    one = WordEncoder(load(name))  # fresh cache: every word encoded on its own
     expected: list[list[int]] = []
     for w in words:
         for seq in sequences(one.word_list([[w]], "stop_words")):
@@ -198,7 +206,7 @@ def test_word_list_size_limits_name_the_field(llama):
         llama.word_list([["x"] * (MAX_WORDS + 1)], "stop_words")
     assert err.value.field == "stop_words" and str(MAX_WORDS) in str(err.value)
     with pytest.raises(RequestError) as err:
-        llama.word_list([["é" * (MAX_WORD_BYTES // 2 + 1)]], "bad_words")   # 2 bytes per character
+        llama.word_list([["é" * (MAX_WORD_BYTES // 2 + 1)]], "bad_words")  # 2 bytes per character
     assert err.value.field == "bad_words" and str(MAX_WORD_BYTES) in str(err.value)
     with pytest.raises(RequestError) as err:
         llama.embedding_bias([["x"] * (MAX_WORDS + 1)], [[1.0] * (MAX_WORDS + 1)], batch=1)

@@ -39,16 +39,29 @@ from __future__ import annotations
 from .inputs import check_request, prepare_inputs
 from .llm import LLMClient
 from .models import (
-                     DEFAULT_URLS,
-                     FIELD_ALIASES,
-                     GenerateRequest,
-                     GenerateResult,
-                     ModelInfo,
-                     Protocol,
-                     StreamEvent,
-                     new_request_id,
+    DEFAULT_URLS,
+    FIELD_ALIASES,
+    GenerateRequest,
+    GenerateResult,
+    ModelInfo,
+    Protocol,
+    StreamEvent,
+    new_request_id,
 )
 from .tokens import load_tokenizer, token_counter
 
-__all__ = ["DEFAULT_URLS", "FIELD_ALIASES", "GenerateRequest", "GenerateResult", "LLMClient", "ModelInfo", "Protocol",
-           "StreamEvent", "check_request", "load_tokenizer", "new_request_id", "prepare_inputs", "token_counter"]
+__all__ = [
+    "DEFAULT_URLS",
+    "FIELD_ALIASES",
+    "GenerateRequest",
+    "GenerateResult",
+    "LLMClient",
+    "ModelInfo",
+    "Protocol",
+    "StreamEvent",
+    "check_request",
+    "load_tokenizer",
+    "new_request_id",
+    "prepare_inputs",
+    "token_counter",
+]

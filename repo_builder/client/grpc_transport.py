@@ -34,8 +34,14 @@ class GrpcTransport(_Connection):
                 self._router = _GrpcRouter(self._grpc_client())
             return self._router
 
-    def _grpc_events(self, info: ModelInfo, arrays: dict[str, np.ndarray], rid: str,
-                     res: GenerateResult, outputs: list[str] | None = None) -> Iterator[StreamEvent]:
+    def _grpc_events(
+        self,
+        info: ModelInfo,
+        arrays: dict[str, np.ndarray],
+        rid: str,
+        res: GenerateResult,
+        outputs: list[str] | None = None,
+    ) -> Iterator[StreamEvent]:
         if info.decoupled:
             handle = self._ensure_router().submit(info, arrays, res, rid, outputs)
             yield from handle.events(self.timeout_s)
@@ -46,8 +52,9 @@ class GrpcTransport(_Connection):
         res.request_id = rid
         res.start_ns = time.perf_counter_ns()
         try:
-            out = self._grpc_client().infer(info.name, inputs, request_id=rid, client_timeout=self.timeout_s,
-                                            outputs=_grpc_outputs(outputs))
+            out = self._grpc_client().infer(
+                info.name, inputs, request_id=rid, client_timeout=self.timeout_s, outputs=_grpc_outputs(outputs)
+            )
         except InferenceServerException as exc:
             res.end_ns = time.perf_counter_ns()
             text = exc.message() or str(exc)
@@ -100,9 +107,11 @@ class _Handle:
             except queue.Empty:
                 self.router.forget(res.request_id)
                 res.end_ns = time.perf_counter_ns()
-                res.error = ClientError(f"model '{res.model}': no complete response within {timeout_s:g} s "
-                                        f"(request id {res.request_id})", key="--timeout",
-                                        hint="raise the timeout, or ask for fewer tokens")
+                res.error = ClientError(
+                    f"model '{res.model}': no complete response within {timeout_s:g} s (request id {res.request_id})",
+                    key="--timeout",
+                    hint="raise the timeout, or ask for fewer tokens",
+                )
                 self.done = True
                 raise res.error from None
             if kind == "error":
@@ -136,8 +145,14 @@ class _GrpcRouter:
         self.stream_error: ClientError | None = None
         client.start_stream(callback=self._callback)
 
-    def submit(self, info: ModelInfo, arrays: dict[str, np.ndarray], result: GenerateResult,
-               rid: str | None = None, outputs: list[str] | None = None) -> _Handle:
+    def submit(
+        self,
+        info: ModelInfo,
+        arrays: dict[str, np.ndarray],
+        result: GenerateResult,
+        rid: str | None = None,
+        outputs: list[str] | None = None,
+    ) -> _Handle:
         """Send one request on the stream; its responses arrive through the returned handle."""
         model = info.name
         rid = rid or result.request_id or new_request_id()
@@ -150,8 +165,9 @@ class _GrpcRouter:
         inputs = _grpc_inputs(info, arrays)
         result.start_ns = time.perf_counter_ns()
         try:
-            self.client.async_stream_infer(model, inputs, request_id=rid, enable_empty_final_response=True,
-                                           outputs=_grpc_outputs(outputs))
+            self.client.async_stream_infer(
+                model, inputs, request_id=rid, enable_empty_final_response=True, outputs=_grpc_outputs(outputs)
+            )
         except Exception as exc:  # noqa: BLE001 - a broken stream surfaces as InferenceServerException
             self.forget(rid)
             result.end_ns = time.perf_counter_ns()
@@ -171,8 +187,9 @@ class _GrpcRouter:
                 status = error.status() if hasattr(error, "status") else None
                 if status:  # the stream itself failed (gRPC status): every request in flight is lost
                     for lost in list(self.handles.values()):
-                        err = ClientError(f"model '{lost.result.model}': gRPC stream failed: {status} {message}",
-                                          key="--url")
+                        err = ClientError(
+                            f"model '{lost.result.model}': gRPC stream failed: {status} {message}", key="--url"
+                        )
                         lost.queue.put(("error", err, now))
                     self.handles.clear()
                     return
@@ -228,5 +245,6 @@ class _GrpcOutputs(Mapping[str, Any]):
 
 def _event_from_grpc(index: int, now: int, result: Any, final: bool) -> StreamEvent:
     outputs = _GrpcOutputs(result)
-    return StreamEvent(index, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")),
-                       outputs, final)
+    return StreamEvent(
+        index, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")), outputs, final
+    )

@@ -27,15 +27,25 @@ class HttpTransport(_Connection):
         return self._session
 
     # -- HTTP ------------------------------------------------------------------------------------------
-    def _http_events(self, info: ModelInfo, fields: dict[str, Any], arrays: dict[str, np.ndarray],
-                     endpoint: str, rid: str, res: GenerateResult) -> Iterator[StreamEvent]:
+    def _http_events(
+        self,
+        info: ModelInfo,
+        fields: dict[str, Any],
+        arrays: dict[str, np.ndarray],
+        endpoint: str,
+        rid: str,
+        res: GenerateResult,
+    ) -> Iterator[StreamEvent]:
         import requests
 
         if endpoint == "generate" and fields.get("stream") and info.decoupled:
-            raise ClientError(f"POST /v2/models/{info.name}/generate returns exactly one response, but stream=true "
-                              "on a decoupled model produces many (Triton: 'generate expects model to produce exactly "
-                              "1 response')", key="stream",
-                              hint=f"use POST /v2/models/{info.name}/generate_stream (repo-builder generate --stream)")
+            raise ClientError(
+                f"POST /v2/models/{info.name}/generate returns exactly one response, but stream=true "
+                "on a decoupled model produces many (Triton: 'generate expects model to produce exactly "
+                "1 response')",
+                key="stream",
+                hint=f"use POST /v2/models/{info.name}/generate_stream (repo-builder generate --stream)",
+            )
         body: dict[str, Any] = {"id": rid}
         for field_name, value in fields.items():
             name = info.input_name(field_name)
@@ -46,8 +56,13 @@ class HttpTransport(_Connection):
         url = f"http://{self.url}/v2/models/{info.name}/{endpoint}"
         res.start_ns = time.perf_counter_ns()
         try:
-            resp = self._http().post(url, data=json.dumps(body), stream=(endpoint == "generate_stream"),
-                                     timeout=(10, self.timeout_s), headers={"Content-Type": "application/json"})
+            resp = self._http().post(
+                url,
+                data=json.dumps(body),
+                stream=(endpoint == "generate_stream"),
+                timeout=(10, self.timeout_s),
+                headers={"Content-Type": "application/json"},
+            )
         except requests.Timeout:
             res.end_ns = time.perf_counter_ns()
             res.error = self._timed_out(info.name, rid)
@@ -84,8 +99,9 @@ class HttpTransport(_Connection):
                     raise res.error from None
                 except requests.RequestException as exc:  # connection lost mid-stream
                     res.end_ns = time.perf_counter_ns()
-                    res.error = ClientError(f"model '{info.name}': the response stream broke off after "
-                                            f"{index} event(s): {exc}", key="--url")
+                    res.error = ClientError(
+                        f"model '{info.name}': the response stream broke off after {index} event(s): {exc}", key="--url"
+                    )
                     raise res.error from None
                 if line is None:
                     break
@@ -109,15 +125,30 @@ class HttpTransport(_Connection):
     def _http_infer(self, info: ModelInfo, arrays: dict[str, np.ndarray], rid: str, res: GenerateResult) -> None:
         import requests
 
-        body = {"id": rid, "inputs": [
-            {"name": name, "shape": list(arr.shape), "datatype": info.inputs[name].wire_type,
-             "data": ([b.decode("utf-8") for b in arr.reshape(-1)] if arr.dtype == np.object_
-                      else arr.reshape(-1).tolist())}
-            for name, arr in arrays.items()]}
+        body = {
+            "id": rid,
+            "inputs": [
+                {
+                    "name": name,
+                    "shape": list(arr.shape),
+                    "datatype": info.inputs[name].wire_type,
+                    "data": (
+                        [b.decode("utf-8") for b in arr.reshape(-1)]
+                        if arr.dtype == np.object_
+                        else arr.reshape(-1).tolist()
+                    ),
+                }
+                for name, arr in arrays.items()
+            ],
+        }
         res.start_ns = time.perf_counter_ns()
         try:
-            resp = self._http().post(f"http://{self.url}/v2/models/{info.name}/infer", data=json.dumps(body),
-                                     timeout=(10, self.timeout_s), headers={"Content-Type": "application/json"})
+            resp = self._http().post(
+                f"http://{self.url}/v2/models/{info.name}/infer",
+                data=json.dumps(body),
+                timeout=(10, self.timeout_s),
+                headers={"Content-Type": "application/json"},
+            )
         except requests.RequestException as exc:
             raise self._unreachable(exc) from None
         now = time.perf_counter_ns()
@@ -126,10 +157,14 @@ class HttpTransport(_Connection):
         if resp.status_code != 200 or "error" in payload:
             res.error = _server_error(info.name, payload.get("error", resp.text))
             return
-        outputs = {o["name"]: np.asarray(o.get("data", [])).reshape(o.get("shape", [-1]))
-                   for o in payload.get("outputs", [])}
-        res.events.append(StreamEvent(0, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")),
-                                      outputs, final=True))
+        outputs = {
+            o["name"]: np.asarray(o.get("data", [])).reshape(o.get("shape", [-1])) for o in payload.get("outputs", [])
+        }
+        res.events.append(
+            StreamEvent(
+                0, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")), outputs, final=True
+            )
+        )
 
 
 def _json_value(arr: np.ndarray, spec: IOSpec, was_list: bool) -> Any:
@@ -141,10 +176,12 @@ def _json_value(arr: np.ndarray, spec: IOSpec, was_list: bool) -> Any:
         items = flat.tolist()
     return items if was_list else items[0]
 
+
 def _event_from_json(index: int, now: int, payload: dict[str, Any], final: bool) -> StreamEvent:
     outputs = {k: v for k, v in payload.items() if k not in ("model_name", "model_version", "id")}
-    return StreamEvent(index, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")),
-                       outputs, final)
+    return StreamEvent(
+        index, now, _text_of(outputs.get("text_output")), _ids_of(outputs.get("output_ids")), outputs, final
+    )
 
 
 def _json_or_error(text: str) -> dict[str, Any]:

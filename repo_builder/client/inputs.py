@@ -27,9 +27,11 @@ def _as_array(spec: IOSpec, value: Any, field_name: str, model: str) -> np.ndarr
             info = np.iinfo(dtype)
             bad = [v for v in ints if v < info.min or v > info.max]
             if bad:
-                raise ClientError(f"value {bad[0]} does not fit model '{model}' input '{spec.name}' "
-                                  f"({spec.data_type})", key=field_name,
-                                  hint="unsigned inputs (TensorRT-LLM v0.5-v0.6 templates) take no negative ids")
+                raise ClientError(
+                    f"value {bad[0]} does not fit model '{model}' input '{spec.name}' ({spec.data_type})",
+                    key=field_name,
+                    hint="unsigned inputs (TensorRT-LLM v0.5-v0.6 templates) take no negative ids",
+                )
             return np.array(ints, dtype=dtype)
         if dtype.kind == "b":
             if any(not isinstance(v, (bool, np.bool_)) for v in values):
@@ -37,8 +39,10 @@ def _as_array(spec: IOSpec, value: Any, field_name: str, model: str) -> np.ndarr
             return np.array(values, dtype=dtype)
         return np.array([float(v) for v in values], dtype=dtype)
     except (TypeError, ValueError) as exc:
-        raise ClientError(f"value {value!r} is not valid for model '{model}' input '{spec.name}' "
-                          f"({spec.data_type}): {exc}", key=field_name) from None
+        raise ClientError(
+            f"value {value!r} is not valid for model '{model}' input '{spec.name}' ({spec.data_type}): {exc}",
+            key=field_name,
+        ) from None
 
 
 def prepare_inputs(info: ModelInfo, fields: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -57,8 +61,11 @@ def prepare_inputs(info: ModelInfo, fields: dict[str, Any]) -> dict[str, np.ndar
             continue
         name = info.input_name(field_name)
         if name is None:
-            raise ClientError(f"model '{info.name}' has no input for request field '{field_name}'",
-                              key=field_name, hint=f"its inputs are: {', '.join(sorted(info.inputs))}")
+            raise ClientError(
+                f"model '{info.name}' has no input for request field '{field_name}'",
+                key=field_name,
+                hint=f"its inputs are: {', '.join(sorted(info.inputs))}",
+            )
         arr = _as_array(info.inputs[name], value, field_name, info.name)
         if info.max_batch_size > 0:
             arr = arr.reshape(1, -1)
@@ -70,8 +77,7 @@ def prepare_inputs(info: ModelInfo, fields: dict[str, Any]) -> dict[str, np.ndar
             arr = np.array([b""], dtype=np.object_)
             arrays[name] = arr.reshape(1, -1) if info.max_batch_size > 0 else arr
         else:
-            raise ClientError(f"model '{info.name}' requires input '{name}', which the request does not set",
-                              key=name)
+            raise ClientError(f"model '{info.name}' requires input '{name}', which the request does not set", key=name)
     return arrays
 
 
@@ -86,16 +92,22 @@ def check_request(info: ModelInfo, fields: dict[str, Any]) -> None:
     stream = bool(fields.get("stream"))
     beam = fields.get("beam_width")
     if stream and beam is not None and int(beam) > 1:
-        raise ClientError(f"beam_width={beam} cannot be combined with stream=true: TensorRT-LLM streams only "
-                          "with a beam width of 1", key="beam_width",
-                          hint="set beam_width to 1 or turn streaming off")
+        raise ClientError(
+            f"beam_width={beam} cannot be combined with stream=true: TensorRT-LLM streams only with a beam width of 1",
+            key="beam_width",
+            hint="set beam_width to 1 or turn streaming off",
+        )
     if stream and not info.decoupled:
-        raise ClientError(f"model '{info.name}' is not decoupled, so it cannot stream (the server would answer "
-                          "'Streaming is only supported if model is deployed using decoupled mode')", key="stream",
-                          hint="render the repository with streaming enabled, or send stream=false")
+        raise ClientError(
+            f"model '{info.name}' is not decoupled, so it cannot stream (the server would answer "
+            "'Streaming is only supported if model is deployed using decoupled mode')",
+            key="stream",
+            hint="render the repository with streaming enabled, or send stream=false",
+        )
     max_tokens = fields.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
-                                   or int(max_tokens) <= 0):
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or int(max_tokens) <= 0
+    ):
         raise ClientError(f"max_tokens must be a positive integer, got {max_tokens!r}", key="max_tokens")
     # the server's own limits (runtime/limits.py), checked here because Triton's HTTP front end wraps
     # integers that do not fit an INT32 input and turns reals beyond FP32 into inf before any model sees them
@@ -103,7 +115,7 @@ def check_request(info: ModelInfo, fields: dict[str, Any]) -> None:
         spec = LIMITS.get(field_name)
         if spec is None or spec.field != field_name or value is None:
             continue
-        for v in (list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]):
+        for v in list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]:
             try:
                 check(field_name, v)
             except RequestError as exc:

@@ -33,8 +33,9 @@ class LLMClient(HttpTransport, GrpcTransport):
         ClientError: the server cannot be reached or does not serve ``model`` (at first use).
     """
 
-    def __init__(self, url: str | None = None, protocol: Protocol = "http", model: str = "ensemble",
-                 timeout_s: float = 300.0) -> None:
+    def __init__(
+        self, url: str | None = None, protocol: Protocol = "http", model: str = "ensemble", timeout_s: float = 300.0
+    ) -> None:
         if protocol not in ("http", "grpc"):
             raise ClientError(f"unknown protocol '{protocol}'", key="--protocol", hint="use http or grpc")
         self.protocol: Protocol = protocol
@@ -107,8 +108,11 @@ class LLMClient(HttpTransport, GrpcTransport):
             except requests.RequestException as exc:
                 raise self._unreachable(exc) from None
             if resp.status_code != 200:
-                raise ClientError(f"model '{model}' is not available on {self.url}: {_error_text(resp.text)}",
-                                  key="--model", hint="check the name with GET /v2/repository/index")
+                raise ClientError(
+                    f"model '{model}' is not available on {self.url}: {_error_text(resp.text)}",
+                    key="--model",
+                    hint="check the name with GET /v2/repository/index",
+                )
             config = resp.json()
         else:
             from tritonclient.utils import InferenceServerException
@@ -119,8 +123,11 @@ class LLMClient(HttpTransport, GrpcTransport):
                 text = exc.message() or str(exc)
                 if "StatusCode.UNAVAILABLE" in str(exc.status()) or "failed to connect" in text.lower():
                     raise self._unreachable(exc) from None
-                raise ClientError(f"model '{model}' is not available on {self.url}: {text}", key="--model",
-                                  hint="check the model name") from None
+                raise ClientError(
+                    f"model '{model}' is not available on {self.url}: {text}",
+                    key="--model",
+                    hint="check the model name",
+                ) from None
         info = ModelInfo.from_config(config)
         self._infos[model] = info
         return info
@@ -157,16 +164,27 @@ class LLMClient(HttpTransport, GrpcTransport):
         check_request(info, fields)
         if request.outputs is not None:
             if self.protocol != "grpc":
-                raise ClientError("HTTP /generate returns every output; selecting outputs needs gRPC", key="outputs",
-                                  hint="drop outputs or use protocol grpc")
+                raise ClientError(
+                    "HTTP /generate returns every output; selecting outputs needs gRPC",
+                    key="outputs",
+                    hint="drop outputs or use protocol grpc",
+                )
             unknown = [o for o in request.outputs if o not in info.outputs]
             if unknown:
-                raise ClientError(f"model '{info.name}' has no output '{unknown[0]}'", key="outputs",
-                                  hint=f"its outputs are: {', '.join(info.outputs)}")
+                raise ClientError(
+                    f"model '{info.name}' has no output '{unknown[0]}'",
+                    key="outputs",
+                    hint=f"its outputs are: {', '.join(info.outputs)}",
+                )
         return info, fields, prepare_inputs(info, fields)
 
-    def iter_events(self, request: GenerateRequest, model: str | None = None,
-                    result: GenerateResult | None = None, endpoint: str | None = None) -> Iterator[StreamEvent]:
+    def iter_events(
+        self,
+        request: GenerateRequest,
+        model: str | None = None,
+        result: GenerateResult | None = None,
+        endpoint: str | None = None,
+    ) -> Iterator[StreamEvent]:
         """Send ``request`` and yield each response as it arrives.
 
         HTTP uses ``/generate_stream`` when ``request.stream`` and ``/generate`` otherwise (``endpoint``
@@ -183,16 +201,22 @@ class LLMClient(HttpTransport, GrpcTransport):
         info, fields, arrays = self._prepare(request, model)
         rid = request.request_id or new_request_id()
         res = result if result is not None else GenerateResult(model, rid, self.protocol, request.stream, 0)
-        res.model, res.request_id, res.protocol, res.stream, res.prompt = (model, rid, self.protocol,
-                                                                           request.stream, request.text)
+        res.model, res.request_id, res.protocol, res.stream, res.prompt = (
+            model,
+            rid,
+            self.protocol,
+            request.stream,
+            request.text,
+        )
         if self.protocol == "http":
             endpoint = endpoint or ("generate_stream" if request.stream else "generate")
             yield from self._http_events(info, fields, arrays, endpoint, rid, res)
         else:
             yield from self._grpc_events(info, arrays, rid, res, request.outputs)
 
-    def generate(self, request: GenerateRequest, model: str | None = None,
-                 endpoint: str | None = None) -> GenerateResult:
+    def generate(
+        self, request: GenerateRequest, model: str | None = None, endpoint: str | None = None
+    ) -> GenerateResult:
         """Run ``request`` to completion. A server error is stored in ``result.error`` (not raised), so a
         benchmark can count it; client-side refusals are raised as :class:`ClientError`. ``endpoint``: see
         :meth:`iter_events`."""
@@ -217,14 +241,14 @@ class LLMClient(HttpTransport, GrpcTransport):
         if self.protocol == "grpc" and self.model_info(model).decoupled:
             ids = [r.request_id for r in requests if r.request_id]
             if len(ids) != len(set(ids)):
-                raise ClientError("request ids must be unique among requests in flight on one stream",
-                                  key="request_id")
+                raise ClientError("request ids must be unique among requests in flight on one stream", key="request_id")
             prepared = []
             for req in requests:
                 info, _, arrays = self._prepare(req, model)
                 rid = req.request_id or new_request_id()
-                prepared.append((GenerateResult(model, rid, "grpc", req.stream, 0, prompt=req.text), arrays,
-                                 req.outputs))
+                prepared.append(
+                    (GenerateResult(model, rid, "grpc", req.stream, 0, prompt=req.text), arrays, req.outputs)
+                )
             router = self._ensure_router()
             info = self.model_info(model)
             handles = [router.submit(info, arrays, res, outputs=outs) for res, arrays, outs in prepared]
@@ -256,8 +280,9 @@ class LLMClient(HttpTransport, GrpcTransport):
         return [r for r in results if r is not None]
 
     # -- token ids (B33) -------------------------------------------------------------------------------
-    def infer_token_ids(self, input_ids: Sequence[int], request_output_len: int, model: str = "tensorrt_llm",
-                        **fields: Any) -> GenerateResult:
+    def infer_token_ids(
+        self, input_ids: Sequence[int], request_output_len: int, model: str = "tensorrt_llm", **fields: Any
+    ) -> GenerateResult:
         """Send token ids straight to the TensorRT-LLM model (no tokenizer involved).
 
         ``input_ids`` go as an explicit ``[1, N]`` INT32 tensor with ``input_lengths`` = ``[[N]]`` and
@@ -283,10 +308,16 @@ class LLMClient(HttpTransport, GrpcTransport):
             raise ClientError("input_ids is empty", key="input_ids")
         info = self.model_info(model)
         if self.protocol == "http" and info.decoupled:
-            raise ClientError(f"model '{model}' is decoupled and Triton's HTTP /infer endpoint refuses "
-                              "decoupled models", key="protocol", hint="use protocol grpc for token-id requests")
-        values: dict[str, Any] = {"input_ids": ids, "input_lengths": len(ids),
-                                  "request_output_len": int(request_output_len)}
+            raise ClientError(
+                f"model '{model}' is decoupled and Triton's HTTP /infer endpoint refuses decoupled models",
+                key="protocol",
+                hint="use protocol grpc for token-id requests",
+            )
+        values: dict[str, Any] = {
+            "input_ids": ids,
+            "input_lengths": len(ids),
+            "request_output_len": int(request_output_len),
+        }
         values.update({k: v for k, v in fields.items() if v is not None})
         if "end_id" not in values and "end_id" in info.inputs:
             end_id = self.served_end_id()  # without it the engine ignores the tokenizer's EOS

@@ -69,14 +69,21 @@ class ModelInfo:
         inputs = {}
         for item in config.get("input", []):
             dims = tuple(int(d) for d in item.get("dims", []))
-            inputs[item["name"]] = IOSpec(item["name"], item.get("data_type", "TYPE_STRING"), dims,
-                                             bool(item.get("optional", False)))
+            inputs[item["name"]] = IOSpec(
+                item["name"], item.get("data_type", "TYPE_STRING"), dims, bool(item.get("optional", False))
+            )
         policy = config.get("model_transaction_policy") or {}
-        return cls(name=config.get("name", "?"), max_batch_size=int(config.get("max_batch_size", 0) or 0),
-                   decoupled=bool(policy.get("decoupled", False)), inputs=inputs,
-                   outputs=tuple(o["name"] for o in config.get("output", [])),
-                   parameters={k: str((v or {}).get("string_value", "")) if isinstance(v, dict) else str(v)
-                               for k, v in (config.get("parameters") or {}).items()})
+        return cls(
+            name=config.get("name", "?"),
+            max_batch_size=int(config.get("max_batch_size", 0) or 0),
+            decoupled=bool(policy.get("decoupled", False)),
+            inputs=inputs,
+            outputs=tuple(o["name"] for o in config.get("output", [])),
+            parameters={
+                k: str((v or {}).get("string_value", "")) if isinstance(v, dict) else str(v)
+                for k, v in (config.get("parameters") or {}).items()
+            },
+        )
 
     def input_name(self, field_name: str) -> str | None:
         """The model's input that carries request field ``field_name`` (following :data:`FIELD_ALIASES`)."""
@@ -133,8 +140,19 @@ class GenerateRequest:
     extra: dict[str, Any] = field(default_factory=dict)
     outputs: list[str] | None = None
 
-    _NAMED = ("stop_words", "bad_words", "temperature", "top_k", "top_p", "end_id", "pad_id",
-              "exclude_input_in_output", "beam_width", "min_tokens", "seed")
+    _NAMED = (
+        "stop_words",
+        "bad_words",
+        "temperature",
+        "top_k",
+        "top_p",
+        "end_id",
+        "pad_id",
+        "exclude_input_in_output",
+        "beam_width",
+        "min_tokens",
+        "seed",
+    )
 
     def fields(self) -> dict[str, Any]:
         """The request as ``{field: value}`` (unset fields left out), before mapping onto a model."""
@@ -248,7 +266,7 @@ class GenerateResult:
         ids = self.token_ids
         if ids is not None:
             p = self.prompt_ids
-            if p and not self.stream and ids[:len(p)] == p:
+            if p and not self.stream and ids[: len(p)] == p:
                 return len(ids) - len(p)
             return len(ids)
         if count_tokens is not None:

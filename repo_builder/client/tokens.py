@@ -19,8 +19,11 @@ def load_tokenizer(tokenizer_dir: str) -> Any:
 
         return AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
     except Exception as exc:  # transformers raises many types (OSError, ValueError, ...)
-        raise ClientError(f"cannot load a tokenizer from {tokenizer_dir}: {exc}", key="--tokenizer-dir",
-                          hint="pass a local Hugging Face tokenizer directory") from None
+        raise ClientError(
+            f"cannot load a tokenizer from {tokenizer_dir}: {exc}",
+            key="--tokenizer-dir",
+            hint="pass a local Hugging Face tokenizer directory",
+        ) from None
 
 
 def token_counter(tokenizer: Any) -> Callable[[str], int]:
@@ -29,8 +32,11 @@ def token_counter(tokenizer: Any) -> Callable[[str], int]:
     Args:
         tokenizer: a loaded tokenizer, or a tokenizer directory (loaded with :func:`load_tokenizer`).
     """
-    tok = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, bytes)) or hasattr(tokenizer, "__fspath__") \
+    tok = (
+        load_tokenizer(tokenizer)
+        if isinstance(tokenizer, (str, bytes)) or hasattr(tokenizer, "__fspath__")
         else tokenizer
+    )
 
     def count(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False)) if text else 0

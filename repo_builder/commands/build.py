@@ -17,8 +17,9 @@ def _parse_sets(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
         if "=" not in item:
-            raise ParameterError(f"--set expects KEY=VALUE, got '{item}'", key=item,
-                                 hint="e.g. --set kv_cache_free_gpu_mem_fraction=0.8")
+            raise ParameterError(
+                f"--set expects KEY=VALUE, got '{item}'", key=item, hint="e.g. --set kv_cache_free_gpu_mem_fraction=0.8"
+            )
         key, value = item.split("=", 1)
         if not key.strip():
             raise ParameterError(f"--set expects KEY=VALUE, got '{item}' (empty key)", key=item)
@@ -44,8 +45,10 @@ def _print_plan(result: Any, console: Any) -> None:
     from rich.table import Table
 
     plan = result.plan
-    console.print(f"[bold]dry run[/bold]: nothing written. Repository {plan.output} "
-                  f"({'exists' if result.existed else 'new'}), profile {plan.profile}")
+    console.print(
+        f"[bold]dry run[/bold]: nothing written. Repository {plan.output} "
+        f"({'exists' if result.existed else 'new'}), profile {plan.profile}"
+    )
     files = Table(title="files", show_lines=False)
     files.add_column("path")
     files.add_column("bytes", justify="right")
@@ -59,8 +62,10 @@ def _print_plan(result: Any, console: Any) -> None:
     console.print(files)
     pl = plan.placement
     target = pl.engine_dir_in(plan.serve_root)
-    console.print(f"engine: {plan.engine.kind} at {pl.source_dir}; placement {pl.mode}: {len(pl.files)} file(s), "
-                  f"{pl.total_bytes / 2**20:.1f} MiB; engine_dir = {target}")
+    console.print(
+        f"engine: {plan.engine.kind} at {pl.source_dir}; placement {pl.mode}: {len(pl.files)} file(s), "
+        f"{pl.total_bytes / 2**20:.1f} MiB; engine_dir = {target}"
+    )
     values = Table(title="values")
     values.add_column("parameter")
     values.add_column("value")
@@ -80,29 +85,44 @@ def _print_plan(result: Any, console: Any) -> None:
 @app.command()
 @report_errors
 def render(
-    engine_dir: Path | None = typer.Option(None, "--engine-dir",
-                                              help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."),
+    engine_dir: Path | None = typer.Option(
+        None, "--engine-dir", help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."
+    ),
     tokenizer_dir: Path | None = typer.Option(None, "--tokenizer-dir", help="Local Hugging Face tokenizer directory."),
-    model: list[str] | None = typer.Option(None, "--model", help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several "
-                                              "LLMs in the repository (repeat; instead of "
-                                              "--engine-dir/--tokenizer-dir). Its models are NAME_preprocessing, "
-                                              "NAME_tensorrt_llm, NAME_ensemble, "
-                                              "..."),
+    model: list[str] | None = typer.Option(
+        None,
+        "--model",
+        help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several "
+        "LLMs in the repository (repeat; instead of "
+        "--engine-dir/--tokenizer-dir). Its models are NAME_preprocessing, "
+        "NAME_tensorrt_llm, NAME_ensemble, "
+        "...",
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Repository directory to create."),
     profile: str = typer.Option("trtllm-1.2", "--profile", help="Template profile (see `repo-builder params`)."),
     set_: list[str] | None = typer.Option(None, "--set", help="KEY=VALUE parameter (repeatable; wins over --values)."),
     values: Path | None = typer.Option(None, "--values", help="YAML file of parameter: value."),
     engine_mode: str = typer.Option("copy", "--engine-mode", help="copy | hardlink | symlink | reference."),
-    streaming: bool | None = typer.Option(None, "--streaming/--no-streaming",
-                                             help="Decoupled (streaming) tensorrt_llm and BLS."),
-    serve_path: Path | None = typer.Option(None, "--serve-path",
-                                              help="Absolute path the server sees the repository at (container mount); "
-                                                   "engine_dir is written under it."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing repository that repo-builder rendered "
-                                                       "(its lock file must be valid and list every file)."),
-    delete_unlisted: bool = typer.Option(False, "--delete-unlisted",
-                                         help="With --force: also delete files of the old repository that its lock "
-                                              "file does not list (otherwise the render refuses and lists them)."),
+    streaming: bool | None = typer.Option(
+        None, "--streaming/--no-streaming", help="Decoupled (streaming) tensorrt_llm and BLS."
+    ),
+    serve_path: Path | None = typer.Option(
+        None,
+        "--serve-path",
+        help="Absolute path the server sees the repository at (container mount); engine_dir is written under it.",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Replace an existing repository that repo-builder rendered "
+        "(its lock file must be valid and list every file).",
+    ),
+    delete_unlisted: bool = typer.Option(
+        False,
+        "--delete-unlisted",
+        help="With --force: also delete files of the old repository that its lock "
+        "file does not list (otherwise the render refuses and lists them).",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
@@ -115,21 +135,36 @@ def render(
     from ..render import render_multi_repository, render_repository
 
     common: dict[str, Any] = dict(
-                  profile=profile, user_values=_parse_sets(set_), values_file=values, engine_mode=engine_mode,
-                  streaming=streaming, force=force, dry_run=dry_run, serve_path=serve_path, progress=not dry_run,
-                  delete_unlisted=delete_unlisted)
+        profile=profile,
+        user_values=_parse_sets(set_),
+        values_file=values,
+        engine_mode=engine_mode,
+        streaming=streaming,
+        force=force,
+        dry_run=dry_run,
+        serve_path=serve_path,
+        progress=not dry_run,
+        delete_unlisted=delete_unlisted,
+    )
     if model:
         if engine_dir is not None or tokenizer_dir is not None:
-            raise RenderError("--model and --engine-dir/--tokenizer-dir exclude each other", key="--model",
-                              hint="give every LLM as --model NAME=ENGINE_DIR,TOKENIZER_DIR")
+            raise RenderError(
+                "--model and --engine-dir/--tokenizer-dir exclude each other",
+                key="--model",
+                hint="give every LLM as --model NAME=ENGINE_DIR,TOKENIZER_DIR",
+            )
         result = render_multi_repository([_parse_model(m) for m in model], output, **common)
     else:
         if engine_dir is None or tokenizer_dir is None:
-            missing = [flag for flag, v in (("--engine-dir", engine_dir), ("--tokenizer-dir", tokenizer_dir))
-                       if v is None]
-            raise RenderError(f"missing {' and '.join(missing)}", key=missing[0],
-                              hint="give --engine-dir and --tokenizer-dir, or --model NAME=ENGINE_DIR,TOKENIZER_DIR "
-                                   "for each of several LLMs")
+            missing = [
+                flag for flag, v in (("--engine-dir", engine_dir), ("--tokenizer-dir", tokenizer_dir)) if v is None
+            ]
+            raise RenderError(
+                f"missing {' and '.join(missing)}",
+                key=missing[0],
+                hint="give --engine-dir and --tokenizer-dir, or --model NAME=ENGINE_DIR,TOKENIZER_DIR "
+                "for each of several LLMs",
+            )
         result = render_repository(engine_dir, tokenizer_dir, output, **common)
     err = _console(stderr=True)
     for warning in result.warnings:
@@ -140,9 +175,11 @@ def render(
         return
     plan = result.plan
     verb = "replaced" if result.existed else "rendered"
-    out.print(f"{verb} {plan.output}: profile {plan.profile}, {len(plan.files)} files, engine {plan.engine.kind} "
-              f"({plan.placement.mode}, {len(plan.placement.files)} file(s)), world size "
-              f"{plan.lock['launch']['world_size']}")
+    out.print(
+        f"{verb} {plan.output}: profile {plan.profile}, {len(plan.files)} files, engine {plan.engine.kind} "
+        f"({plan.placement.mode}, {len(plan.placement.files)} file(s)), world size "
+        f"{plan.lock['launch']['world_size']}"
+    )
 
 
 def _parse_model(text: str) -> tuple[str, Path, Path]:
@@ -156,8 +193,11 @@ def _parse_model(text: str) -> tuple[str, Path, Path]:
     name, sep, dirs = text.partition("=")
     engine, comma, tokenizer = dirs.partition(",")
     if not sep or not comma or not name.strip() or not engine.strip() or not tokenizer.strip():
-        raise RenderError(f"'{text}' is not NAME=ENGINE_DIR,TOKENIZER_DIR", key="--model",
-                          hint="e.g. --model llama=/engines/llama,/hf/llama")
+        raise RenderError(
+            f"'{text}' is not NAME=ENGINE_DIR,TOKENIZER_DIR",
+            key="--model",
+            hint="e.g. --model llama=/engines/llama,/hf/llama",
+        )
     return name.strip(), Path(engine.strip()), Path(tokenizer.strip())
 
 
@@ -203,8 +243,9 @@ def params(
     for col in ("name", "models", "type", "default", "allowed", "kind", "description"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["name"], ",".join(r["models"]), r["type"], r["default"], r["allowed"], r["kind"],
-                      r["description"])
+        table.add_row(
+            r["name"], ",".join(r["models"]), r["type"], r["default"], r["allowed"], r["kind"], r["description"]
+        )
     _console().print(table)
 
 
@@ -219,8 +260,16 @@ def params_markdown(profile: str, rows: list[dict[str, Any]]) -> str:
     for r in rows:
         source = r.get("source") or ""
         default = r["default"] or (f"from {source.split(':')[0]}" if source else "unset")
-        values = [f"`{r['name']}`", ", ".join(r["models"]), r["type"], default,
-                  r.get("source") or "", r["allowed"], r["kind"], r["description"]]
+        values = [
+            f"`{r['name']}`",
+            ", ".join(r["models"]),
+            r["type"],
+            default,
+            r.get("source") or "",
+            r["allowed"],
+            r["kind"],
+            r["description"],
+        ]
         if r.get("build_flag"):
             values[-1] += f" Set at engine build: `trtllm-build {r['build_flag']}`."
         out.append("| " + " | ".join(cell(v) for v in values) + " |")
@@ -261,17 +310,21 @@ def inspect(
     console = _console()
     if "lock" in data:
         lk = data["lock"]
-        console.print(f"repository {path}: profile {lk.get('profile')}, engine {lk.get('engine', {}).get('kind')} "
-                      f"at {lk.get('engine', {}).get('dir')} ({lk.get('engine', {}).get('placement')}), "
-                      f"world size {lk.get('launch', {}).get('world_size')}")
+        console.print(
+            f"repository {path}: profile {lk.get('profile')}, engine {lk.get('engine', {}).get('kind')} "
+            f"at {lk.get('engine', {}).get('dir')} ({lk.get('engine', {}).get('placement')}), "
+            f"world size {lk.get('launch', {}).get('world_size')}"
+        )
         from ..lockfile import lock_llms
 
         for llm in lock_llms(lk):
             if llm.get("name"):  # several LLMs: each with its own engine, tokenizer and values
                 engine = llm.get("engine") or {}
-                console.print(f"LLM {llm['name']}: models {', '.join(sorted(llm.get('models', {}).values()))}; "
-                              f"engine {engine.get('kind')} at {engine.get('dir')}; tokenizer "
-                              f"{(llm.get('tokenizer') or {}).get('dir')}")
+                console.print(
+                    f"LLM {llm['name']}: models {', '.join(sorted(llm.get('models', {}).values()))}; "
+                    f"engine {engine.get('kind')} at {engine.get('dir')}; tokenizer "
+                    f"{(llm.get('tokenizer') or {}).get('dir')}"
+                )
             t = Table(title=f"values of {llm['name']}" if llm.get("name") else "values")
             for col in ("parameter", "value", "origin"):
                 t.add_column(col)

@@ -17,13 +17,14 @@ from ..cli import app, report_errors
 @report_errors
 def generate(
     text: str = typer.Option(..., "--text", help="The prompt (text_input)."),
-    url: str | None = typer.Option(None, "--url", help="host:port; default localhost:8000 (http) or "
-                                                          "localhost:8001 (grpc)."),
-    protocol: str = typer.Option("http", "--protocol", help="http (/generate, /generate_stream) or grpc "
-                                                            "(stream API)."),
+    url: str | None = typer.Option(
+        None, "--url", help="host:port; default localhost:8000 (http) or localhost:8001 (grpc)."
+    ),
+    protocol: str = typer.Option("http", "--protocol", help="http (/generate, /generate_stream) or grpc (stream API)."),
     model: str = typer.Option("ensemble", "--model", help="ensemble or tensorrt_llm_bls."),
-    stream: bool = typer.Option(False, "--stream/--no-stream", help="Stream one response per step "
-                                                                    "(needs a decoupled model)."),
+    stream: bool = typer.Option(
+        False, "--stream/--no-stream", help="Stream one response per step (needs a decoupled model)."
+    ),
     max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate (max_tokens)."),
     stop_word: list[str] | None = typer.Option(None, "--stop-word", help="A stop word (repeatable)."),
     bad_word: list[str] | None = typer.Option(None, "--bad-word", help="A banned word (repeatable)."),
@@ -35,12 +36,13 @@ def generate(
     seed: int | None = typer.Option(None, "--seed"),
     end_id: int | None = typer.Option(None, "--end-id"),
     pad_id: int | None = typer.Option(None, "--pad-id"),
-    exclude_input: bool | None = typer.Option(None, "--exclude-input/--include-input",
-                                                 help="exclude_input_in_output (not sent unless given)."),
+    exclude_input: bool | None = typer.Option(
+        None, "--exclude-input/--include-input", help="exclude_input_in_output (not sent unless given)."
+    ),
     request_id: str | None = typer.Option(None, "--request-id", help="Request id (default: a fresh number)."),
-    tokenizer_dir: str | None = typer.Option(None, "--tokenizer-dir",
-                                                help="Count generated tokens with this tokenizer (one "
-                                                     "tokenization of the whole text)."),
+    tokenizer_dir: str | None = typer.Option(
+        None, "--tokenizer-dir", help="Count generated tokens with this tokenizer (one tokenization of the whole text)."
+    ),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for the request."),
 ) -> None:
     """Send one prompt to a served model, print the text as it arrives, then TTFT and token count."""
@@ -49,10 +51,23 @@ def generate(
     from ..client import GenerateRequest, GenerateResult, LLMClient, token_counter
 
     counter = token_counter(tokenizer_dir) if tokenizer_dir else None
-    req = GenerateRequest(text, max_tokens=max_tokens, stream=stream, stop_words=stop_word or None,
-                          bad_words=bad_word or None, temperature=temperature, top_k=top_k, top_p=top_p,
-                          end_id=end_id, pad_id=pad_id, exclude_input_in_output=exclude_input,
-                          beam_width=beam_width, min_tokens=min_tokens, seed=seed, request_id=request_id)
+    req = GenerateRequest(
+        text,
+        max_tokens=max_tokens,
+        stream=stream,
+        stop_words=stop_word or None,
+        bad_words=bad_word or None,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        end_id=end_id,
+        pad_id=pad_id,
+        exclude_input_in_output=exclude_input,
+        beam_width=beam_width,
+        min_tokens=min_tokens,
+        seed=seed,
+        request_id=request_id,
+    )
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     with LLMClient(url, protocol, model, timeout) as client:  # type: ignore[arg-type]
         if counter is None:  # same machine as the server: count with the tokenizer it serves
@@ -67,8 +82,13 @@ def generate(
     sys.stdout.flush()
     ttft = result.ttft_ms
     tokens = result.count_output_tokens(counter)
-    how = ("returned token ids" if result.token_ids is not None else
-           f"one tokenization of the whole text with {tokenizer_dir}" if counter else None)
+    how = (
+        "returned token ids"
+        if result.token_ids is not None
+        else f"one tokenization of the whole text with {tokenizer_dir}"
+        if counter
+        else None
+    )
     err.print(f"request id: {result.request_id}")
     err.print(f"time to first token: {ttft:.1f} ms" if ttft is not None else "time to first token: - (no output)")
     err.print(f"total time: {result.latency_ms:.1f} ms, responses: {len(result.chunk_times_ns)}")
@@ -81,34 +101,39 @@ def generate(
 @app.command()
 @report_errors
 def bench(
-    url: str | None = typer.Option(None, "--url", help="host:port; default localhost:8000 (http) or "
-                                                          "localhost:8001 (grpc)."),
+    url: str | None = typer.Option(
+        None, "--url", help="host:port; default localhost:8000 (http) or localhost:8001 (grpc)."
+    ),
     protocol: str = typer.Option("http", "--protocol", help="http or grpc."),
     model: str = typer.Option("ensemble", "--model", help="ensemble or tensorrt_llm_bls."),
     stream: bool = typer.Option(False, "--stream/--no-stream", help="Streamed requests (TTFT and ITL)."),
-    concurrency: str = typer.Option("1,4,16", "--concurrency", help="Comma-separated levels of requests in "
-                                                                    "flight."),
+    concurrency: str = typer.Option("1,4,16", "--concurrency", help="Comma-separated levels of requests in flight."),
     requests: int = typer.Option(32, "--requests", help="Requests per concurrency level."),
     input_tokens: int = typer.Option(128, "--input-tokens", help="Synthetic prompt length (tokens)."),
     output_tokens: int = typer.Option(64, "--output-tokens", help="Tokens to generate per request."),
-    prompts: str | None = typer.Option(None, "--prompts", help='JSONL file, lines like {"text": "...", '
-                                                                  '"output_tokens": 64}.'),
-    tokenizer_dir: str | None = typer.Option(None, "--tokenizer-dir", help="Sizes prompts and counts "
-                                                                              "output tokens."),
-    output: str = typer.Option("bench-results", "--output", help="Folder for bench.json, bench.csv, "
-                                                                  "bench.png, requests.jsonl."),
+    prompts: str | None = typer.Option(
+        None, "--prompts", help='JSONL file, lines like {"text": "...", "output_tokens": 64}.'
+    ),
+    tokenizer_dir: str | None = typer.Option(None, "--tokenizer-dir", help="Sizes prompts and counts output tokens."),
+    output: str = typer.Option(
+        "bench-results", "--output", help="Folder for bench.json, bench.csv, bench.png, requests.jsonl."
+    ),
     warmup: int = typer.Option(2, "--warmup", help="Unrecorded requests before the first level."),
-    min_tokens: bool = typer.Option(True, "--min-tokens/--no-min-tokens", help="Send min_tokens = "
-                                                                               "--output-tokens when the "
-                                                                               "model has it."),
-    end_id: int | None = typer.Option(None, "--end-id", help="Send this end_id (e.g. -1: never stop at "
-                                                                "end-of-sequence, where supported)."),
+    min_tokens: bool = typer.Option(
+        True, "--min-tokens/--no-min-tokens", help="Send min_tokens = --output-tokens when the model has it."
+    ),
+    end_id: int | None = typer.Option(
+        None, "--end-id", help="Send this end_id (e.g. -1: never stop at end-of-sequence, where supported)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic prompts."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per request."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    all_outputs: bool = typer.Option(False, "--all-outputs/--text-output-only",
-                                     help="gRPC: receive every output the model produces instead of only "
-                                          "text_output (HTTP always receives every output)."),
+    all_outputs: bool = typer.Option(
+        False,
+        "--all-outputs/--text-output-only",
+        help="gRPC: receive every output the model produces instead of only "
+        "text_output (HTTP always receives every output).",
+    ),
 ) -> None:
     """Measure TTFT, inter-token latency, end-to-end latency and throughput at several concurrency levels."""
     from rich.console import Console
@@ -116,11 +141,25 @@ def bench(
     from ..bench import BenchSettings, format_table, parse_concurrency, run_bench, write_report
 
     console = Console(highlight=False, soft_wrap=True)
-    settings = BenchSettings(url=url, protocol=protocol, model=model, stream=stream,
-                             concurrency=parse_concurrency(concurrency), requests=requests,
-                             input_tokens=input_tokens, output_tokens=output_tokens, prompts_file=prompts,
-                             tokenizer_dir=tokenizer_dir, output_dir=output, warmup=warmup, timeout_s=timeout,
-                             min_tokens=min_tokens, end_id=end_id, seed=seed, text_output_only=not all_outputs)
+    settings = BenchSettings(
+        url=url,
+        protocol=protocol,
+        model=model,
+        stream=stream,
+        concurrency=parse_concurrency(concurrency),
+        requests=requests,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        prompts_file=prompts,
+        tokenizer_dir=tokenizer_dir,
+        output_dir=output,
+        warmup=warmup,
+        timeout_s=timeout,
+        min_tokens=min_tokens,
+        end_id=end_id,
+        seed=seed,
+        text_output_only=not all_outputs,
+    )
     report = run_bench(settings, progress=progress, log=lambda msg: console.print(f"[yellow]{msg}[/yellow]"))
     paths = write_report(report, output)
     console.print(format_table(report))

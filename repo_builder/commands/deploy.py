@@ -12,8 +12,10 @@ import typer
 
 from ..cli import app, report_errors
 
-deploy_app = typer.Typer(help="Generate deployments (Kubernetes manifests, a Slurm batch script) from a rendered "
-                              "repository's lock file.", no_args_is_help=True)
+deploy_app = typer.Typer(
+    help="Generate deployments (Kubernetes manifests, a Slurm batch script) from a rendered repository's lock file.",
+    no_args_is_help=True,
+)
 app.add_typer(deploy_app, name="deploy")
 
 
@@ -24,43 +26,78 @@ def _warn(facts: object) -> None:
 
 def kubernetes(
     repo: Path = typer.Argument(..., help="Rendered repository (holds repo-builder.lock.json)."),
-    image: str = typer.Option(..., "--image", help="Container image with tritonserver, e.g. "
-                                                   "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3."),
+    image: str = typer.Option(
+        ...,
+        "--image",
+        help="Container image with tritonserver, e.g. nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3.",
+    ),
     nodes: int = typer.Option(1, "--nodes", help="Nodes (pods) one replica spans; > 1 gives a LeaderWorkerSet."),
-    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs (ranks) per node. Default: "
-                                                "world size / nodes. nodes x GPUs must equal the world size."),
+    gpus_per_node: int | None = typer.Option(
+        None,
+        "--gpus-per-node",
+        help="GPUs (ranks) per node. Default: world size / nodes. nodes x GPUs must equal the world size.",
+    ),
     namespace: str | None = typer.Option(None, "--namespace", "-n", help="metadata.namespace of every object."),
-    name: str | None = typer.Option(None, "--name", help="Base name of the objects. Default: the repository "
-                                                            "folder's name."),
-    pvc: str | None = typer.Option(None, "--pvc", help="PersistentVolumeClaim holding the repository (mounted "
-                                                          "read-only at the serve path)."),
+    name: str | None = typer.Option(
+        None, "--name", help="Base name of the objects. Default: the repository folder's name."
+    ),
+    pvc: str | None = typer.Option(
+        None, "--pvc", help="PersistentVolumeClaim holding the repository (mounted read-only at the serve path)."
+    ),
     baked: bool = typer.Option(False, "--baked", help="The repository is baked into the image at the serve path."),
-    openai_port: int | None = typer.Option(None, "--openai-port", help="Add the OpenAI-compatible front end "
-                                              "(`repo-builder openai`) as a sidecar on this port."),
-    openai_image: str | None = typer.Option(None, "--openai-image", help="Image of the OpenAI sidecar (needs "
-                                               "repo-builder). Default: --image."),
+    openai_port: int | None = typer.Option(
+        None,
+        "--openai-port",
+        help="Add the OpenAI-compatible front end (`repo-builder openai`) as a sidecar on this port.",
+    ),
+    openai_image: str | None = typer.Option(
+        None, "--openai-image", help="Image of the OpenAI sidecar (needs repo-builder). Default: --image."
+    ),
     replicas: int = typer.Option(1, "--replicas", help="Model replicas (Deployment replicas / LWS groups)."),
-    shm_size: str | None = typer.Option(None, "--shm-size", help="Override the /dev/shm size limit (e.g. 4Gi). "
-                                           "Default: what the pod's ranks' Python models need."),
-    startup_seconds: int = typer.Option(1800, "--startup-seconds", help="Time the startup probe allows for "
-                                        "loading (and, multi-node, for the workers to start)."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write one YAML file per object into this "
-                                          "folder instead of a multi-document stream on stdout."),
+    shm_size: str | None = typer.Option(
+        None,
+        "--shm-size",
+        help="Override the /dev/shm size limit (e.g. 4Gi). Default: what the pod's ranks' Python models need.",
+    ),
+    startup_seconds: int = typer.Option(
+        1800,
+        "--startup-seconds",
+        help="Time the startup probe allows for loading (and, multi-node, for the workers to start).",
+    ),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Write one YAML file per object into this folder instead of a multi-document stream on stdout.",
+    ),
 ) -> None:
     """Kubernetes manifests: Deployment + Service (one node) or LeaderWorkerSet + RBAC + Service (several)."""
     from ..deploy.facts import default_name, read_facts
     from ..deploy.kubernetes import KubernetesOptions, dump, file_names, manifests
 
     facts = read_facts(repo)
-    opts = KubernetesOptions(image=image, name=name or default_name(repo), nodes=nodes, gpus_per_node=gpus_per_node,
-                             namespace=namespace, pvc=pvc, baked=baked, openai_port=openai_port,
-                             openai_image=openai_image, replicas=replicas, shm_size=shm_size,
-                             startup_seconds=startup_seconds)
+    opts = KubernetesOptions(
+        image=image,
+        name=name or default_name(repo),
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        namespace=namespace,
+        pvc=pvc,
+        baked=baked,
+        openai_port=openai_port,
+        openai_image=openai_image,
+        replicas=replicas,
+        shm_size=shm_size,
+        startup_seconds=startup_seconds,
+    )
     docs = manifests(facts, opts)
     _warn(facts)
     for what, path in facts.outside_repository():
-        typer.echo(f"note: {what} {path} is outside the repository ({facts.serve_path}); the pods must see it at "
-                   "that path too (mount it or bake it into the image)", err=True)
+        typer.echo(
+            f"note: {what} {path} is outside the repository ({facts.serve_path}); the pods must see it at "
+            "that path too (mount it or bake it into the image)",
+            err=True,
+        )
     if output is None:
         typer.echo(dump(docs), nl=False)
         return
@@ -83,25 +120,36 @@ def _write_files(folder: Path, files: dict[str, str]) -> None:
 def slurm(
     repo: Path = typer.Argument(..., help="Rendered repository (holds repo-builder.lock.json)."),
     nodes: int = typer.Option(..., "--nodes", help="Nodes of the allocation."),
-    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs (= tasks = ranks) per node. "
-                                                "Default: world size / nodes. nodes x GPUs must equal the world size."),
+    gpus_per_node: int | None = typer.Option(
+        None,
+        "--gpus-per-node",
+        help="GPUs (= tasks = ranks) per node. Default: world size / nodes. nodes x GPUs must equal the world size.",
+    ),
     name: str | None = typer.Option(None, "--name", help="Job name. Default: the repository folder's name."),
     gres: bool = typer.Option(True, "--gres/--no-gres", help="Request the GPUs (#SBATCH --gpus-per-node)."),
     mpi: str = typer.Option("pmix", "--mpi", help="srun --mpi plugin (pmix; none for world size 1 without MPI)."),
     partition: str | None = typer.Option(None, "--partition", help="#SBATCH --partition."),
     time: str | None = typer.Option(None, "--time", help="#SBATCH --time (e.g. 04:00:00)."),
     account: str | None = typer.Option(None, "--account", help="#SBATCH --account."),
-    container_image: str | None = typer.Option(None, "--container-image", help="Run the ranks in this image "
-                                                  "(pyxis: srun --container-image; the repository is mounted)."),
-    tritonserver: str | None = typer.Option(None, "--tritonserver", help="tritonserver on the nodes (checked "
-                                               "here; a nvidia-pytriton binary brings its environment). Default: "
-                                               "/opt/tritonserver/bin/tritonserver, unchecked."),
+    container_image: str | None = typer.Option(
+        None,
+        "--container-image",
+        help="Run the ranks in this image (pyxis: srun --container-image; the repository is mounted).",
+    ),
+    tritonserver: str | None = typer.Option(
+        None,
+        "--tritonserver",
+        help="tritonserver on the nodes (checked "
+        "here; a nvidia-pytriton binary brings its environment). Default: "
+        "/opt/tritonserver/bin/tritonserver, unchecked.",
+    ),
     http_port: int | None = typer.Option(None, "--http-port", help="Rank 0's HTTP port (default 8000)."),
     grpc_port: int | None = typer.Option(None, "--grpc-port", help="Rank 0's gRPC port (default 8001)."),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Rank 0's metrics port (default 8002)."),
     ready_timeout: int = typer.Option(1800, "--ready-timeout", help="Seconds the job waits for readiness."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the script to this file (mode 755) "
-                                          "instead of stdout."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write the script to this file (mode 755) instead of stdout."
+    ),
 ) -> None:
     """An sbatch script: one srun task per GPU (--multi-prog ranks, MPI via PMIx), readiness wait, clean stop."""
     from ..deploy.facts import default_name, read_facts
@@ -113,10 +161,22 @@ def slurm(
 
         binary = find_tritonserver(tritonserver)
     facts = read_facts(repo)
-    opts = SlurmOptions(name=name or default_name(repo), nodes=nodes, gpus_per_node=gpus_per_node, gres=gres,
-                        mpi=mpi, partition=partition, time=time, account=account, container_image=container_image,
-                        binary=binary, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-                        ready_timeout=ready_timeout)
+    opts = SlurmOptions(
+        name=name or default_name(repo),
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        gres=gres,
+        mpi=mpi,
+        partition=partition,
+        time=time,
+        account=account,
+        container_image=container_image,
+        binary=binary,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        ready_timeout=ready_timeout,
+    )
     text = script(facts, opts)
     _warn(facts)
     if output is None:

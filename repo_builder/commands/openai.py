@@ -15,27 +15,41 @@ from ..openai import API_KEY_ENV
 
 
 def openai(
-    repo: Path = typer.Option(..., "--repo", help="The rendered repository Triton serves (its lock file names the "
-                                                  "model, the tokenizer and the engine limits)."),
+    repo: Path = typer.Option(
+        ...,
+        "--repo",
+        help="The rendered repository Triton serves (its lock file names the "
+        "model, the tokenizer and the engine limits).",
+    ),
     grpc_url: str = typer.Option("localhost:8001", "--grpc-url", help="Triton's gRPC endpoint, HOST:PORT."),
     port: int = typer.Option(9000, "--port", min=1, max=65535, help="Port of the OpenAI-compatible HTTP API."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 = every interface)."),
     served_model_name: str | None = typer.Option(
-        None, "--served-model-name", help="Model id clients send. Default: the engine directory's name from the "
-                                          "lock file. Single-LLM repositories only (several LLMs are served "
-                                          "under their render --model names)."),
+        None,
+        "--served-model-name",
+        help="Model id clients send. Default: the engine directory's name from the "
+        "lock file. Single-LLM repositories only (several LLMs are served "
+        "under their render --model names).",
+    ),
     api_key: str | None = typer.Option(
-        None, "--api-key", help=f"Require 'Authorization: Bearer KEY' on /v1 requests (401 otherwise). Default: "
-                                f"${API_KEY_ENV}; unset = no key."),
-    triton_model: str = typer.Option("ensemble", "--triton-model",
-                                     help="Triton model to send requests to: ensemble or tensorrt_llm_bls."),
+        None,
+        "--api-key",
+        help=f"Require 'Authorization: Bearer KEY' on /v1 requests (401 otherwise). Default: "
+        f"${API_KEY_ENV}; unset = no key.",
+    ),
+    triton_model: str = typer.Option(
+        "ensemble", "--triton-model", help="Triton model to send requests to: ensemble or tensorrt_llm_bls."
+    ),
     tokenizer_dir: Path | None = typer.Option(
-        None, "--tokenizer-dir", help="Tokenizer directory for chat templates. Default: the lock file's."),
+        None, "--tokenizer-dir", help="Tokenizer directory for chat templates. Default: the lock file's."
+    ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."),
-    watch_pid: str | None = typer.Option(None, "--watch-pid", hidden=True,
-                                            help="PID[:START]: shut down when that process exits (used by launch)."),
-    launch_id: str | None = typer.Option(None, "--launch-id", hidden=True,
-                                            help="The launch this front end belongs to (marks its command line)."),
+    watch_pid: str | None = typer.Option(
+        None, "--watch-pid", hidden=True, help="PID[:START]: shut down when that process exits (used by launch)."
+    ),
+    launch_id: str | None = typer.Option(
+        None, "--launch-id", hidden=True, help="The launch this front end belongs to (marks its command line)."
+    ),
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /health) in front of
     a running Triton that serves REPO."""
@@ -45,8 +59,9 @@ def openai(
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise RepoBuilderError(f"the OpenAI front end needs {exc.name}, which is not installed",
-                               hint="pip install 'repo-builder[openai]'") from None
+        raise RepoBuilderError(
+            f"the OpenAI front end needs {exc.name}, which is not installed", hint="pip install 'repo-builder[openai]'"
+        ) from None
     from ..openai.app import FrontEndConfig
     from ..openai.serve import serve
 
@@ -55,8 +70,14 @@ def openai(
         pid, _, start = watch_pid.partition(":")
         watch = (int(pid), int(start) if start else None)
     key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
-    config = FrontEndConfig(grpc_url=grpc_url, repo=repo, triton_model=triton_model,
-                            served_model_name=served_model_name, api_key=key, tokenizer_dir=tokenizer_dir)
+    config = FrontEndConfig(
+        grpc_url=grpc_url,
+        repo=repo,
+        triton_model=triton_model,
+        served_model_name=served_model_name,
+        api_key=key,
+        tokenizer_dir=tokenizer_dir,
+    )
     raise typer.Exit(serve(config, host=host, port=port, log_level=log_level, watch_pid=watch, echo=typer.echo))
 
 

@@ -34,10 +34,12 @@ def launch(
     tritonserver: str | None = typer.Option(None, "--tritonserver", help=_help("tritonserver")),
     http_port: int = typer.Option(_default("http_port"), "--http_port", "--http-port", help=_help("http_port")),
     grpc_port: int = typer.Option(_default("grpc_port"), "--grpc_port", "--grpc-port", help=_help("grpc_port")),
-    metrics_port: int = typer.Option(_default("metrics_port"), "--metrics_port", "--metrics-port",
-                                     help=_help("metrics_port")),
-    http_address: str = typer.Option(_default("http_address"), "--http-address", "--http_address",
-                                     help=_help("http_address")),
+    metrics_port: int = typer.Option(
+        _default("metrics_port"), "--metrics_port", "--metrics-port", help=_help("metrics_port")
+    ),
+    http_address: str = typer.Option(
+        _default("http_address"), "--http-address", "--http_address", help=_help("http_address")
+    ),
     log: bool = typer.Option(False, "--log", help=_help("log")),
     log_file: Path | None = typer.Option(None, "--log-file", "--log_file", help=_help("log_file")),
     force: bool = typer.Option(False, "--force", "-f", help=_help("force")),
@@ -45,20 +47,24 @@ def launch(
     no_mpi: bool = typer.Option(False, "--no-mpi", "--no_mpi", help=_help("no_mpi")),
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help=_help("oversubscribe")),
     tensorrt_llm_model_name: str | None = typer.Option(
-        None, "--tensorrt_llm_model_name", "--tensorrt-llm-model-name", help=_help("tensorrt_llm_model_name")),
+        None, "--tensorrt_llm_model_name", "--tensorrt-llm-model-name", help=_help("tensorrt_llm_model_name")
+    ),
     detach: bool = typer.Option(False, "--detach", "-d", help=_help("detach")),
     pid_file: Path | None = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
     timeout: float = typer.Option(_default("timeout"), "--timeout", help=_help("timeout")),
     stop_timeout: float = typer.Option(_default("stop_timeout"), "--stop-timeout", help=_help("stop_timeout")),
-    exit_timeout: int = typer.Option(_default("exit_timeout"), "--exit_timeout", "--exit-timeout",
-                                     help=_help("exit_timeout")),
-    server_arg: list[str] | None = typer.Option(None, "--server-arg", help=_help("server_args") +
-                                                   " Repeat for several, e.g. --server-arg=--log-info=false."),
+    exit_timeout: int = typer.Option(
+        _default("exit_timeout"), "--exit_timeout", "--exit-timeout", help=_help("exit_timeout")
+    ),
+    server_arg: list[str] | None = typer.Option(
+        None, "--server-arg", help=_help("server_args") + " Repeat for several, e.g. --server-arg=--log-info=false."
+    ),
     hostfile: Path | None = typer.Option(None, "--hostfile", help=_help("hostfile")),
     openai_port: int | None = typer.Option(None, "--openai_port", "--openai-port", help=_help("openai_port")),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight checks and print the command; start "
-                                                          "nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Run the preflight checks and print the command; start nothing."
+    ),
 ) -> None:
     """Start tritonserver on a model repository (mpirun ranks for world size > 1) and wait until every model is READY.
 
@@ -73,21 +79,38 @@ def launch(
     from ..server.run import launch as run_launch
 
     if repo is not None and model_repo is not None and repo != model_repo:
-        raise LaunchError(f"two repositories given: {repo} and --model_repo {model_repo}", key="--model_repo",
-                          hint="give one")
+        raise LaunchError(
+            f"two repositories given: {repo} and --model_repo {model_repo}", key="--model_repo", hint="give one"
+        )
     chosen = model_repo or repo
     if chosen is None:
         raise LaunchError("no model repository given", key="--model_repo", hint="repo-builder launch REPO")
     try:
-        config = LaunchConfig(model_repo=chosen, world_size=world_size, tritonserver=tritonserver,
-                              http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-                              http_address=http_address, log=log, log_file=log_file, force=force,
-                              multi_model=multi_model, no_mpi=no_mpi, oversubscribe=oversubscribe,
-                              # a comma list: LaunchConfig's before-validator splits it into list[str]
-                              tensorrt_llm_model_name=tensorrt_llm_model_name,  # type: ignore[arg-type]
-                              detach=detach, pid_file=pid_file,
-                              timeout=timeout, stop_timeout=stop_timeout, exit_timeout=exit_timeout,
-                              server_args=list(server_arg or []), hostfile=hostfile, openai_port=openai_port)
+        config = LaunchConfig(
+            model_repo=chosen,
+            world_size=world_size,
+            tritonserver=tritonserver,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+            http_address=http_address,
+            log=log,
+            log_file=log_file,
+            force=force,
+            multi_model=multi_model,
+            no_mpi=no_mpi,
+            oversubscribe=oversubscribe,
+            # a comma list: LaunchConfig's before-validator splits it into list[str]
+            tensorrt_llm_model_name=tensorrt_llm_model_name,  # type: ignore[arg-type]
+            detach=detach,
+            pid_file=pid_file,
+            timeout=timeout,
+            stop_timeout=stop_timeout,
+            exit_timeout=exit_timeout,
+            server_args=list(server_arg or []),
+            hostfile=hostfile,
+            openai_port=openai_port,
+        )
     except PydanticValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err.get("loc") else "option"
@@ -97,10 +120,12 @@ def launch(
 
 
 def stop(
-    repo: Path | None = typer.Argument(None, help="Repository a detached launch serves (its default pid file).",
-                                          show_default=False),
-    pid_file: Path | None = typer.Option(None, "--pid-file", "--pid_file",
-                                            help="Pid file written by `repo-builder launch --detach`."),
+    repo: Path | None = typer.Argument(
+        None, help="Repository a detached launch serves (its default pid file).", show_default=False
+    ),
+    pid_file: Path | None = typer.Option(
+        None, "--pid-file", "--pid_file", help="Pid file written by `repo-builder launch --detach`."
+    ),
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for a graceful stop before SIGKILL."),
 ) -> None:
     """Stop a server started with `repo-builder launch --detach`: SIGTERM to every rank, SIGKILL after --timeout,

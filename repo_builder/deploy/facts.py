@@ -76,9 +76,15 @@ class DeploymentFacts:
         from ..server.config import ModelEntry, RepositoryInfo
         from ..server.preflight import shm_requirement
 
-        entries = [ModelEntry(name=m, config_path=self.repo / m / "config.pbtxt",
-                              backend="python" if m in self.python_instances else "",
-                              python_instances=self.python_instances.get(m, 0)) for m in self.models]
+        entries = [
+            ModelEntry(
+                name=m,
+                config_path=self.repo / m / "config.pbtxt",
+                backend="python" if m in self.python_instances else "",
+                python_instances=self.python_instances.get(m, 0),
+            )
+            for m in self.models
+        ]
         info = RepositoryInfo(path=self.repo, models=entries)
         return shm_requirement(info, list(self.tensorrt_llm_models), self.world_size, ranks=list(ranks))[1]
 
@@ -105,17 +111,24 @@ class DeploymentFacts:
             raise DeployError(f"--nodes must be at least 1, got {nodes}", key="--nodes")
         if gpus_per_node is None:
             if self.world_size % nodes:
-                raise DeployError(f"world size {self.world_size} ({LOCK_NAME} launch.world_size) does not split "
-                                  f"over {nodes} nodes", key="--nodes", path=self.lock_path,
-                                  hint="pass --nodes and --gpus-per-node with nodes x GPUs = world size")
+                raise DeployError(
+                    f"world size {self.world_size} ({LOCK_NAME} launch.world_size) does not split over {nodes} nodes",
+                    key="--nodes",
+                    path=self.lock_path,
+                    hint="pass --nodes and --gpus-per-node with nodes x GPUs = world size",
+                )
             return self.world_size // nodes
         if gpus_per_node < 1:
             raise DeployError(f"{key} must be at least 1, got {gpus_per_node}", key=key)
         if nodes * gpus_per_node != self.world_size:
             tp = f" (tp {self.tp_size} x pp {self.pp_size})" if self.tp_size and self.pp_size else ""
-            raise DeployError(f"{nodes} node(s) x {gpus_per_node} GPU(s) = {nodes * gpus_per_node} ranks, but the "
-                              f"engine needs world size {self.world_size}{tp}: one rank per GPU", key=key,
-                              path=self.lock_path, hint="choose --nodes x --gpus-per-node = the world size")
+            raise DeployError(
+                f"{nodes} node(s) x {gpus_per_node} GPU(s) = {nodes * gpus_per_node} ranks, but the "
+                f"engine needs world size {self.world_size}{tp}: one rank per GPU",
+                key=key,
+                path=self.lock_path,
+                hint="choose --nodes x --gpus-per-node = the world size",
+            )
         return gpus_per_node
 
 
@@ -126,8 +139,9 @@ def _section(entry: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 
 def _models(files: dict) -> tuple[str, ...]:
-    return tuple(sorted({rel.split("/", 1)[0] for rel in files if rel.count("/") == 1
-                         and rel.endswith("/config.pbtxt")}))
+    return tuple(
+        sorted({rel.split("/", 1)[0] for rel in files if rel.count("/") == 1 and rel.endswith("/config.pbtxt")})
+    )
 
 
 def read_facts(repo: str | Path) -> DeploymentFacts:
@@ -147,26 +161,37 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
     files = lock["files"]
     models = _models(files)
     if not models:
-        raise DeployError("the lock file lists no <model>/config.pbtxt", path=path, key="files",
-                          hint="re-render the repository")
+        raise DeployError(
+            "the lock file lists no <model>/config.pbtxt", path=path, key="files", hint="re-render the repository"
+        )
     missing = [m for m in launch.tensorrt_llm_model_names if m not in models]
     if missing:
-        raise DeployError(f"ranks > 0 would load {', '.join(missing)}, which the repository does not hold",
-                          path=path, key="launch.tensorrt_llm_model_names", hint="re-render the repository")
+        raise DeployError(
+            f"ranks > 0 would load {', '.join(missing)}, which the repository does not hold",
+            path=path,
+            key="launch.tensorrt_llm_model_names",
+            hint="re-render the repository",
+        )
     if launch.python_instances is not None:
         instances = dict(launch.python_instances)
     else:
         instances = {m: 1 for m in models if f"{m}/1/model.py" in files}
-        notes.append(f"{LOCK_NAME} predates launch.python_instances: assuming 1 instance per Python model "
-                     f"({', '.join(sorted(instances))}); re-render for exact /dev/shm sizes")
+        notes.append(
+            f"{LOCK_NAME} predates launch.python_instances: assuming 1 instance per Python model "
+            f"({', '.join(sorted(instances))}); re-render for exact /dev/shm sizes"
+        )
     llms = lock_llms(lock)
     engine_dirs, tokenizer_dirs = [], []
     for llm in llms:
         engine = _section(llm, "engine")
         engine_dir = engine.get("engine_dir") or engine.get("dir")
         if not isinstance(engine_dir, str) or not engine_dir:
-            raise DeployError("the lock file names no engine directory", path=path, key="engine.engine_dir",
-                              hint="re-render the repository")
+            raise DeployError(
+                "the lock file names no engine directory",
+                path=path,
+                key="engine.engine_dir",
+                hint="re-render the repository",
+            )
         engine_dirs.append(engine_dir)
         tokenizer = _section(llm, "tokenizer")
         if isinstance(tokenizer.get("dir"), str) and tokenizer["dir"]:
@@ -175,13 +200,25 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
     serve_path = lock.get("serve_path") or str(root.absolute())
     defaults = LaunchConfig.model_fields
     return DeploymentFacts(
-        repo=root, lock_path=path, serve_path=str(serve_path), profile=str(lock.get("profile", "")),
-        world_size=launch.world_size, tp_size=launch.tp_size, pp_size=launch.pp_size,
-        tensorrt_llm_models=launch.tensorrt_llm_model_names, models=models, python_instances=instances,
-        llms=tuple(str(llm["name"]) for llm in llms if llm.get("name")), engine_dirs=tuple(engine_dirs),
-        engine_kind=str(first_engine.get("kind", "trtllm")), tokenizer_dirs=tuple(tokenizer_dirs),
-        http_port=defaults["http_port"].default, grpc_port=defaults["grpc_port"].default,
-        metrics_port=defaults["metrics_port"].default, notes=notes)
+        repo=root,
+        lock_path=path,
+        serve_path=str(serve_path),
+        profile=str(lock.get("profile", "")),
+        world_size=launch.world_size,
+        tp_size=launch.tp_size,
+        pp_size=launch.pp_size,
+        tensorrt_llm_models=launch.tensorrt_llm_model_names,
+        models=models,
+        python_instances=instances,
+        llms=tuple(str(llm["name"]) for llm in llms if llm.get("name")),
+        engine_dirs=tuple(engine_dirs),
+        engine_kind=str(first_engine.get("kind", "trtllm")),
+        tokenizer_dirs=tuple(tokenizer_dirs),
+        http_port=defaults["http_port"].default,
+        grpc_port=defaults["grpc_port"].default,
+        metrics_port=defaults["metrics_port"].default,
+        notes=notes,
+    )
 
 
 def check_name(name: str, *, key: str = "--name", max_len: int = 40) -> str:
@@ -193,8 +230,11 @@ def check_name(name: str, *, key: str = "--name", max_len: int = 40) -> str:
         DeployError: not a lowercase DNS label or too long.
     """
     if len(name) > max_len or not _DNS_LABEL.match(name):
-        raise DeployError(f"'{name}' is not a valid name: lowercase letters, digits and '-', starting and ending "
-                          f"with a letter or digit, at most {max_len} characters", key=key)
+        raise DeployError(
+            f"'{name}' is not a valid name: lowercase letters, digits and '-', starting and ending "
+            f"with a letter or digit, at most {max_len} characters",
+            key=key,
+        )
     return name
 
 

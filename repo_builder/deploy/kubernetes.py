@@ -92,8 +92,12 @@ def _metadata(name: str, opts: KubernetesOptions, labels: dict[str, str] | None 
 
 
 def _labels(opts: KubernetesOptions) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "triton-inference-server", "app.kubernetes.io/instance": opts.name,
-            "app.kubernetes.io/component": "server", "app.kubernetes.io/managed-by": "repo-builder"}
+    return {
+        "app.kubernetes.io/name": "triton-inference-server",
+        "app.kubernetes.io/instance": opts.name,
+        "app.kubernetes.io/component": "server",
+        "app.kubernetes.io/managed-by": "repo-builder",
+    }
 
 
 def _selector(opts: KubernetesOptions) -> dict[str, str]:
@@ -101,27 +105,41 @@ def _selector(opts: KubernetesOptions) -> dict[str, str]:
 
 
 def _ports(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str, Any]]:
-    ports = [{"name": "http", "containerPort": facts.http_port, "protocol": "TCP"},
-             {"name": "grpc", "containerPort": facts.grpc_port, "protocol": "TCP"},
-             {"name": "metrics", "containerPort": facts.metrics_port, "protocol": "TCP"}]
+    ports = [
+        {"name": "http", "containerPort": facts.http_port, "protocol": "TCP"},
+        {"name": "grpc", "containerPort": facts.grpc_port, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": facts.metrics_port, "protocol": "TCP"},
+    ]
     return ports
 
 
 def _probes(opts: KubernetesOptions) -> dict[str, Any]:
     period = 10
     return {
-        "startupProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": period,
-                         "failureThreshold": max(1, math.ceil(opts.startup_seconds / period))},
-        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5,
-                           "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}, "periodSeconds": 10,
-                          "failureThreshold": 3},
+        "startupProbe": {
+            "httpGet": {"path": "/v2/health/ready", "port": "http"},
+            "periodSeconds": period,
+            "failureThreshold": max(1, math.ceil(opts.startup_seconds / period)),
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/v2/health/ready", "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
     }
 
 
 def _pod_annotations(facts: DeploymentFacts, opts: KubernetesOptions) -> dict[str, str]:
-    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(facts.metrics_port),
-            "prometheus.io/path": "/metrics"}
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(facts.metrics_port),
+        "prometheus.io/path": "/metrics",
+    }
 
 
 def _volumes(facts: DeploymentFacts, opts: KubernetesOptions, ranks: range) -> tuple[list[dict], list[dict]]:
@@ -135,42 +153,82 @@ def _volumes(facts: DeploymentFacts, opts: KubernetesOptions, ranks: range) -> t
 
 
 def _rank_argvs(facts: DeploymentFacts, launch_id: str) -> list[list[str]]:
-    return [rank_argv(binary=OPT_TRITONSERVER, backend_args=[], model_repo=facts.serve_path, rank=r,
-                      launch_id=launch_id, http_address="0.0.0.0", http_port=facts.http_port,
-                      grpc_port=facts.grpc_port, metrics_port=facts.metrics_port,
-                      trtllm_models=list(facts.tensorrt_llm_models))
-            for r in range(facts.world_size)]
+    return [
+        rank_argv(
+            binary=OPT_TRITONSERVER,
+            backend_args=[],
+            model_repo=facts.serve_path,
+            rank=r,
+            launch_id=launch_id,
+            http_address="0.0.0.0",
+            http_port=facts.http_port,
+            grpc_port=facts.grpc_port,
+            metrics_port=facts.metrics_port,
+            trtllm_models=list(facts.tensorrt_llm_models),
+        )
+        for r in range(facts.world_size)
+    ]
 
 
 def _openai_sidecar(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str, Any]]:
     """``[container]`` of the OpenAI front end beside rank 0, or ``[]`` without ``--openai-port``."""
     if opts.openai_port is None:
         return []
-    return [{"name": "openai", "image": opts.openai_image or opts.image,
-             "command": ["repo-builder", "openai", "--grpc-url", f"127.0.0.1:{facts.grpc_port}",
-                         "--port", str(opts.openai_port), "--repo", facts.serve_path],
-             "ports": [{"name": "openai", "containerPort": opts.openai_port, "protocol": "TCP"}],
-             "readinessProbe": {"httpGet": {"path": "/health", "port": "openai"}, "periodSeconds": 5,
-                                "failureThreshold": 3},
-             "volumeMounts": [m for m in _volumes(facts, opts, range(0))[1] if m["name"] != "dshm"]}]
+    return [
+        {
+            "name": "openai",
+            "image": opts.openai_image or opts.image,
+            "command": [
+                "repo-builder",
+                "openai",
+                "--grpc-url",
+                f"127.0.0.1:{facts.grpc_port}",
+                "--port",
+                str(opts.openai_port),
+                "--repo",
+                facts.serve_path,
+            ],
+            "ports": [{"name": "openai", "containerPort": opts.openai_port, "protocol": "TCP"}],
+            "readinessProbe": {
+                "httpGet": {"path": "/health", "port": "openai"},
+                "periodSeconds": 5,
+                "failureThreshold": 3,
+            },
+            "volumeMounts": [m for m in _volumes(facts, opts, range(0))[1] if m["name"] != "dshm"],
+        }
+    ]
 
 
 def _service(facts: DeploymentFacts, opts: KubernetesOptions, selector: dict[str, str]) -> dict[str, Any]:
-    ports = [{"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
-             for c in [{"ports": _ports(facts, opts)}, *_openai_sidecar(facts, opts)] for p in c["ports"]]
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(opts.name, opts),
-            "spec": {"type": "ClusterIP", "selector": selector, "ports": ports}}
+    ports = [
+        {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
+        for c in [{"ports": _ports(facts, opts)}, *_openai_sidecar(facts, opts)]
+        for p in c["ports"]
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(opts.name, opts),
+        "spec": {"type": "ClusterIP", "selector": selector, "ports": ports},
+    }
 
 
 def _check(facts: DeploymentFacts, opts: KubernetesOptions) -> int:
     check_name(opts.name)
     if not opts.image:
-        raise DeployError("no container image given", key="--image",
-                          hint="e.g. --image nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3")
+        raise DeployError(
+            "no container image given",
+            key="--image",
+            hint="e.g. --image nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+        )
     if bool(opts.pvc) == bool(opts.baked):
-        raise DeployError("say where the pod finds the repository: --pvc NAME (a PersistentVolumeClaim holding it) "
-                          "or --baked (it is inside the image)" if not opts.pvc else
-                          "--pvc and --baked exclude each other", key="--pvc")
+        raise DeployError(
+            "say where the pod finds the repository: --pvc NAME (a PersistentVolumeClaim holding it) "
+            "or --baked (it is inside the image)"
+            if not opts.pvc
+            else "--pvc and --baked exclude each other",
+            key="--pvc",
+        )
     if opts.pvc:
         check_name(opts.pvc, key="--pvc", max_len=253)
     if opts.replicas < 1:
@@ -179,8 +237,11 @@ def _check(facts: DeploymentFacts, opts: KubernetesOptions) -> int:
     if opts.openai_port is not None:
         taken = {facts.http_port, facts.grpc_port, facts.metrics_port}
         if opts.openai_port in taken or not 1 <= opts.openai_port <= 65535:
-            raise DeployError(f"--openai-port {opts.openai_port} is not a free port number (Triton uses "
-                              f"{', '.join(map(str, sorted(taken)))})", key="--openai-port")
+            raise DeployError(
+                f"--openai-port {opts.openai_port} is not a free port number (Triton uses "
+                f"{', '.join(map(str, sorted(taken)))})",
+                key="--openai-port",
+            )
     return gpus
 
 
@@ -199,14 +260,29 @@ def manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str,
     if opts.nodes == 1:
         command = launch_argv(ranks, use_mpi=facts.world_size > 1)
         volumes, mounts = _volumes(facts, opts, range(facts.world_size))
-        container = {"name": "triton", "image": opts.image, "command": command, "ports": _ports(facts, opts),
-                     "resources": gpu_limits, "volumeMounts": mounts, **_probes(opts)}
-        pod = {"metadata": {"labels": _labels(opts), "annotations": _pod_annotations(facts, opts)},
-               "spec": {"containers": [container, *_openai_sidecar(facts, opts)], "volumes": volumes,
-                        "terminationGracePeriodSeconds": 60}}
-        deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(opts.name, opts),
-                      "spec": {"replicas": opts.replicas, "selector": {"matchLabels": _selector(opts)},
-                               "template": pod}}
+        container = {
+            "name": "triton",
+            "image": opts.image,
+            "command": command,
+            "ports": _ports(facts, opts),
+            "resources": gpu_limits,
+            "volumeMounts": mounts,
+            **_probes(opts),
+        }
+        pod = {
+            "metadata": {"labels": _labels(opts), "annotations": _pod_annotations(facts, opts)},
+            "spec": {
+                "containers": [container, *_openai_sidecar(facts, opts)],
+                "volumes": volumes,
+                "terminationGracePeriodSeconds": 60,
+            },
+        }
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(opts.name, opts),
+            "spec": {"replicas": opts.replicas, "selector": {"matchLabels": _selector(opts)}, "template": pod},
+        }
         return [deployment, _service(facts, opts, _selector(opts))]
     return _leader_worker_set(facts, opts, gpus, ranks, gpu_limits)
 
@@ -218,43 +294,66 @@ def _leader_script(facts: DeploymentFacts, opts: KubernetesOptions, gpus: int, r
     mpirun = launch_argv(ranks, use_mpi=True, hostfile=HOSTFILE, map_by="slot", mca={"plm_rsh_agent": RSH_AGENT})
     workers = " ".join(str(i) for i in range(1, opts.nodes))
     selector = f"{LWS_GROUP_KEY_LABEL}=$GROUP_KEY,{LWS_WORKER_INDEX_LABEL}!=0"
-    return "\n".join([
-        "set -eu",
-        f"cat > {RSH_AGENT} <<'EOF'",
-        "#!/bin/sh",
-        "# Open MPI rsh agent: AGENT POD COMMAND... runs COMMAND (a shell command line) in worker pod POD",
-        "pod=\"$1\"; shift",
-        "exec kubectl exec -i -n \"$POD_NAMESPACE\" -c worker \"$pod\" -- /bin/sh -c \"$*\"",
-        "EOF",
-        f"chmod +x {RSH_AGENT}",
-        f"echo \"$(hostname) slots={gpus}\" > {HOSTFILE}",
-        f"for i in {workers}; do echo \"{opts.name}-$GROUP_INDEX-$i slots={gpus}\" >> {HOSTFILE}; done",
-        f"until [ \"$(kubectl get pod -n \"$POD_NAMESPACE\" -l \"{selector}\" -o name | wc -l)\" -eq "
-        f"{opts.nodes - 1} ]; do sleep 2; done",
-        f"kubectl wait --for=condition=Ready pod -n \"$POD_NAMESPACE\" -l \"{selector}\" "
-        f"--timeout={opts.startup_seconds}s",
-        "exec " + " ".join(shlex.quote(a) for a in mpirun),
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "set -eu",
+                f"cat > {RSH_AGENT} <<'EOF'",
+                "#!/bin/sh",
+                "# Open MPI rsh agent: AGENT POD COMMAND... runs COMMAND (a shell command line) in worker pod POD",
+                'pod="$1"; shift',
+                'exec kubectl exec -i -n "$POD_NAMESPACE" -c worker "$pod" -- /bin/sh -c "$*"',
+                "EOF",
+                f"chmod +x {RSH_AGENT}",
+                f'echo "$(hostname) slots={gpus}" > {HOSTFILE}',
+                f'for i in {workers}; do echo "{opts.name}-$GROUP_INDEX-$i slots={gpus}" >> {HOSTFILE}; done',
+                f'until [ "$(kubectl get pod -n "$POD_NAMESPACE" -l "{selector}" -o name | wc -l)" -eq '
+                f"{opts.nodes - 1} ]; do sleep 2; done",
+                f'kubectl wait --for=condition=Ready pod -n "$POD_NAMESPACE" -l "{selector}" '
+                f"--timeout={opts.startup_seconds}s",
+                "exec " + " ".join(shlex.quote(a) for a in mpirun),
+            ]
+        )
+        + "\n"
+    )
 
 
-def _leader_worker_set(facts: DeploymentFacts, opts: KubernetesOptions, gpus: int, ranks: list[list[str]],
-                       gpu_limits: dict[str, Any]) -> list[dict[str, Any]]:
+def _leader_worker_set(
+    facts: DeploymentFacts, opts: KubernetesOptions, gpus: int, ranks: list[list[str]], gpu_limits: dict[str, Any]
+) -> list[dict[str, Any]]:
     sa = f"{opts.name}-mpi"
-    env = [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-           {"name": "GROUP_INDEX",
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_INDEX_LABEL}']"}}},
-           {"name": "GROUP_KEY", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_KEY_LABEL}']"}}}]
+    env = [
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {
+            "name": "GROUP_INDEX",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_INDEX_LABEL}']"}},
+        },
+        {"name": "GROUP_KEY", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_KEY_LABEL}']"}}},
+    ]
     leader_volumes, leader_mounts = _volumes(facts, opts, range(gpus))
     worker_volumes, worker_mounts = _volumes(facts, opts, range(gpus, 2 * gpus))
-    leader = {"name": "leader", "image": opts.image,
-              "command": ["/bin/sh", "-c", _leader_script(facts, opts, gpus, ranks)],
-              "env": env, "ports": _ports(facts, opts), "resources": gpu_limits, "volumeMounts": leader_mounts,
-              **_probes(opts)}
-    worker = {"name": "worker", "image": opts.image, "command": ["sleep", "infinity"], "resources": gpu_limits,
-              "volumeMounts": worker_mounts}
+    leader = {
+        "name": "leader",
+        "image": opts.image,
+        "command": ["/bin/sh", "-c", _leader_script(facts, opts, gpus, ranks)],
+        "env": env,
+        "ports": _ports(facts, opts),
+        "resources": gpu_limits,
+        "volumeMounts": leader_mounts,
+        **_probes(opts),
+    }
+    worker = {
+        "name": "worker",
+        "image": opts.image,
+        "command": ["sleep", "infinity"],
+        "resources": gpu_limits,
+        "volumeMounts": worker_mounts,
+    }
     labels = _labels(opts)
     lws = {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": _metadata(opts.name, opts),
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": _metadata(opts.name, opts),
         "spec": {
             "replicas": opts.replicas,
             "startupPolicy": "LeaderCreated",
@@ -262,26 +361,48 @@ def _leader_worker_set(facts: DeploymentFacts, opts: KubernetesOptions, gpus: in
                 "size": opts.nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {
-                    "metadata": {"labels": {**labels, "app.kubernetes.io/component": "leader"},
-                                 "annotations": _pod_annotations(facts, opts)},
-                    "spec": {"serviceAccountName": sa, "containers": [leader, *_openai_sidecar(facts, opts)],
-                             "volumes": leader_volumes,
-                             "terminationGracePeriodSeconds": 60}},
+                    "metadata": {
+                        "labels": {**labels, "app.kubernetes.io/component": "leader"},
+                        "annotations": _pod_annotations(facts, opts),
+                    },
+                    "spec": {
+                        "serviceAccountName": sa,
+                        "containers": [leader, *_openai_sidecar(facts, opts)],
+                        "volumes": leader_volumes,
+                        "terminationGracePeriodSeconds": 60,
+                    },
+                },
                 "workerTemplate": {
                     "metadata": {"labels": {**labels, "app.kubernetes.io/component": "worker"}},
-                    "spec": {"automountServiceAccountToken": False, "containers": [worker],
-                             "volumes": worker_volumes, "terminationGracePeriodSeconds": 60}},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "containers": [worker],
+                        "volumes": worker_volumes,
+                        "terminationGracePeriodSeconds": 60,
+                    },
+                },
             },
         },
     }
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(sa, opts)}
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _metadata(sa, opts),
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-                      {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _metadata(sa, opts),
-               "subjects": [{"kind": "ServiceAccount", "name": sa, **({"namespace": opts.namespace} if opts.namespace
-                                                                        else {})}],
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa}}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _metadata(sa, opts),
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(sa, opts),
+        "subjects": [
+            {"kind": "ServiceAccount", "name": sa, **({"namespace": opts.namespace} if opts.namespace else {})}
+        ],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+    }
     selector = {LWS_NAME_LABEL: opts.name, LWS_WORKER_INDEX_LABEL: "0"}
     return [account, role, binding, lws, _service(facts, opts, selector)]
 

@@ -69,8 +69,10 @@ class SlurmOptions:
 def _heredoc_word(arg: str) -> str:
     """``arg`` for an unquoted heredoc line of a ``--multi-prog`` file (only ``@SLURM_JOB_ID@`` expands)."""
     if re.search(r"\s|['\"]", arg):
-        raise DeployError(f"argument {arg!r} holds whitespace or quotes, which a Slurm --multi-prog line cannot carry",
-                          hint="render and serve the repository at a path without spaces")
+        raise DeployError(
+            f"argument {arg!r} holds whitespace or quotes, which a Slurm --multi-prog line cannot carry",
+            hint="render and serve the repository at a path without spaces",
+        )
     escaped = arg.replace("\\", "\\\\").replace("$", "\\$").replace("`", "\\`")
     return escaped.replace(_JOBID, "${SLURM_JOB_ID}")
 
@@ -85,10 +87,16 @@ def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
     check_name(opts.name, key="--name", max_len=63)
     gpus = facts.rank_layout(opts.nodes, opts.gpus_per_node)
     if not re.fullmatch(r"[a-z0-9_]+", opts.mpi):
-        raise DeployError(f"--mpi {opts.mpi!r} is not a Slurm MPI plugin name", key="--mpi",
-                          hint="pmix, pmi2 or none (srun --mpi=list)")
-    ports = {"--http-port": opts.http_port or facts.http_port, "--grpc-port": opts.grpc_port or facts.grpc_port,
-             "--metrics-port": opts.metrics_port or facts.metrics_port}
+        raise DeployError(
+            f"--mpi {opts.mpi!r} is not a Slurm MPI plugin name",
+            key="--mpi",
+            hint="pmix, pmi2 or none (srun --mpi=list)",
+        )
+    ports = {
+        "--http-port": opts.http_port or facts.http_port,
+        "--grpc-port": opts.grpc_port or facts.grpc_port,
+        "--metrics-port": opts.metrics_port or facts.metrics_port,
+    }
     for flag, port in ports.items():
         if not 1 <= port <= 65535:
             raise DeployError(f"{flag} {port} is not a port number", key=flag)
@@ -99,23 +107,45 @@ def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
     world = facts.world_size
     lines = []
     for r in range(world):
-        argv = rank_argv(binary=binary.path, backend_args=binary.server_args(), model_repo=facts.serve_path, rank=r,
-                         launch_id="rb" + _JOBID, http_address="0.0.0.0", http_port=http, grpc_port=grpc,
-                         metrics_port=metrics, trtllm_models=list(facts.tensorrt_llm_models))
+        argv = rank_argv(
+            binary=binary.path,
+            backend_args=binary.server_args(),
+            model_repo=facts.serve_path,
+            rank=r,
+            launch_id="rb" + _JOBID,
+            http_address="0.0.0.0",
+            http_port=http,
+            grpc_port=grpc,
+            metrics_port=metrics,
+            trtllm_models=list(facts.tensorrt_llm_models),
+        )
         lines.append(f"{r} " + " ".join(_heredoc_word(a) for a in argv))
     tp = f" (tp {facts.tp_size} x pp {facts.pp_size})" if facts.tp_size and facts.pp_size else ""
-    sbatch = [f"--job-name={opts.name}", f"--nodes={opts.nodes}", f"--ntasks-per-node={gpus}",
-              f"--output={opts.name}-%j.out", "--signal=B:TERM@120"]
+    sbatch = [
+        f"--job-name={opts.name}",
+        f"--nodes={opts.nodes}",
+        f"--ntasks-per-node={gpus}",
+        f"--output={opts.name}-%j.out",
+        "--signal=B:TERM@120",
+    ]
     if opts.gres:
         sbatch.append(f"--gpus-per-node={gpus}")
     for flag, value in (("partition", opts.partition), ("time", opts.time), ("account", opts.account)):
         if value:
             sbatch.append(f"--{flag}={value}")
-    srun = ["srun", f"--nodes={opts.nodes}", f"--ntasks={world}", f"--ntasks-per-node={gpus}", f"--mpi={opts.mpi}",
-            "--kill-on-bad-exit=1"]
+    srun = [
+        "srun",
+        f"--nodes={opts.nodes}",
+        f"--ntasks={world}",
+        f"--ntasks-per-node={gpus}",
+        f"--mpi={opts.mpi}",
+        "--kill-on-bad-exit=1",
+    ]
     if opts.container_image:
-        srun += [f"--container-image={opts.container_image}",
-                 f"--container-mounts={facts.serve_path}:{facts.serve_path}"]
+        srun += [
+            f"--container-image={opts.container_image}",
+            f"--container-mounts={facts.serve_path}:{facts.serve_path}",
+        ]
     srun += ["--multi-prog", '"$CONF"']
     env_lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(binary.env.items())]
     text = [

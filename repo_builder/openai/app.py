@@ -29,7 +29,7 @@ How OpenAI fields become ensemble inputs (names of the ensemble/BLS contract,
   follows from the text (OpenAI leaves the stop sequence out) and ends the Triton request when the text
   matches although the tokens did not. ``ignore_eos`` -> ``end_id`` -1 (no end-of-sequence stop).
 * ``usage``: ``prompt_tokens`` = the engine's ``num_input_tokens`` (the ids it received),
-  ``completion_tokens`` = its ``num_output_tokens`` (ids it generated; the largest value over a stream),
+  ``completion_tokens`` = the sum of its ``num_output_tokens`` (ids generated, counted per response in a stream),
   both requested with ``return_num_input_tokens``/``return_num_output_tokens``. ``finish_reason`` is
   ``stop`` when a stop string matched or the engine ended before ``max_tokens`` (end id, stop word),
   ``length`` when it generated ``max_tokens``.
@@ -134,23 +134,32 @@ def load_served_models(config: FrontEndConfig) -> list[ServedModel]:
     infos = read_serving_info(config.repo)
     if len(infos) > 1:
         names = ", ".join(i.model_name for i in infos)
-        for option, given in (("--served-model-name", config.served_model_name),
-                              ("--tokenizer-dir", config.tokenizer_dir)):
+        for option, given in (
+            ("--served-model-name", config.served_model_name),
+            ("--tokenizer-dir", config.tokenizer_dir),
+        ):
             if given is not None:
-                raise RepoBuilderError(f"the repository serves several LLMs ({names}); {option} applies to a "
-                                       "single-LLM repository only", path=infos[0].path, key=option,
-                                       hint="drop it: each LLM is served under its render --model NAME with the "
-                                            "tokenizer the lock file records for it")
+                raise RepoBuilderError(
+                    f"the repository serves several LLMs ({names}); {option} applies to a single-LLM repository only",
+                    path=infos[0].path,
+                    key=option,
+                    hint="drop it: each LLM is served under its render --model NAME with the "
+                    "tokenizer the lock file records for it",
+                )
     served = []
     for info in infos:
         tok_dir = config.tokenizer_dir or info.tokenizer_dir
         if tok_dir is None:
-            raise RepoBuilderError("the lock file records no tokenizer directory" +
-                                   (f" for LLM '{info.llm}'" if info.llm else ""), path=info.path,
-                                   key="--tokenizer-dir", hint="pass --tokenizer-dir")
+            raise RepoBuilderError(
+                "the lock file records no tokenizer directory" + (f" for LLM '{info.llm}'" if info.llm else ""),
+                path=info.path,
+                key="--tokenizer-dir",
+                hint="pass --tokenizer-dir",
+            )
         try:
-            tokenizer = load_tokenizer(tok_dir, trust_remote_code=bool(info.value("trust_remote_code", False)),
-                                       key="--tokenizer-dir")
+            tokenizer = load_tokenizer(
+                tok_dir, trust_remote_code=bool(info.value("trust_remote_code", False)), key="--tokenizer-dir"
+            )
         except TokenizerLoadError as exc:
             raise RepoBuilderError(str(exc), key="--tokenizer-dir") from None
 
@@ -158,15 +167,23 @@ def load_served_models(config: FrontEndConfig) -> list[ServedModel]:
             value = info.value(name)
             return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
-        served.append(ServedModel(
-            name=config.served_model_name or info.model_name, tokenizer=tokenizer,
-            max_seq_len=as_int("max_seq_len"), max_input_len=as_int("max_input_len"),
-            add_special_tokens=bool(info.value("add_special_tokens", True)),
-            preprocessing_applies_template=bool(info.value("apply_chat_template", False)),
-            # several LLMs: the lock's llms[].models (each LLM's values keep the single-LLM name)
-            engine_model=(info.triton_model("tensorrt_llm") if info.llm else
-                          str(info.value("tensorrt_llm_model_name") or "tensorrt_llm")),
-            triton_model=info.triton_model(config.triton_model)))
+        served.append(
+            ServedModel(
+                name=config.served_model_name or info.model_name,
+                tokenizer=tokenizer,
+                max_seq_len=as_int("max_seq_len"),
+                max_input_len=as_int("max_input_len"),
+                add_special_tokens=bool(info.value("add_special_tokens", True)),
+                preprocessing_applies_template=bool(info.value("apply_chat_template", False)),
+                # several LLMs: the lock's llms[].models (each LLM's values keep the single-LLM name)
+                engine_model=(
+                    info.triton_model("tensorrt_llm")
+                    if info.llm
+                    else str(info.value("tensorrt_llm_model_name") or "tensorrt_llm")
+                ),
+                triton_model=info.triton_model(config.triton_model),
+            )
+        )
     return served
 
 
@@ -178,8 +195,9 @@ class Route:
     backend: TritonBackend
 
 
-def routing_table(config: FrontEndConfig, models: list[ServedModel],
-                  backends: list[TritonBackend] | None = None) -> dict[str, Route]:
+def routing_table(
+    config: FrontEndConfig, models: list[ServedModel], backends: list[TritonBackend] | None = None
+) -> dict[str, Route]:
     """Model id -> :class:`Route`, in the lock's order (``GET /v1/models`` lists them so).
 
     Each LLM gets its own :class:`TritonBackend` on ``config.grpc_url`` for ``ServedModel.triton_model`` (its
@@ -257,8 +275,11 @@ class Outcome:
     finish_reason: str
 
     def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.prompt_tokens + self.completion_tokens}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
 
 
 class Generation:
@@ -280,8 +301,8 @@ class Generation:
     def _count(self, chunk: Chunk) -> None:
         if chunk.num_input_tokens is not None and self.n_in is None:
             self.n_in = chunk.num_input_tokens
-        if chunk.num_output_tokens is not None and chunk.num_output_tokens > self.n_out:
-            self.n_out = chunk.num_output_tokens
+        if chunk.num_output_tokens is not None:  # per response, as NVIDIA's backend counts in a stream
+            self.n_out += chunk.num_output_tokens
         if chunk.text:
             self.responses += 1
 
@@ -325,8 +346,11 @@ class Generation:
         if n_in is None:  # a model without num_input_tokens (trtllm-0.5): the preprocessing rule, same ids
             from ..runtime.text import encode_prompt
 
-            n_in = len(encode_prompt(self.model.tokenizer, self.job.prompt_text,
-                                     add_special_tokens=self.model.add_special_tokens))
+            n_in = len(
+                encode_prompt(
+                    self.model.tokenizer, self.job.prompt_text, add_special_tokens=self.model.add_special_tokens
+                )
+            )
         n_out = self.n_out or self.responses
         if self.stopped_by_string:
             reason = "stop"
@@ -365,8 +389,9 @@ def _sse(payload: dict[str, Any]) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
-def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
-               backend: TritonBackend | None = None) -> Any:
+def create_app(
+    config: FrontEndConfig, *, model: ServedModel | None = None, backend: TritonBackend | None = None
+) -> Any:
     """The FastAPI application for ``config`` (uvicorn serves it; tests may pass ``model``/``backend``).
 
     Raises:
@@ -416,10 +441,15 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-            raise APIError(401, "Incorrect API key provided: send 'Authorization: Bearer <key>' with the key the "
-                                "server was started with." if header else
-                           "You didn't provide an API key: send 'Authorization: Bearer <key>'.",
-                           type="invalid_request_error", code="invalid_api_key")
+            raise APIError(
+                401,
+                "Incorrect API key provided: send 'Authorization: Bearer <key>' with the key the "
+                "server was started with."
+                if header
+                else "You didn't provide an API key: send 'Authorization: Bearer <key>'.",
+                type="invalid_request_error",
+                code="invalid_api_key",
+            )
 
     async def body_of(request: Request, cls: type) -> Any:
         check_key(request)
@@ -431,30 +461,42 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
         req = parse_request(cls, data)
         route = routes.get(req.model)
         if route is None:
-            raise APIError(404, f"The model '{req.model}' does not exist; this server serves "
-                                f"{', '.join(repr(n) for n in routes)}.", param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"The model '{req.model}' does not exist; this server serves {', '.join(repr(n) for n in routes)}.",
+                param="model",
+                code="model_not_found",
+            )
         unsupported(req, has_chat_template=route.served.has_chat_template)
         return req, route
 
     def limit_max_tokens(served: ServedModel, value: int, param: str) -> None:
         if served.max_seq_len is not None and value > served.max_seq_len - 1:
-            raise APIError(400, f"{param}={value} is more than the engine allows: its max_seq_len is "
-                                f"{served.max_seq_len} tokens (prompt included), so at most "
-                                f"{served.max_seq_len - 1}", param=param, code="invalid_value")
+            raise APIError(
+                400,
+                f"{param}={value} is more than the engine allows: its max_seq_len is "
+                f"{served.max_seq_len} tokens (prompt included), so at most "
+                f"{served.max_seq_len - 1}",
+                param=param,
+                code="invalid_value",
+            )
 
     def backend_error(exc: BackendError | Exception, job: Job) -> APIError:
         from ..errors import ClientError
 
         if isinstance(exc, ClientError):  # the model has no input for a field / a value does not fit
-            return APIError(400, exc.message, param=_param(exc.key, job.req, job.max_tokens_param),
-                            code="unsupported_parameter")
+            return APIError(
+                400, exc.message, param=_param(exc.key, job.req, job.max_tokens_param), code="unsupported_parameter"
+            )
         assert isinstance(exc, BackendError)
         if exc.unavailable:
-            return APIError(503, f"Triton is not reachable: {exc.message}", type="server_error",
-                            code="service_unavailable")
+            return APIError(
+                503, f"Triton is not reachable: {exc.message}", type="server_error", code="service_unavailable"
+            )
         if exc.field is not None:
-            return APIError(400, exc.message, param=_param(exc.field, job.req, job.max_tokens_param),
-                            code="invalid_value")
+            return APIError(
+                400, exc.message, param=_param(exc.field, job.req, job.max_tokens_param), code="invalid_value"
+            )
         return APIError(500, f"Triton failed the request: {exc.message}", type="server_error")
 
     async def run(request: Request, route: Route, job: Job, stream_out: bool, render: Any) -> Any:
@@ -497,8 +539,14 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
     async def health() -> Any:
         for route in routes.values():
             if not await route.backend.ready():
-                return _error_response(APIError(503, f"Triton model '{route.backend.model}' is not ready",
-                                                type="server_error", code="service_unavailable"))
+                return _error_response(
+                    APIError(
+                        503,
+                        f"Triton model '{route.backend.model}' is not ready",
+                        type="server_error",
+                        code="service_unavailable",
+                    )
+                )
         return Response(status_code=200)
 
     @app.get("/v1/models")
@@ -527,8 +575,9 @@ def create_app(config: FrontEndConfig, *, model: ServedModel | None = None,
         max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
         limit_max_tokens(served, max_tokens, "max_tokens")
         job = _job("cmpl", req, prompt, max_tokens, "max_tokens", triton, request_id(request))
-        return await run(request, route, job, bool(req.stream),
-                         CompletionRenderer(served.name, job, bool(req.echo), prompt))
+        return await run(
+            request, route, job, bool(req.stream), CompletionRenderer(served.name, job, bool(req.echo), prompt)
+        )
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
@@ -555,13 +604,21 @@ def request_id(request: Any) -> str | None:
     if value is None:
         return None
     if not value or len(value) > 128 or not value.isascii() or not value.isprintable():
-        raise APIError(400, "X-Request-Id must be 1 to 128 printable ASCII characters", param="X-Request-Id",
-                       code="invalid_value")
+        raise APIError(
+            400, "X-Request-Id must be 1 to 128 printable ASCII characters", param="X-Request-Id", code="invalid_value"
+        )
     return value
 
 
-def _job(prefix: str, req: SamplingFields, text: str, max_tokens: int, param: str, triton: TritonBackend,
-         rid: str | None = None) -> Job:
+def _job(
+    prefix: str,
+    req: SamplingFields,
+    text: str,
+    max_tokens: int,
+    param: str,
+    triton: TritonBackend,
+    rid: str | None = None,
+) -> Job:
     """The request as ensemble fields; its id (the response ``id`` and the Triton request id) is
     ``<prefix>-<X-Request-Id>`` when the client sent that header, else ``<prefix>-<random hex>``."""
     # Always stream from a decoupled model, also for a non-streamed answer: the BLS polls its client's
@@ -569,8 +626,15 @@ def _job(prefix: str, req: SamplingFields, text: str, max_tokens: int, param: st
     # the deltas add up to the non-streamed text (postprocessing's incremental detokenizer).
     fields = {"text_input": text, "max_tokens": max_tokens, "stream": triton.streams}
     fields.update(sampling_fields(req, triton.accepts))
-    return Job(rid=f"{prefix}-{rid or uuid.uuid4().hex}", req=req, fields=fields, max_tokens=max_tokens,
-               max_tokens_param=param, prompt_text=text, stops=req.stop_list())
+    return Job(
+        rid=f"{prefix}-{rid or uuid.uuid4().hex}",
+        req=req,
+        fields=fields,
+        max_tokens=max_tokens,
+        max_tokens_param=param,
+        prompt_text=text,
+        stops=req.stop_list(),
+    )
 
 
 def chat_prompt(served: ServedModel, req: ChatCompletionRequest) -> str:
@@ -583,21 +647,26 @@ def chat_prompt(served: ServedModel, req: ChatCompletionRequest) -> str:
     """
     if served.preprocessing_applies_template:
         if len(req.messages) != 1 or req.messages[0].role != "user":
-            raise APIError(400, "this repository's preprocessing applies the chat template to one user message "
-                                "(apply_chat_template=true): send exactly one user message, or render the "
-                                "repository with --set apply_chat_template=false", param="messages",
-                           code="invalid_value")
+            raise APIError(
+                400,
+                "this repository's preprocessing applies the chat template to one user message "
+                "(apply_chat_template=true): send exactly one user message, or render the "
+                "repository with --set apply_chat_template=false",
+                param="messages",
+                code="invalid_value",
+            )
         return req.messages[0].text()
-    conversation = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                    for m in req.messages]
+    conversation = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
     try:
         text = served.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - jinja2 errors, raise_exception() in templates
-        raise APIError(400, f"the chat template refused the conversation: {exc}", param="messages",
-                       code="invalid_value") from None
+        raise APIError(
+            400, f"the chat template refused the conversation: {exc}", param="messages", code="invalid_value"
+        ) from None
     if not text:
-        raise APIError(400, "the chat template rendered the conversation as empty text", param="messages",
-                       code="invalid_value")
+        raise APIError(
+            400, "the chat template rendered the conversation as empty text", param="messages", code="invalid_value"
+        )
     return str(text)
 
 
@@ -609,12 +678,21 @@ def default_chat_max_tokens(served: ServedModel, text: str) -> int:
 
     n = len(encode_prompt(served.tokenizer, text, add_special_tokens=served.add_special_tokens))
     if served.max_input_len is not None and n > served.max_input_len:
-        raise APIError(400, f"the prompt is {n} tokens, more than the engine's max_input_len of "
-                            f"{served.max_input_len} tokens", param="messages", code="context_length_exceeded")
+        raise APIError(
+            400,
+            f"the prompt is {n} tokens, more than the engine's max_input_len of {served.max_input_len} tokens",
+            param="messages",
+            code="context_length_exceeded",
+        )
     left = served.max_seq_len - n
     if left < 1:
-        raise APIError(400, f"the prompt is {n} tokens, which leaves no room in the engine's max_seq_len of "
-                            f"{served.max_seq_len} tokens", param="messages", code="context_length_exceeded")
+        raise APIError(
+            400,
+            f"the prompt is {n} tokens, which leaves no room in the engine's max_seq_len of "
+            f"{served.max_seq_len} tokens",
+            param="messages",
+            code="context_length_exceeded",
+        )
     return left
 
 
@@ -629,27 +707,48 @@ class CompletionRenderer:
         self.created = int(time.time())
 
     def __call__(self, text: str, outcome: Outcome) -> dict[str, Any]:
-        return {"id": self.job.rid, "object": "text_completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "text": (self.prompt + text) if self.echo else text, "logprobs": None,
-                             "finish_reason": outcome.finish_reason}],
-                "usage": outcome.usage()}
+        return {
+            "id": self.job.rid,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": (self.prompt + text) if self.echo else text,
+                    "logprobs": None,
+                    "finish_reason": outcome.finish_reason,
+                }
+            ],
+            "usage": outcome.usage(),
+        }
 
     async def stream(self, gen: Generation, job: Job) -> AsyncIterator[bytes]:
         usage = job.req.wants_usage_chunk()
-        head = json.dumps({"id": job.rid, "object": "text_completion", "created": self.created,
-                           "model": self.model}, separators=(",", ":"))[:-1]
-        prefix = (b"data: " + head.encode() + b',"choices":[{"index":0,"text":')
+        head = json.dumps(
+            {"id": job.rid, "object": "text_completion", "created": self.created, "model": self.model},
+            separators=(",", ":"),
+        )[:-1]
+        prefix = b"data: " + head.encode() + b',"choices":[{"index":0,"text":'
         suffix = b',"logprobs":null,"finish_reason":null}]' + (b',"usage":null' if usage else b"") + b"}\n\n"
         if self.echo:
             yield prefix + json.dumps(self.prompt).encode() + suffix
         async for text in gen.deltas():
             yield prefix + json.dumps(text).encode() + suffix
         outcome = gen.outcome()
-        yield (prefix + b'""' + b',"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
-               + (b',"usage":null' if usage else b"") + b"}\n\n")
+        yield (
+            prefix
+            + b'""'
+            + b',"logprobs":null,"finish_reason":"'
+            + outcome.finish_reason.encode()
+            + b'"}]'
+            + (b',"usage":null' if usage else b"")
+            + b"}\n\n"
+        )
         if usage:
-            yield (b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode()
-                   + b"}\n\n")
+            yield (
+                b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode() + b"}\n\n"
+            )
         yield DONE
 
 
@@ -661,15 +760,28 @@ class ChatRenderer:
         self.created = int(time.time())
 
     def __call__(self, text: str, outcome: Outcome) -> dict[str, Any]:
-        return {"id": self.job.rid, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                             "logprobs": None, "finish_reason": outcome.finish_reason}],
-                "usage": outcome.usage()}
+        return {
+            "id": self.job.rid,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": outcome.finish_reason,
+                }
+            ],
+            "usage": outcome.usage(),
+        }
 
     async def stream(self, gen: Generation, job: Job) -> AsyncIterator[bytes]:
         usage = job.req.wants_usage_chunk()
-        head = json.dumps({"id": job.rid, "object": "chat.completion.chunk", "created": self.created,
-                           "model": self.model}, separators=(",", ":"))[:-1]
+        head = json.dumps(
+            {"id": job.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model},
+            separators=(",", ":"),
+        )[:-1]
         tail = b',"logprobs":null,"finish_reason":null}]' + (b',"usage":null' if usage else b"") + b"}\n\n"
         start = b"data: " + head.encode() + b',"choices":[{"index":0,"delta":'
         yield start + b'{"role":"assistant","content":""}' + tail
@@ -678,11 +790,18 @@ class ChatRenderer:
         async for text in gen.deltas():
             yield prefix + json.dumps(text).encode() + suffix
         outcome = gen.outcome()
-        yield (start + b'{},"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
-               + (b',"usage":null' if usage else b"") + b"}\n\n")
+        yield (
+            start
+            + b'{},"logprobs":null,"finish_reason":"'
+            + outcome.finish_reason.encode()
+            + b'"}]'
+            + (b',"usage":null' if usage else b"")
+            + b"}\n\n"
+        )
         if usage:
-            yield (b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode()
-                   + b"}\n\n")
+            yield (
+                b"data: " + head.encode() + b',"choices":[],"usage":' + json.dumps(outcome.usage()).encode() + b"}\n\n"
+            )
         yield DONE
 
 
@@ -705,9 +824,17 @@ class SSEResponse(_Response):
         self.background = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                                (b"x-accel-buffering", b"no")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
         chunks = self.chunks
         try:
             try:
@@ -716,8 +843,11 @@ class SSEResponse(_Response):
                         break
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except BackendError as exc:  # failed after the stream started: an error event, then [DONE]
-                err = APIError(400 if exc.field else 500, exc.message,
-                               type="invalid_request_error" if exc.field else "server_error")
+                err = APIError(
+                    400 if exc.field else 500,
+                    exc.message,
+                    type="invalid_request_error" if exc.field else "server_error",
+                )
                 await send({"type": "http.response.body", "body": _stream_error(err), "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # the client went away while we wrote

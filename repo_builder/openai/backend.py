@@ -101,7 +101,7 @@ def _parse(response: Any) -> Chunk:
                 pos, parts = 0, []
                 while pos + 4 <= len(raw):
                     (n,) = struct.unpack_from("<I", raw, pos)
-                    parts.append(raw[pos + 4:pos + 4 + n])
+                    parts.append(raw[pos + 4 : pos + 4 + n])
                     pos += 4 + n
                 text = b"".join(parts).decode("utf-8", errors="replace")
         elif name in ("num_input_tokens", "num_output_tokens") and len(raw) >= 4:
@@ -159,8 +159,10 @@ class GenerationStream:
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED and self.cancelled:
                 return
-            raise BackendError(f"Triton stream failed: {exc.code().name}: {exc.details()}",
-                               unavailable=exc.code() == grpc.StatusCode.UNAVAILABLE) from None
+            raise BackendError(
+                f"Triton stream failed: {exc.code().name}: {exc.details()}",
+                unavailable=exc.code() == grpc.StatusCode.UNAVAILABLE,
+            ) from None
         finally:
             self._done.set()
 
@@ -218,8 +220,9 @@ class TritonBackend:
         except InferenceServerException as exc:
             text = exc.message() or str(exc)
             unavailable = "UNAVAILABLE" in str(exc.status()) or "failed to connect" in text.lower()
-            raise BackendError(f"Triton at {self.url}: cannot read model '{self.model}': {text}",
-                               unavailable=unavailable) from None
+            raise BackendError(
+                f"Triton at {self.url}: cannot read model '{self.model}': {text}", unavailable=unavailable
+            ) from None
         self.info = ModelInfo.from_config(config)
         self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._client._channel)
         if config.get("platform") == "ensemble" and self.engine_model:
@@ -231,8 +234,10 @@ class TritonBackend:
                 self.engine_info = None  # no engine model of that name: disconnects only cancel the call
         self._outputs = [name for name in OUTPUTS if name in self.info.outputs]
         if "text_output" not in self._outputs:
-            raise BackendError(f"model '{self.model}' has no text_output output; serve the ensemble or "
-                               "tensorrt_llm_bls (--triton-model)")
+            raise BackendError(
+                f"model '{self.model}' has no text_output output; serve the ensemble or "
+                "tensorrt_llm_bls (--triton-model)"
+            )
         return self.info
 
     async def close(self) -> None:
@@ -307,8 +312,9 @@ class TritonBackend:
             try:
                 async for response in self._stub.ModelStreamInfer(requests()):
                     params = response.infer_response.parameters
-                    if response.error_message or ("triton_final_response" in params
-                                                  and params["triton_final_response"].bool_param):
+                    if response.error_message or (
+                        "triton_final_response" in params and params["triton_final_response"].bool_param
+                    ):
                         break
             except Exception:  # noqa: BLE001 - best effort: the request may have finished already
                 pass

@@ -31,8 +31,11 @@ def check_installed() -> None:
 
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
-        raise LaunchError(f"--openai_port needs {', '.join(missing)}, which is not installed", key="--openai_port",
-                          hint="pip install 'repo-builder[openai]'")
+        raise LaunchError(
+            f"--openai_port needs {', '.join(missing)}, which is not installed",
+            key="--openai_port",
+            hint="pip install 'repo-builder[openai]'",
+        )
 
 
 class FrontEnd:
@@ -47,14 +50,31 @@ class FrontEnd:
         cfg = self.server.config
         ranks = self.server.rank_pids()
         watch = ":".join(map(str, ranks[0])) if 0 in ranks else str(self.server._launcher_pid)
-        return [sys.executable, "-m", "repo_builder", "openai", "--repo", os.path.abspath(cfg.model_repo),
-                "--grpc-url", self.server.grpc_url, "--host", cfg.http_address, "--port", str(self.port),
-                "--watch-pid", watch, "--log-level", "warning", f"--launch-id={self.server.launch_id}"]
+        return [
+            sys.executable,
+            "-m",
+            "repo_builder",
+            "openai",
+            "--repo",
+            os.path.abspath(cfg.model_repo),
+            "--grpc-url",
+            self.server.grpc_url,
+            "--host",
+            cfg.http_address,
+            "--port",
+            str(self.port),
+            "--watch-pid",
+            watch,
+            "--log-level",
+            "warning",
+            f"--launch-id={self.server.launch_id}",
+        ]
 
     def start(self, *, detach: bool = False) -> FrontEnd:
         with open(self.server.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=detach)
+            self.proc = subprocess.Popen(
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=detach
+            )
         return self
 
     @property
@@ -77,8 +97,10 @@ class FrontEnd:
         while time.monotonic() - t0 < timeout_s and not interrupted():
             code = self.proc.poll()
             if code is not None:
-                raise LaunchError(f"the OpenAI front end exited with code {code} before it was ready:\n"
-                                  f"{self.server.log_tail(20)}", key="--openai_port")
+                raise LaunchError(
+                    f"the OpenAI front end exited with code {code} before it was ready:\n{self.server.log_tail(20)}",
+                    key="--openai_port",
+                )
             got = http_request(host, self.port, "GET", "/health")
             if got is not None and got[0] == 200:
                 return time.monotonic() - t0
@@ -86,8 +108,10 @@ class FrontEnd:
         if interrupted():
             return time.monotonic() - t0
         self.stop()
-        raise LaunchError(f"the OpenAI front end was not ready after {timeout_s:.0f} s:\n{self.server.log_tail(20)}",
-                          key="--openai_port")
+        raise LaunchError(
+            f"the OpenAI front end was not ready after {timeout_s:.0f} s:\n{self.server.log_tail(20)}",
+            key="--openai_port",
+        )
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()

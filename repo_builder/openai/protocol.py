@@ -35,8 +35,15 @@ class APIError(Exception):
         code: a machine-readable code (``model_not_found``, ``invalid_api_key``, ``unsupported_parameter``...).
     """
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",  # noqa: A002
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",  # noqa: A002
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -63,8 +70,20 @@ class ErrorResponse(BaseModel):
 
 
 #: Names pydantic puts in an error location for the member of a union that failed (not request fields).
-_UNION_TAGS = {"str", "int", "float", "bool", "dict", "list", "none", "constrained-float", "TextPart", "OtherPart",
-               "StreamOptions", "ChatMessage"}
+_UNION_TAGS = {
+    "str",
+    "int",
+    "float",
+    "bool",
+    "dict",
+    "list",
+    "none",
+    "constrained-float",
+    "TextPart",
+    "OtherPart",
+    "StreamOptions",
+    "ChatMessage",
+}
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -88,8 +107,9 @@ def validation_error(exc: ValidationError) -> APIError:
     param = _loc(tuple(err.get("loc", ()))) or None
     kind = str(err.get("type", ""))
     if kind == "extra_forbidden":
-        return APIError(400, f"Unrecognized request argument supplied: {param}", param=param,
-                        code="unrecognized_argument")
+        return APIError(
+            400, f"Unrecognized request argument supplied: {param}", param=param, code="unrecognized_argument"
+        )
     if kind == "missing":
         return APIError(400, f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
     value = err.get("input")
@@ -229,8 +249,9 @@ def parse_request(cls: type[_Request], data: Any) -> Any:
             body is not a JSON object.
     """
     if not isinstance(data, dict):
-        raise APIError(400, f"The request body must be a JSON object, got {type(data).__name__}.", param=None,
-                       code="invalid_json")
+        raise APIError(
+            400, f"The request body must be a JSON object, got {type(data).__name__}.", param=None, code="invalid_json"
+        )
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
@@ -254,17 +275,23 @@ def unsupported(req: SamplingFields, *, has_chat_template: bool = True) -> None:
             ``stream_options`` without ``stream``.
     """
     if req.n is not None and req.n > 1:
-        raise _refuse("n", f"n={req.n} is not supported: this server returns one choice per request "
-                           "(send n=1 or several requests)")
+        raise _refuse(
+            "n",
+            f"n={req.n} is not supported: this server returns one choice per request (send n=1 or several requests)",
+        )
     if req.logit_bias:
         raise _refuse("logit_bias", "logit_bias is not supported: the Triton ensemble takes no token-id biases")
     if req.stream_options is not None and not req.stream:
-        raise APIError(400, "stream_options is only allowed when stream is true", param="stream_options",
-                       code="invalid_value")
+        raise APIError(
+            400, "stream_options is only allowed when stream is true", param="stream_options", code="invalid_value"
+        )
     if isinstance(req, CompletionRequest):
         if req.logprobs is not None:
-            raise _refuse("logprobs", "logprobs is not supported: the Triton ensemble returns text, not the token "
-                                      "ids the log probabilities would belong to")
+            raise _refuse(
+                "logprobs",
+                "logprobs is not supported: the Triton ensemble returns text, not the token "
+                "ids the log probabilities would belong to",
+            )
         if req.best_of is not None and req.best_of > 1:
             raise _refuse("best_of", f"best_of={req.best_of} is not supported (one sequence per request)")
         if req.suffix:
@@ -278,16 +305,22 @@ def unsupported(req: SamplingFields, *, has_chat_template: bool = True) -> None:
     if isinstance(req, ChatCompletionRequest):
         if req.logprobs or req.top_logprobs:
             param = "logprobs" if req.logprobs else "top_logprobs"
-            raise _refuse(param, f"{param} is not supported: the Triton ensemble returns text, not the token ids "
-                                 "the log probabilities would belong to")
+            raise _refuse(
+                param,
+                f"{param} is not supported: the Triton ensemble returns text, not the token ids "
+                "the log probabilities would belong to",
+            )
         if req.tools or req.functions:
             raise _refuse("tools" if req.tools else "functions", "tool calling is not supported")
         if req.tool_choice not in (None, "none") or req.function_call not in (None, "none"):
-            raise _refuse("tool_choice" if req.tool_choice not in (None, "none") else "function_call",
-                          "tool calling is not supported")
+            raise _refuse(
+                "tool_choice" if req.tool_choice not in (None, "none") else "function_call",
+                "tool calling is not supported",
+            )
         if req.response_format is not None and req.response_format.get("type") != "text":
-            raise _refuse("response_format", f"response_format {req.response_format.get('type')!r} is not supported "
-                                             "(only 'text')")
+            raise _refuse(
+                "response_format", f"response_format {req.response_format.get('type')!r} is not supported (only 'text')"
+            )
         if req.modalities and any(m != "text" for m in req.modalities):
             raise _refuse("modalities", "only the 'text' modality is supported")
         for i, msg in enumerate(req.messages):
@@ -296,11 +329,18 @@ def unsupported(req: SamplingFields, *, has_chat_template: bool = True) -> None:
             if isinstance(msg.content, list):
                 for j, part in enumerate(msg.content):
                     if not isinstance(part, TextPart):
-                        raise _refuse(f"messages[{i}].content[{j}]",
-                                      f"content part type {part.type!r} is not supported (text only)")
+                        raise _refuse(
+                            f"messages[{i}].content[{j}]",
+                            f"content part type {part.type!r} is not supported (text only)",
+                        )
         if not has_chat_template:
-            raise APIError(400, "this model's tokenizer has no chat template, so chat completions cannot be "
-                                "formatted; use /v1/completions", param="messages", code="no_chat_template")
+            raise APIError(
+                400,
+                "this model's tokenizer has no chat template, so chat completions cannot be "
+                "formatted; use /v1/completions",
+                param="messages",
+                code="no_chat_template",
+            )
 
 
 # ---------------------------------------------------------------------------------------------- responses

@@ -47,19 +47,32 @@ def check_triton(config: FrontEndConfig, timeout_s: float = 10.0, models: list[s
                     raise InferenceServerException("server not live")
                 for model in models or [config.triton_model]:
                     if not client.is_model_ready(model):
-                        raise RepoBuilderError(f"Triton at {config.grpc_url} has no ready model '{model}'",
-                                               key="--triton-model", hint="serve the ensemble or tensorrt_llm_bls")
+                        raise RepoBuilderError(
+                            f"Triton at {config.grpc_url} has no ready model '{model}'",
+                            key="--triton-model",
+                            hint="serve the ensemble or tensorrt_llm_bls",
+                        )
                 return
         except InferenceServerException as exc:
             last = exc.message() or str(exc)
         if time.monotonic() >= deadline:
-            raise RepoBuilderError(f"Triton is not reachable at {config.grpc_url}: {last}", key="--grpc-url",
-                                   hint="start it with `repo-builder launch REPO` or pass the right gRPC host:port")
+            raise RepoBuilderError(
+                f"Triton is not reachable at {config.grpc_url}: {last}",
+                key="--grpc-url",
+                hint="start it with `repo-builder launch REPO` or pass the right gRPC host:port",
+            )
         time.sleep(0.5)
 
 
-def serve(config: FrontEndConfig, *, host: str, port: int, log_level: str = "info",
-          watch_pid: tuple[int, int | None] | None = None, echo: Any = print) -> int:
+def serve(
+    config: FrontEndConfig,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    watch_pid: tuple[int, int | None] | None = None,
+    echo: Any = print,
+) -> int:
     """Serve until SIGINT/SIGTERM (or until ``watch_pid`` exits); returns the exit code (0 clean, 1 failed start).
 
     Raises:
@@ -72,8 +85,17 @@ def serve(config: FrontEndConfig, *, host: str, port: int, log_level: str = "inf
     app = create_app(config)
     routes = app.state.routes
     check_triton(config, models=[r.backend.model for r in routes.values()])
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                                           lifespan="on", timeout_graceful_shutdown=GRACEFUL_S))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=GRACEFUL_S,
+        )
+    )
     if watch_pid is not None:
         pid, start = watch_pid
 
@@ -87,8 +109,10 @@ def serve(config: FrontEndConfig, *, host: str, port: int, log_level: str = "inf
 
         threading.Thread(target=watch, daemon=True, name="watch-pid").start()
     served = ", ".join(f"'{name}' ({r.backend.model})" for name, r in routes.items())
-    echo(f"openai: serving model {served} from Triton {config.grpc_url} on "
-         f"http://{host}:{port}/v1" + (" (API key required)" if config.api_key else ""))
+    echo(
+        f"openai: serving model {served} from Triton {config.grpc_url} on "
+        f"http://{host}:{port}/v1" + (" (API key required)" if config.api_key else "")
+    )
     sys.stdout.flush()
     server.run()
     return 0 if server.started else 1

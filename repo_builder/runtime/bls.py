@@ -68,11 +68,39 @@ from .bls_responses import (
 from .bls_wiring import ENGINE_STEP_MODEL, Step, Wiring, WiringError
 from .errors import StepError
 
-__all__ = ["BATCH_INDEX", "BEAM_WIDTH", "CANCEL_POLL_EVERY", "ENGINE_STEP_MODEL", "EXCLUDE_INPUT", "MAX_TOKENS",
-           "MERGE_RULES", "NUM_DRAFT_TOKENS", "NUM_RETURN_SEQUENCES", "SEQUENCE_INDEX", "STOP_WORDS", "STREAM",
-           "TEXT_INPUT", "BLSCore", "BLSRequestError", "BLSSettings", "BLSStepError", "EngineStream", "RequestPlan",
-           "Sender", "Step", "StepCaller", "StopStringFilter", "Wiring", "WiringError", "can_merge", "merge_responses",
-           "parse_request", "parse_word_list", "stack_rows", "truncate_at_stop"]
+__all__ = [
+    "BATCH_INDEX",
+    "BEAM_WIDTH",
+    "CANCEL_POLL_EVERY",
+    "ENGINE_STEP_MODEL",
+    "EXCLUDE_INPUT",
+    "MAX_TOKENS",
+    "MERGE_RULES",
+    "NUM_DRAFT_TOKENS",
+    "NUM_RETURN_SEQUENCES",
+    "SEQUENCE_INDEX",
+    "STOP_WORDS",
+    "STREAM",
+    "TEXT_INPUT",
+    "BLSCore",
+    "BLSRequestError",
+    "BLSSettings",
+    "BLSStepError",
+    "EngineStream",
+    "RequestPlan",
+    "Sender",
+    "Step",
+    "StepCaller",
+    "StopStringFilter",
+    "Wiring",
+    "WiringError",
+    "can_merge",
+    "merge_responses",
+    "parse_request",
+    "parse_word_list",
+    "stack_rows",
+    "truncate_at_stop",
+]
 
 #: How often (in engine responses) a streaming request polls the client-side cancellation flag;
 #: polling is an IPC round trip in the Python backend, so it is not done per token.
@@ -106,12 +134,14 @@ class StepCaller(Protocol):
     returns an error.
     """
 
-    def call(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
-             request_id: str) -> Mapping[str, np.ndarray]:
+    def call(
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str], request_id: str
+    ) -> Mapping[str, np.ndarray]:
         """One request, one response: ``exec()``. Returns {output name: array}."""
 
-    def stream(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
-               request_id: str) -> EngineStream:
+    def stream(
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str], request_id: str
+    ) -> EngineStream:
         """One request, many responses: ``exec(decoupled=True)``; empty responses are skipped."""
 
 
@@ -162,9 +192,15 @@ class BLSCore:
             self._engine_outputs_cache[wanted] = got
         return got
 
-    def run(self, inputs: Mapping[str, np.ndarray], send: Sender, *,
-            requested_outputs: Iterable[str] | None = None, request_id: str | None = None,
-            cancelled: Callable[[], bool] | None = None) -> None:
+    def run(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        send: Sender,
+        *,
+        requested_outputs: Iterable[str] | None = None,
+        request_id: str | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
         """Serve one BLS request: validate, run the steps, and call ``send`` for every response.
 
         ``send(..., final=True)`` is called exactly once, last, unless an exception escapes (the
@@ -190,8 +226,10 @@ class BLSCore:
         rid_base = f"{request_id}:" if request_id else "bls-"
         rows: list[Mapping[str, np.ndarray]]
         if plan.batch_size > 1:
-            rows = [{k: v[i:i + 1] if v.ndim and v.shape[0] == plan.batch_size else v for k, v in inputs.items()}
-                    for i in range(plan.batch_size)]
+            rows = [
+                {k: v[i : i + 1] if v.ndim and v.shape[0] == plan.batch_size else v for k, v in inputs.items()}
+                for i in range(plan.batch_size)
+            ]
         else:
             rows = [inputs]
         if plan.stream:
@@ -224,8 +262,15 @@ class BLSCore:
 
     # ---------------------------------------------------------------------------------------------
 
-    def _run_row(self, inputs: Mapping[str, np.ndarray], plan: RequestPlan, names: tuple[str, ...],
-                 send: Sender, rid: str, cancelled: Callable[[], bool] | None) -> None:
+    def _run_row(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        plan: RequestPlan,
+        names: tuple[str, ...],
+        send: Sender,
+        rid: str,
+        cancelled: Callable[[], bool] | None,
+    ) -> None:
         env: dict[str, Any] = dict(inputs)
         for step, outputs in self._pre:
             step.scatter(self.caller.call(step.model, step.gather(env), outputs, rid), env)
@@ -286,7 +331,7 @@ class BLSCore:
                     stream.cancel()
                     stopped_all = True
                     break
-            for run in (_sequence_runs(batch) if len(batch) > 1 else (batch,)):
+            for run in _sequence_runs(batch) if len(batch) > 1 else (batch,):
                 penv = postprocess(merge_responses(run) if len(run) > 1 else run[0])
                 if text_work:
                     seq_arr = penv.get(SEQUENCE_INDEX)

@@ -196,27 +196,44 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
     beam_v = _scalar(inputs, BEAM_WIDTH)
     beam = int(beam_v) if beam_v is not None else 1
     if beam > settings.max_beam_width:
-        raise BLSRequestError(BEAM_WIDTH, f"{beam} is above max_beam_width={settings.max_beam_width} of this "
-                                          "repository (the engine's build limit); lower beam_width or rebuild "
-                                          "the engine with a larger max_beam_width")
+        raise BLSRequestError(
+            BEAM_WIDTH,
+            f"{beam} is above max_beam_width={settings.max_beam_width} of this "
+            "repository (the engine's build limit); lower beam_width or rebuild "
+            "the engine with a larger max_beam_width",
+        )
     if stream and not settings.decoupled:
-        raise BLSRequestError(STREAM, "streaming needs the decoupled (streaming) tensorrt_llm_bls; send "
-                                      "stream=false or render the repository with streaming enabled")
+        raise BLSRequestError(
+            STREAM,
+            "streaming needs the decoupled (streaming) tensorrt_llm_bls; send "
+            "stream=false or render the repository with streaming enabled",
+        )
     if stream and beam > 1:
-        raise BLSRequestError(BEAM_WIDTH, f"streaming is only supported with beam_width 1 (got {beam}); send "
-                                          "stream=false for beam search")
+        raise BLSRequestError(
+            BEAM_WIDTH, f"streaming is only supported with beam_width 1 (got {beam}); send stream=false for beam search"
+        )
     if settings.accumulate_tokens and beam > 1:
         raise BLSRequestError(BEAM_WIDTH, f"accumulate_tokens is only implemented for beam_width 1 (got {beam})")
     if stream and batch > 1:
-        raise BLSRequestError(TEXT_INPUT, f"a streaming request carries one prompt, got {batch}; send one "
-                                          "request per prompt")
+        raise BLSRequestError(
+            TEXT_INPUT, f"a streaming request carries one prompt, got {batch}; send one request per prompt"
+        )
     nd = _scalar(inputs, NUM_DRAFT_TOKENS)
     if nd is not None and int(nd) > 0:
-        raise BLSRequestError(NUM_DRAFT_TOKENS, "speculative decoding with a draft model is not supported by "
-                                                "this BLS; omit num_draft_tokens or send 0")
+        raise BLSRequestError(
+            NUM_DRAFT_TOKENS,
+            "speculative decoding with a draft model is not supported by this BLS; omit num_draft_tokens or send 0",
+        )
     nrs = _scalar(inputs, NUM_RETURN_SEQUENCES)
     num_seq = int(nrs) if nrs is not None else 1  # >= 1: check_numbers (one rule with the engine)
     stops = tuple(parse_word_list(inputs.get(STOP_WORDS), STOP_WORDS))
     ex = _scalar(inputs, EXCLUDE_INPUT)
-    return RequestPlan(stream=stream, beam_width=beam, num_sequences=num_seq, stop_words=stops,
-                       prompt=prompts[0], exclude_input=None if ex is None else bool(ex), batch_size=batch)
+    return RequestPlan(
+        stream=stream,
+        beam_width=beam,
+        num_sequences=num_seq,
+        stop_words=stops,
+        prompt=prompts[0],
+        exclude_input=None if ex is None else bool(ex),
+        batch_size=batch,
+    )

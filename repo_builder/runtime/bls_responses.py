@@ -111,13 +111,27 @@ def stack_rows(responses: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.nd
 #: times belong to the first response. An engine output without a rule disables coalescing for the
 #: request, so per-token outputs are never lost.
 MERGE_RULES: dict[str, str] = {
-    "output_ids": "concat", "sequence_length": "sum", "output_log_probs": "concat",
-    "generation_logits": "concat_tokens", "context_logits": "first", "arrival_time_ns": "first",
-    "first_scheduled_time_ns": "first", "first_token_time_ns": "first",
-    "cum_log_probs": "last", "sequence_index": "last", "batch_index": "last", "last_token_time_ns": "last",
-    "kv_cache_alloc_new_blocks": "last", "kv_cache_reused_blocks": "last", "kv_cache_alloc_total_blocks": "last",
-    "acceptance_rate": "last", "total_accepted_draft_tokens": "last", "total_draft_tokens": "last",
-    "num_input_tokens": "last", "num_output_tokens": "last", "context_phase_params": "last",
+    "output_ids": "concat",
+    "sequence_length": "sum",
+    "output_log_probs": "concat",
+    "generation_logits": "concat_tokens",
+    "context_logits": "first",
+    "arrival_time_ns": "first",
+    "first_scheduled_time_ns": "first",
+    "first_token_time_ns": "first",
+    "cum_log_probs": "last",
+    "sequence_index": "last",
+    "batch_index": "last",
+    "last_token_time_ns": "last",
+    "kv_cache_alloc_new_blocks": "last",
+    "kv_cache_reused_blocks": "last",
+    "kv_cache_alloc_total_blocks": "last",
+    "acceptance_rate": "last",
+    "total_accepted_draft_tokens": "last",
+    "total_draft_tokens": "last",
+    "num_input_tokens": "last",
+    "num_output_tokens": "last",
+    "context_phase_params": "last",
 }
 _LENGTH_OUTPUT = "sequence_length"
 _TOKEN_OUTPUTS = ("output_ids", "output_log_probs")

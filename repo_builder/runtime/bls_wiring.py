@@ -60,8 +60,14 @@ class Wiring:
     engine_index: int
 
     @classmethod
-    def from_data(cls, data: Any, *, source: str = "wiring.json",
-                  inputs: Iterable[str] | None = None, outputs: Iterable[str] | None = None) -> Wiring:
+    def from_data(
+        cls,
+        data: Any,
+        *,
+        source: str = "wiring.json",
+        inputs: Iterable[str] | None = None,
+        outputs: Iterable[str] | None = None,
+    ) -> Wiring:
         """Build from plain data: either a list of steps (``ProfileContract.wiring()``) or a dict
         ``{"steps": [...], "inputs": [...], "outputs": [...]}`` whose inputs/outputs are names or
         tensor dicts with a ``name``. ``inputs``/``outputs`` given here win (e.g. the BLS's own
@@ -81,8 +87,9 @@ class Wiring:
         steps = []
         for i, raw in enumerate(raw_steps):
             try:
-                steps.append(Step(model=str(raw["model"]), input_map=dict(raw["input_map"]),
-                                  output_map=dict(raw["output_map"])))
+                steps.append(
+                    Step(model=str(raw["model"]), input_map=dict(raw["input_map"]), output_map=dict(raw["output_map"]))
+                )
             except (KeyError, TypeError) as exc:
                 raise WiringError(f"{source}: steps[{i}] needs 'model', 'input_map' and 'output_map'") from exc
 
@@ -95,8 +102,9 @@ class Wiring:
         out_names = names(outputs) or names(data_outputs)
         engine = [i for i, s in enumerate(steps) if s.model == ENGINE_STEP_MODEL]
         if len(engine) != 1:
-            raise WiringError(f"{source}: expected exactly one step with model '{ENGINE_STEP_MODEL}', "
-                              f"found {len(engine)}")
+            raise WiringError(
+                f"{source}: expected exactly one step with model '{ENGINE_STEP_MODEL}', found {len(engine)}"
+            )
         produced: set[str] = set()
         for s in steps:
             produced.update(s.output_map.values())
@@ -109,8 +117,10 @@ class Wiring:
         for i, s in enumerate(steps):
             for dst, src in s.input_map.items():
                 if src not in available:
-                    raise WiringError(f"{source}: steps[{i}] ({s.model}) input '{dst}' reads '{src}', which is "
-                                      "neither a request input nor an output of an earlier step")
+                    raise WiringError(
+                        f"{source}: steps[{i}] ({s.model}) input '{dst}' reads '{src}', which is "
+                        "neither a request input nor an output of an earlier step"
+                    )
             available.update(s.output_map.values())
         return cls(steps=tuple(steps), inputs=in_names, outputs=out_names, engine_index=engine[0])
 
@@ -139,7 +149,7 @@ class Wiring:
     @property
     def post_steps(self) -> tuple[Step, ...]:
         """Steps that run once per engine response (postprocessing)."""
-        return self.steps[self.engine_index + 1:]
+        return self.steps[self.engine_index + 1 :]
 
     @property
     def text_outputs(self) -> tuple[str, ...]:

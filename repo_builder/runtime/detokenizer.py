@@ -95,16 +95,26 @@ def _rust_decoder(tokenizer: Any, skip_special_tokens: bool) -> Any:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not getattr(tokenizer, "is_fast", False) or not hasattr(backend, "decode"):
         return None
-    base: Any = next((c for c in type(tokenizer).__mro__ if c.__module__.startswith("transformers.tokenization_utils")
-                 and "_decode" in c.__dict__), None)
+    base: Any = next(
+        (
+            c
+            for c in type(tokenizer).__mro__
+            if c.__module__.startswith("transformers.tokenization_utils") and "_decode" in c.__dict__
+        ),
+        None,
+    )
     if base is None or getattr(type(tokenizer), "_decode", None) is not base._decode:
         return None
     try:
-        probes = [tokenizer.encode(_PROBE_TEXT, add_special_tokens=True), list(range(min(512, len(tokenizer)))),
-                  tokenizer.encode("a .", add_special_tokens=False)]
+        probes = [
+            tokenizer.encode(_PROBE_TEXT, add_special_tokens=True),
+            list(range(min(512, len(tokenizer)))),
+            tokenizer.encode("a .", add_special_tokens=False),
+        ]
         for ids in probes:
             if backend.decode(ids, skip_special_tokens=skip_special_tokens) != tokenizer.decode(
-                    ids, skip_special_tokens=skip_special_tokens):
+                ids, skip_special_tokens=skip_special_tokens
+            ):
                 return None
     except Exception:  # noqa: BLE001 - any doubt: the ordinary decode
         return None
@@ -137,25 +147,29 @@ class IncrementalDetokenizer:
     Not thread-safe: one object belongs to one stream; :class:`DetokenizerCache` serialises access.
     """
 
-    __slots__ = ("_decode", "_cleanup", "_k", "_max_window", "_ids", "_emitted", "tokens_seen",
-                 "chars_emitted")
+    __slots__ = ("_decode", "_cleanup", "_k", "_max_window", "_ids", "_emitted", "tokens_seen", "chars_emitted")
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], *, cleanup: bool = False,
-                 context_tokens: int = 6, max_window_tokens: int = 512) -> None:
+    def __init__(
+        self,
+        decode: Callable[[Sequence[int]], str],
+        *,
+        cleanup: bool = False,
+        context_tokens: int = 6,
+        max_window_tokens: int = 512,
+    ) -> None:
         if context_tokens < 1:
             raise ValueError("context_tokens must be >= 1")
         self._decode = decode
         self._cleanup = cleanup
         self._k = context_tokens
         self._max_window = max(max_window_tokens, 4 * context_tokens)
-        self._ids: list[int] = []     # the window ids[p:]
-        self._emitted = 0             # characters of decode(window) already emitted
-        self.tokens_seen = 0          # tokens added so far (all steps)
-        self.chars_emitted = 0        # characters emitted so far (all steps)
+        self._ids: list[int] = []  # the window ids[p:]
+        self._emitted = 0  # characters of decode(window) already emitted
+        self.tokens_seen = 0  # tokens added so far (all steps)
+        self.chars_emitted = 0  # characters emitted so far (all steps)
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Any, skip_special_tokens: bool = True, **kwargs: Any
-                      ) -> IncrementalDetokenizer:
+    def for_tokenizer(cls, tokenizer: Any, skip_special_tokens: bool = True, **kwargs: Any) -> IncrementalDetokenizer:
         """Build one for a Hugging Face tokenizer (clean-up probed once per call; prefer
         :class:`DetokenizerFactory` when making many)."""
         return DetokenizerFactory(tokenizer, skip_special_tokens, **kwargs)()
@@ -188,13 +202,13 @@ class IncrementalDetokenizer:
         end = len(text) - self._held(text)
         delta = ""
         if end > self._emitted:
-            delta = text[self._emitted:end]
+            delta = text[self._emitted : end]
             self._emitted = end
         if end == len(text) and len(self._ids) > 2 * self._k:
             self._trim(text)
         elif len(self._ids) > self._max_window:
             # edge 3: an endless held tail (a run of invalid bytes): release it and cut, cost stays bounded
-            delta += text[self._emitted:]
+            delta += text[self._emitted :]
             self._emitted = len(text)
             self._trim(text, force=True)
         self.chars_emitted += len(delta)
@@ -205,7 +219,7 @@ class IncrementalDetokenizer:
         if not self._ids:
             return ""
         text = self._decode(self._ids)
-        delta = text[self._emitted:] if len(text) > self._emitted else ""
+        delta = text[self._emitted :] if len(text) > self._emitted else ""
         self._emitted = len(text)
         self.chars_emitted += len(delta)
         return delta
@@ -245,8 +259,7 @@ class DetokenizerFactory:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.decode = decode_fn(tokenizer, skip_special_tokens)
-        self.cleanup = cleanup_active(self.decode,
-                                      lambda s: tokenizer.encode(s, add_special_tokens=False))
+        self.cleanup = cleanup_active(self.decode, lambda s: tokenizer.encode(s, add_special_tokens=False))
         self._kwargs = kwargs
 
     def __call__(self) -> IncrementalDetokenizer:

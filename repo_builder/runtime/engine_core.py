@@ -67,10 +67,28 @@ from .engine_scheduler import Scheduler
 from .params import ModelParams
 from .triton_io import triton_error
 
-__all__ = ["UNSUPPORTED_FLAGS", "UNSUPPORTED_INPUTS", "BackendFactory", "CollectingSink", "EngineLimits",
-           "EngineLoadError", "GenerationBackend", "GenerationRequest", "ModelIO", "ParsedRequest", "RequestError",
-           "RequestGroup", "ResponseSink", "SamplingParams", "Scheduler", "Sequence", "TritonEngineModel",
-           "build_outputs", "parse_request", "parse_word_list"]
+__all__ = [
+    "UNSUPPORTED_FLAGS",
+    "UNSUPPORTED_INPUTS",
+    "BackendFactory",
+    "CollectingSink",
+    "EngineLimits",
+    "EngineLoadError",
+    "GenerationBackend",
+    "GenerationRequest",
+    "ModelIO",
+    "ParsedRequest",
+    "RequestError",
+    "RequestGroup",
+    "ResponseSink",
+    "SamplingParams",
+    "Scheduler",
+    "Sequence",
+    "TritonEngineModel",
+    "build_outputs",
+    "parse_request",
+    "parse_word_list",
+]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,13 +117,15 @@ class _DecoupledSink:
         self.model = model
         self.sender = sender
 
-    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None,
-             client: bool = False) -> None:
+    def send(
+        self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None, client: bool = False
+    ) -> None:
         pb = self.model.pb_utils
         flags = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         if error is not None:
-            self.sender.send(pb.InferenceResponse(output_tensors=[], error=triton_error(pb, error, client=client)),
-                             flags=flags)
+            self.sender.send(
+                pb.InferenceResponse(output_tensors=[], error=triton_error(pb, error, client=client)), flags=flags
+            )
         elif outputs is None:
             self.sender.send(flags=flags)
         else:
@@ -122,8 +142,9 @@ class _UnarySink(_DecoupledSink):
     ``{}`` (the answer to a ``stop`` request) an empty one.
     """
 
-    def send(self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None,
-             client: bool = False) -> None:
+    def send(
+        self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None, client: bool = False
+    ) -> None:
         if not final:  # a non-decoupled request never streams; only the final response is sent
             return
         if outputs is None and error is None:
@@ -163,7 +184,8 @@ class TritonEngineModel:
                 max_seq_len=int(max_seq or 1 << 30),
                 max_beam_width=int(self.params.int("max_beam_width") or 1),
                 exclude_input_in_output=bool(self.params.bool("exclude_input_in_output", False)),
-                decoupled=self.decoupled)
+                decoupled=self.decoupled,
+            )
         except ValueError as exc:  # ParameterValueError from ModelParams
             raise EngineLoadError(str(exc)) from exc
         max_active = getattr(backend, "max_batch_size", None) or self.params.max_batch_size or 64
@@ -171,8 +193,9 @@ class TritonEngineModel:
         log = getattr(logger, "log_warn", None)
         info = getattr(logger, "log_info", None)
         period_ms = self.params.int("cancellation_check_period_ms", 100) or 100
-        self.scheduler = Scheduler(backend, max_active=int(max_active), cancel_check_period_s=period_ms / 1000.0,
-                                   log=log, info=info)
+        self.scheduler = Scheduler(
+            backend, max_active=int(max_active), cancel_check_period_s=period_ms / 1000.0, log=log, info=info
+        )
         self.scheduler.start()
 
     def _tensors(self, request: Any) -> dict[str, np.ndarray]:

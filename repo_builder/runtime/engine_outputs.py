@@ -38,8 +38,19 @@ class GenerationBackend(Protocol):
 class Sequence:
     """One sequence being generated: its request, generated tokens and per-token log-probs."""
 
-    __slots__ = ("req", "group", "tokens", "log_probs", "sent", "finished", "state", "first_scheduled_ns",
-                 "first_token_ns", "last_token_ns", "_max_stop")
+    __slots__ = (
+        "req",
+        "group",
+        "tokens",
+        "log_probs",
+        "sent",
+        "finished",
+        "state",
+        "first_scheduled_ns",
+        "first_token_ns",
+        "last_token_ns",
+        "_max_stop",
+    )
 
     def __init__(self, req: GenerationRequest, group: RequestGroup) -> None:
         self.req = req
@@ -97,9 +108,19 @@ def _filler(spec: IOSpec, batch: int) -> np.ndarray:
     return np.zeros(shape, dtype=spec.numpy_dtype)
 
 
-_COMPUTED = {"output_ids", "sequence_length", "cum_log_probs", "output_log_probs", "batch_index", "num_input_tokens",
-             "num_output_tokens", "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns",
-             "last_token_time_ns"}
+_COMPUTED = {
+    "output_ids",
+    "sequence_length",
+    "cum_log_probs",
+    "output_log_probs",
+    "batch_index",
+    "num_input_tokens",
+    "num_output_tokens",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+}
 _PLANS: dict[int, tuple[ModelIO, list[tuple[str, Any, np.ndarray | None]]]] = {}
 
 
@@ -107,8 +128,10 @@ def _plan(io: ModelIO) -> list[tuple[str, Any, np.ndarray | None]]:
     """(name, numpy dtype, batch-1 zero filler or None when computed) per declared output, cached per ModelIO."""
     hit = _PLANS.get(id(io))
     if hit is None or hit[0] is not io:
-        plan = [(name, spec.numpy_dtype, None if name in _COMPUTED else _filler(spec, 1))
-                for name, spec in io.outputs.items()]
+        plan = [
+            (name, spec.numpy_dtype, None if name in _COMPUTED else _filler(spec, 1))
+            for name, spec in io.outputs.items()
+        ]
         for _name, _dt, filler in plan:
             if filler is not None:
                 filler.setflags(write=False)
@@ -116,8 +139,7 @@ def _plan(io: ModelIO) -> list[tuple[str, Any, np.ndarray | None]]:
     return hit[1]
 
 
-def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
-                  arrival_ns: int = 0) -> dict[str, np.ndarray]:
+def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool, arrival_ns: int = 0) -> dict[str, np.ndarray]:
     """The output tensors of one response for ``seqs`` (one per batch row, beam 1).
 
     Streaming: each sequence's tokens since its last response (``seq.sent``), never the prompt.
@@ -134,8 +156,8 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
     lp_rows: list[list[float]] = []
     for s in seqs:
         if streaming:
-            token_rows.append(s.tokens[s.sent:])
-            lp_rows.append(s.log_probs[s.sent:])
+            token_rows.append(s.tokens[s.sent :])
+            lp_rows.append(s.log_probs[s.sent :])
         else:
             token_rows.append(s.tokens if s.req.exclude_input_in_output else s.req.prompt + s.tokens)
             lp_rows.append(s.log_probs)
@@ -153,13 +175,13 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool,
                 arr = np.zeros((batch, 1, width), dtype=dt)
                 for i, (s, row) in enumerate(zip(seqs, token_rows)):
                     arr[i, 0, :] = s.req.pad_id if s.req.pad_id is not None else (s.req.end_id or 0)
-                    arr[i, 0, :len(row)] = row
+                    arr[i, 0, : len(row)] = row
         elif name == "output_log_probs":
             width = max(max((len(r) for r in lp_rows), default=0), 1)
             arr = np.zeros((batch, 1, width), dtype=dt)
             for i, (s, lps) in enumerate(zip(seqs, lp_rows)):
                 if s.req.return_log_probs and lps:
-                    arr[i, 0, :len(lps)] = lps
+                    arr[i, 0, : len(lps)] = lps
         else:
             col: list[float]  # one value per sequence (ints, or log-probabilities)
             if name == "sequence_length":
@@ -239,8 +261,7 @@ class RequestGroup:
                     self.sink.send(None, final=True)
                 self.done = True
         elif finished:
-            self.sink.send(build_outputs(self.io, self.seqs, streaming=False, arrival_ns=self.arrival_ns),
-                           final=True)
+            self.sink.send(build_outputs(self.io, self.seqs, streaming=False, arrival_ns=self.arrival_ns), final=True)
             self.done = True
 
     def fail(self, message: str) -> None:

@@ -66,8 +66,9 @@ class ModelIO:
             out: dict[str, IOSpec] = {}
             for entry in cfg.get(key, []) or []:
                 dims = tuple(int(d) for d in entry.get("dims", []))
-                out[entry["name"]] = IOSpec(entry["name"], str(entry.get("data_type", "TYPE_FP32")), dims,
-                                            bool(entry.get("optional", False)))
+                out[entry["name"]] = IOSpec(
+                    entry["name"], str(entry.get("data_type", "TYPE_FP32")), dims, bool(entry.get("optional", False))
+                )
             return out
 
         return cls(specs("input"), specs("output"))
@@ -86,10 +87,21 @@ class ModelIO:
 #: Inputs of the contract the Python engines cannot honour; a request that carries them (non-empty, or
 #: true for flags) fails with an error naming the input.
 UNSUPPORTED_INPUTS: tuple[str, ...] = (
-    "lora_task_id", "lora_weights", "lora_config", "prompt_embedding_table", "draft_input_ids",
-    "draft_logits", "encoder_input_features", "cross_attention_mask",
-    "mrope_rotary_cos_sin", "mrope_position_deltas", "context_phase_params", "guided_decoding_guide_type",
-    "guided_decoding_guide", "lookahead_window_size", "lookahead_ngram_size",
+    "lora_task_id",
+    "lora_weights",
+    "lora_config",
+    "prompt_embedding_table",
+    "draft_input_ids",
+    "draft_logits",
+    "encoder_input_features",
+    "cross_attention_mask",
+    "mrope_rotary_cos_sin",
+    "mrope_position_deltas",
+    "context_phase_params",
+    "guided_decoding_guide_type",
+    "guided_decoding_guide",
+    "lookahead_window_size",
+    "lookahead_ngram_size",
     "lookahead_verification_set_size",
 )
 # ``decoder_input_ids``/``decoder_input_lengths`` are accepted and ignored: the engines here are decoder-only,
@@ -213,8 +225,10 @@ def parse_word_list(arr: np.ndarray | None, field_name: str) -> list[list[int]]:
         if off < 0:
             break
         if off < start or off > len(ids):
-            raise RequestError(field_name, f"offsets must be cumulative end offsets within {len(ids)} ids, "
-                                           f"got {[int(x) for x in a[1]]}")
+            raise RequestError(
+                field_name,
+                f"offsets must be cumulative end offsets within {len(ids)} ids, got {[int(x) for x in a[1]]}",
+            )
         if off > start:
             words.append(ids[start:off])
         start = off
@@ -238,8 +252,9 @@ def _present(tensors: Mapping[str, np.ndarray], name: str) -> bool:
     return True
 
 
-def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: EngineLimits, *,
-                  request_id: str = "") -> ParsedRequest:
+def parse_request(
+    tensors: Mapping[str, np.ndarray], io: ModelIO, limits: EngineLimits, *, request_id: str = ""
+) -> ParsedRequest:
     """Turn the input tensors of one Triton request into :class:`GenerationRequest` rows.
 
     Args:
@@ -256,12 +271,16 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
         return ParsedRequest(rows=[], request_id=request_id, stop=True)
     for name in UNSUPPORTED_INPUTS:
         if _present(tensors, name):
-            raise RequestError(name, "is not supported by the CPU reference/synthetic engine; "
-                                     "remove it from the request (needs the TensorRT-LLM C++ backend)")
+            raise RequestError(
+                name,
+                "is not supported by the CPU reference/synthetic engine; "
+                "remove it from the request (needs the TensorRT-LLM C++ backend)",
+            )
     for name in UNSUPPORTED_FLAGS:
         if _present(tensors, name):
-            raise RequestError(name, "= true is not supported by the CPU reference/synthetic engine; "
-                                     "send false or leave it out")
+            raise RequestError(
+                name, "= true is not supported by the CPU reference/synthetic engine; send false or leave it out"
+            )
     if "input_ids" not in tensors or np.asarray(tensors["input_ids"]).size == 0:
         raise RequestError("input_ids", "is required and must hold at least one token id")
     ids = np.asarray(tensors["input_ids"])
@@ -284,19 +303,26 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
         if length is not None:
             length = int(length)
             if length <= 0 or length > row_ids.shape[0]:
-                raise RequestError("input_lengths", f"{length} is not within 1..{row_ids.shape[0]} "
-                                                    f"(the number of input_ids sent)")
+                raise RequestError(
+                    "input_lengths", f"{length} is not within 1..{row_ids.shape[0]} (the number of input_ids sent)"
+                )
             row_ids = row_ids[:length]
         prompt = [int(x) for x in row_ids]
         bad = [t for t in prompt if t < 0 or t >= limits.vocab_size]
         if bad:
             raise RequestError("input_ids", f"token id {bad[0]} is outside the vocabulary [0, {limits.vocab_size})")
         if len(prompt) > limits.max_input_len:
-            raise RequestError("input_ids", f"prompt length {len(prompt)} exceeds max_input_len "
-                                            f"{limits.max_input_len} (tokens); shorten the prompt")
+            raise RequestError(
+                "input_ids",
+                f"prompt length {len(prompt)} exceeds max_input_len "
+                f"{limits.max_input_len} (tokens); shorten the prompt",
+            )
         if len(prompt) >= limits.max_seq_len:
-            raise RequestError("input_ids", f"prompt length {len(prompt)} leaves no room in max_seq_len "
-                                            f"{limits.max_seq_len} (tokens); shorten the prompt")
+            raise RequestError(
+                "input_ids",
+                f"prompt length {len(prompt)} leaves no room in max_seq_len "
+                f"{limits.max_seq_len} (tokens); shorten the prompt",
+            )
         out_len = _checked("request_output_len", _scalar(tensors, "request_output_len", b, batch))
         out_len = min(out_len, limits.max_seq_len - len(prompt))
 
@@ -308,14 +334,19 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
         if beam > 1 and streaming:
             raise RequestError("beam_width", "streaming is only supported with beam_width 1")
         if beam != 1:
-            raise RequestError("beam_width", f"{beam}: beam search is not implemented by the CPU "
-                                             "reference/synthetic engine; send beam_width 1")
+            raise RequestError(
+                "beam_width",
+                f"{beam}: beam search is not implemented by the CPU reference/synthetic engine; send beam_width 1",
+            )
         nret = _scalar(tensors, "num_return_sequences", b, batch)
         if nret is not None and _checked("num_return_sequences", nret) > 1:
             raise RequestError("num_return_sequences", f"{int(nret)}: only 1 is supported by the CPU engine")
         if streaming and not limits.decoupled:
-            raise RequestError("streaming", "streaming is only supported if the model is deployed in "
-                                            "decoupled mode (model_transaction_policy { decoupled: true })")
+            raise RequestError(
+                "streaming",
+                "streaming is only supported if the model is deployed in "
+                "decoupled mode (model_transaction_policy { decoupled: true })",
+            )
         streaming_any = streaming_any or streaming
 
         end_id = _scalar(tensors, "end_id", b, batch)
@@ -331,8 +362,9 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
             if bias.size == 0 or not bias.any():
                 bias = None
             elif bias.size != limits.vocab_size:
-                raise RequestError("embedding_bias", f"has {bias.size} values, expected vocab size "
-                                                     f"{limits.vocab_size} (or none)")
+                raise RequestError(
+                    "embedding_bias", f"has {bias.size} values, expected vocab size {limits.vocab_size} (or none)"
+                )
 
         def num(name: str | None, kind: Callable[[Any], Any], b: int = b) -> Any:
             v = _scalar(tensors, name, b, batch)
@@ -341,20 +373,35 @@ def parse_request(tensors: Mapping[str, np.ndarray], io: ModelIO, limits: Engine
             return kind(_checked(name, v)) if name in LIMITS else kind(v)
 
         sampling = SamplingParams(
-            temperature=num("temperature", float), top_k=num("runtime_top_k", int),
-            top_p=num("runtime_top_p", float), repetition_penalty=num("repetition_penalty", float),
-            presence_penalty=num("presence_penalty", float), frequency_penalty=num("frequency_penalty", float),
-            min_tokens=num(min_name, int) or 0, seed=num(seed_name, int))
+            temperature=num("temperature", float),
+            top_k=num("runtime_top_k", int),
+            top_p=num("runtime_top_p", float),
+            repetition_penalty=num("repetition_penalty", float),
+            presence_penalty=num("presence_penalty", float),
+            frequency_penalty=num("frequency_penalty", float),
+            min_tokens=num(min_name, int) or 0,
+            seed=num(seed_name, int),
+        )
         for other in ("len_penalty", "beam_search_diversity_rate", "runtime_top_p_min", "runtime_top_p_decay"):
             num(other, float)  # not used by the CPU engines, but refused out of range like everywhere
         exclude = _scalar(tensors, "exclude_input_in_output", b, batch)
-        rows.append(GenerationRequest(
-            prompt=prompt, max_new_tokens=out_len,
-            end_id=None if end_id is None else int(end_id), pad_id=None if pad_id is None else int(pad_id),
-            stop_words=stop_words, bad_words=bad_words, embedding_bias=bias, sampling=sampling,
-            return_log_probs=bool(_scalar(tensors, "return_log_probs", b, batch) or False),
-            exclude_input_in_output=limits.exclude_input_in_output if exclude is None else bool(exclude),
-            streaming=streaming, batch_index=b, request_id=request_id))
+        rows.append(
+            GenerationRequest(
+                prompt=prompt,
+                max_new_tokens=out_len,
+                end_id=None if end_id is None else int(end_id),
+                pad_id=None if pad_id is None else int(pad_id),
+                stop_words=stop_words,
+                bad_words=bad_words,
+                embedding_bias=bias,
+                sampling=sampling,
+                return_log_probs=bool(_scalar(tensors, "return_log_probs", b, batch) or False),
+                exclude_input_in_output=limits.exclude_input_in_output if exclude is None else bool(exclude),
+                streaming=streaming,
+                batch_index=b,
+                request_id=request_id,
+            )
+        )
     return ParsedRequest(rows=rows, request_id=request_id, streaming=streaming_any)
 
 

@@ -29,8 +29,15 @@ class Scheduler:
         log: called with warning/error text (e.g. ``pb_utils.Logger.log_error``).
     """
 
-    def __init__(self, backend: GenerationBackend, *, max_active: int = 64, cancel_check_period_s: float = 0.1,
-                 log: Callable[[str], None] | None = None, info: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        *,
+        max_active: int = 64,
+        cancel_check_period_s: float = 0.1,
+        log: Callable[[str], None] | None = None,
+        info: Callable[[str], None] | None = None,
+    ) -> None:
         self.backend = backend
         self.max_active = max(1, int(max_active))
         self.cancel_check_period_s = cancel_check_period_s
@@ -138,8 +145,10 @@ class Scheduler:
                 for s in g.seqs:
                     if s.finished is None:
                         s.finished = "stopped"
-                self.info(f"tensorrt_llm: request '{g.request_id}' stopped by a stop request after "
-                          f"{sum(len(s.tokens) for s in g.seqs)} generated token(s)")
+                self.info(
+                    f"tensorrt_llm: request '{g.request_id}' stopped by a stop request after "
+                    f"{sum(len(s.tokens) for s in g.seqs)} generated token(s)"
+                )
                 g.emit(g.seqs)
             elif now - g.last_cancel_check >= self.cancel_check_period_s:
                 g.last_cancel_check = now
@@ -148,8 +157,10 @@ class Scheduler:
                 except Exception:  # noqa: BLE001 - a broken sender counts as cancelled
                     cancelled = True
                 if cancelled:
-                    self.info(f"tensorrt_llm: request '{g.request_id}' cancelled by the client after "
-                              f"{sum(len(s.tokens) for s in g.seqs)} generated token(s)")
+                    self.info(
+                        f"tensorrt_llm: request '{g.request_id}' cancelled by the client after "
+                        f"{sum(len(s.tokens) for s in g.seqs)} generated token(s)"
+                    )
                     g.drop()
         self._retire()
         if not self._active:

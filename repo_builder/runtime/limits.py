@@ -36,8 +36,10 @@ UINT64_MAX = 2**64 - 1
 #: The largest finite FP32 value; anything larger sent as JSON arrives as inf.
 FP32_MAX = float(np.finfo(np.float32).max)
 
-WRAP_HINT = ("integers above 2147483647 do not fit this INT32 input and Triton's HTTP front end wraps them "
-             "without an error, so a value you did not send may show here; send a value within the range")
+WRAP_HINT = (
+    "integers above 2147483647 do not fit this INT32 input and Triton's HTTP front end wraps them "
+    "without an error, so a value you did not send may show here; send a value within the range"
+)
 
 
 @dataclass(frozen=True)
@@ -89,18 +91,37 @@ def _limits(*entries: Limit) -> dict[str, Limit]:
 
 #: Every numeric request field, by client name and by ``tensorrt_llm`` input name.
 LIMITS: dict[str, Limit] = _limits(
-    Limit("max_tokens", "int", 1, INT32_MAX, engine="request_output_len",
-          hint="send the number of tokens to generate, at least 1"),
-    Limit("num_return_sequences", "int", 1, INT32_MAX, engine="num_return_sequences",
-          hint="send 1 (or leave it out) for one sequence per prompt"),
+    Limit(
+        "max_tokens",
+        "int",
+        1,
+        INT32_MAX,
+        engine="request_output_len",
+        hint="send the number of tokens to generate, at least 1",
+    ),
+    Limit(
+        "num_return_sequences",
+        "int",
+        1,
+        INT32_MAX,
+        engine="num_return_sequences",
+        hint="send 1 (or leave it out) for one sequence per prompt",
+    ),
     Limit("beam_width", "int", 1, INT32_MAX, engine="beam_width", hint="send 1 for sampling or greedy decoding"),
     Limit("top_k", "int", 0, INT32_MAX, engine="runtime_top_k", hint="0 switches top-k sampling off"),
     Limit("top_p", "float", 0.0, 1.0, engine="runtime_top_p", hint="0 switches top-p sampling off"),
     Limit("runtime_top_p_min", "float", 0.0, 1.0, low_open=True),
     Limit("runtime_top_p_decay", "float", 0.0, 1.0, low_open=True),
     Limit("temperature", "float", 0.0, FP32_MAX, engine="temperature", hint="0 means greedy decoding"),
-    Limit("repetition_penalty", "float", 0.0, FP32_MAX, low_open=True, engine="repetition_penalty",
-          hint="1 means no penalty"),
+    Limit(
+        "repetition_penalty",
+        "float",
+        0.0,
+        FP32_MAX,
+        low_open=True,
+        engine="repetition_penalty",
+        hint="1 means no penalty",
+    ),
     Limit("presence_penalty", "float", -FP32_MAX, FP32_MAX, engine="presence_penalty", hint="0 means no penalty"),
     Limit("frequency_penalty", "float", -FP32_MAX, FP32_MAX, engine="frequency_penalty", hint="0 means no penalty"),
     Limit("length_penalty", "float", -FP32_MAX, FP32_MAX, engine="len_penalty", hint="1 means no penalty"),
@@ -123,8 +144,9 @@ def limit(name: str) -> Limit:
     return LIMITS[name]
 
 
-def check(name: str, value: Any, *, field: str | None = None, high: float | None = None,
-          high_reason: str = "") -> int | float:
+def check(
+    name: str, value: Any, *, field: str | None = None, high: float | None = None, high_reason: str = ""
+) -> int | float:
     """Check one value against ``LIMITS[name]`` and return it as ``int`` or ``float``.
 
     Args:
@@ -152,8 +174,12 @@ def check(name: str, value: Any, *, field: str | None = None, high: float | None
         if math.isnan(value):
             raise RequestError(shown, f"must be {spec.describe()}, got NaN", spec.hint or None)
         if math.isinf(value):
-            raise RequestError(shown, f"must be {spec.describe()}, got {'-' if value < 0 else ''}inf (values beyond "
-                               f"±{FP32_MAX:.4g} do not fit this FP32 input and arrive as inf)", spec.hint or None)
+            raise RequestError(
+                shown,
+                f"must be {spec.describe()}, got {'-' if value < 0 else ''}inf (values beyond "
+                f"±{FP32_MAX:.4g} do not fit this FP32 input and arrive as inf)",
+                spec.hint or None,
+            )
     too_low = spec.low is not None and (value <= spec.low if spec.low_open else value < spec.low)
     if too_low or (spec.high is not None and value > spec.high):
         hint = spec.hint
@@ -180,5 +206,8 @@ def check_token_ids(field: str, ids: np.ndarray, vocab_size: int | None) -> None
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
         window = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
-        raise RequestError(field, f"token id {int(a[pos])} at position {list(pos)} is outside the vocabulary "
-                           f"{window}", "send token ids the tokenizer produced")
+        raise RequestError(
+            field,
+            f"token id {int(a[pos])} at position {list(pos)} is outside the vocabulary {window}",
+            "send token ids the tokenizer produced",
+        )

@@ -61,7 +61,8 @@ class ModelParams:
             return conv(value)
         except (TypeError, ValueError) as exc:
             raise ParameterValueError(
-                f"model '{self.model_name}': parameter '{key}' = {value!r} is not {kind}") from exc
+                f"model '{self.model_name}': parameter '{key}' = {value!r} is not {kind}"
+            ) from exc
 
     def str(self, key: builtins.str, default: builtins.str | None = None) -> builtins.str | None:
         """String parameter ``key`` or ``default``."""
@@ -81,8 +82,9 @@ class ModelParams:
 
     def int_list(self, key: builtins.str, default: list[builtins.int] | None = None) -> list[builtins.int] | None:
         """Comma-separated integers (e.g. ``"2,32000"``) or ``default``."""
-        return self._typed(key, default, lambda s: [int(x) for x in s.split(",") if x.strip()],
-                           "a comma-separated list of integers")
+        return self._typed(
+            key, default, lambda s: [int(x) for x in s.split(",") if x.strip()], "a comma-separated list of integers"
+        )
 
     @property
     def decoupled(self) -> builtins.bool:

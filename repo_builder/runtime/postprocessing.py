@@ -115,7 +115,7 @@ class Postprocessor:
             seq_len = seq_len.reshape(batch, beam)
         for b in range(batch):
             for k in range(beam):
-                check_token_ids("TOKENS_BATCH", t[b, k, :max(0, min(int(seq_len[b, k]), length))], self.vocab_size)
+                check_token_ids("TOKENS_BATCH", t[b, k, : max(0, min(int(seq_len[b, k]), length))], self.vocab_size)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 

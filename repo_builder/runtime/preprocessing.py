@@ -41,10 +41,15 @@ from .triton_io import RequestError, output_dtypes, strings
 
 # model input -> client-facing ensemble field (for error messages)
 FIELDS = {
-    "QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
+    "QUERY": "text_input",
+    "DECODER_QUERY": "decoder_text_input",
+    "REQUEST_OUTPUT_LEN": "max_tokens",
     "BAD_WORDS_DICT": "bad_words",
-    "STOP_WORDS_DICT": "stop_words", "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
-    "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights", "END_ID": "end_id", "PAD_ID": "pad_id",
+    "STOP_WORDS_DICT": "stop_words",
+    "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
+    "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights",
+    "END_ID": "end_id",
+    "PAD_ID": "pad_id",
     "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
 }
 INPUT_NAMES = tuple(FIELDS)
@@ -118,9 +123,11 @@ class Preprocessor:
         self.add_special_tokens = bool(params.bool("add_special_tokens", True))
         self.chat_template = bool(params.bool("apply_chat_template", False))
         if self.chat_template and not has_chat_template(tokenizer):
-            raise TokenizerLoadError(f"model '{params.model_name}': apply_chat_template is true but the "
-                                     f"tokenizer in '{self.tokenizer_dir}' has no chat_template "
-                                     "(hint: set apply_chat_template to false)")
+            raise TokenizerLoadError(
+                f"model '{params.model_name}': apply_chat_template is true but the "
+                f"tokenizer in '{self.tokenizer_dir}' has no chat_template "
+                "(hint: set apply_chat_template to false)"
+            )
         self.max_input_len = params.int("max_input_len")
         self.max_seq_len = params.int("max_seq_len")
         end_id, pad_id = params.int("end_id"), params.int("pad_id")
@@ -150,9 +157,13 @@ class Preprocessor:
 
     def _require(self, value: int | None, field: str) -> int:
         if value is None:
-            raise RequestError(field, "is required: the model has no default ("
-                               + (self.special_error or "end_id/pad_id parameters unset") + ")",
-                               f"send {field} with the request or render with --set {field}=<id>")
+            raise RequestError(
+                field,
+                "is required: the model has no default ("
+                + (self.special_error or "end_id/pad_id parameters unset")
+                + ")",
+                f"send {field} with the request or render with --set {field}=<id>",
+            )
         return value
 
     def process(self, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
@@ -200,18 +211,18 @@ class Preprocessor:
 
         ids_rows = []
         for b, prompt in enumerate(prompts):
-            ids = encode_prompt(self.tokenizer, prompt, add_special_tokens=self.add_special_tokens,
-                                chat_template=self.chat_template)
+            ids = encode_prompt(
+                self.tokenizer, prompt, add_special_tokens=self.add_special_tokens, chat_template=self.chat_template
+            )
             if not ids:
                 raise RequestError("text_input", f"encodes to no tokens (batch row {b})")
-            check_lengths(len(ids), max_tokens[b], max_input_len=self.max_input_len,
-                          max_seq_len=self.max_seq_len)
+            check_lengths(len(ids), max_tokens[b], max_input_len=self.max_input_len, max_seq_len=self.max_seq_len)
             ids_rows.append(ids)
         longest = max(len(ids) for ids in ids_rows)
         input_id = np.empty((batch, longest), dtype=np.int32)
         for b, ids in enumerate(ids_rows):
             input_id[b, :] = pad_ids[b]
-            input_id[b, :len(ids)] = ids
+            input_id[b, : len(ids)] = ids
 
         dec_rows = _rows(inputs.get("DECODER_QUERY"), batch)
         if dec_rows is None:
@@ -228,7 +239,7 @@ class Preprocessor:
         decoder_input_id = np.empty((batch, dec_longest), dtype=np.int32)
         for b, ids in enumerate(decoder_ids):
             decoder_input_id[b, :] = pad_ids[b]
-            decoder_input_id[b, :len(ids)] = ids
+            decoder_input_id[b, : len(ids)] = ids
 
         def word_rows(name: str) -> list[list[str]] | None:
             rows = _rows(inputs.get(name), batch)
@@ -246,8 +257,11 @@ class Preprocessor:
         word_arrays = _rows(inputs.get("EMBEDDING_BIAS_WORDS"), batch)
         bias_words = None if word_arrays is None else [_strings(r, "embedding_bias_words") for r in word_arrays]
         weight_rows = _rows(inputs.get("EMBEDDING_BIAS_WEIGHTS"), batch)
-        weights = None if weight_rows is None else [[check("embedding_bias_weights", x) for x in r.tolist()]
-                                                    for r in weight_rows]
+        weights = (
+            None
+            if weight_rows is None
+            else [[check("embedding_bias_weights", x) for x in r.tolist()] for r in weight_rows]
+        )
         if weights is None and bias_words is not None and all(w == "" for r in bias_words for w in r):
             bias_words = None  # only "" placeholders: no bias asked for
         bias = self.words.embedding_bias(bias_words, weights, batch)

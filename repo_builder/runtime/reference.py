@@ -33,8 +33,10 @@ def _import_torch() -> Any:
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - torch is in the venv and in the TRT-LLM container
-        raise EngineLoadError("the CPU reference engine needs torch and transformers; "
-                              "install them into the Python environment the stub uses") from exc
+        raise EngineLoadError(
+            "the CPU reference engine needs torch and transformers; "
+            "install them into the Python environment the stub uses"
+        ) from exc
     return torch
 
 
@@ -72,11 +74,15 @@ class ReferenceBackend:
         self.torch = torch
         path = Path(engine_dir)
         if not path.is_dir():
-            raise EngineLoadError(f"tensorrt_llm: engine_dir '{path}' is not a directory; set the engine_dir "
-                                  "parameter to a Hugging Face checkpoint directory")
+            raise EngineLoadError(
+                f"tensorrt_llm: engine_dir '{path}' is not a directory; set the engine_dir "
+                "parameter to a Hugging Face checkpoint directory"
+            )
         if not (path / "config.json").is_file():
-            raise EngineLoadError(f"tensorrt_llm: engine_dir '{path}' has no config.json; the CPU reference "
-                                  "engine needs a Hugging Face checkpoint (config.json + weights)")
+            raise EngineLoadError(
+                f"tensorrt_llm: engine_dir '{path}' has no config.json; the CPU reference "
+                "engine needs a Hugging Face checkpoint (config.json + weights)"
+            )
         if num_threads > 0:
             torch.set_num_threads(num_threads)
         try:
@@ -84,8 +90,9 @@ class ReferenceBackend:
 
             self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
         except Exception as exc:  # noqa: BLE001 - report any loader failure with the path
-            raise EngineLoadError(f"tensorrt_llm: cannot load the Hugging Face checkpoint in engine_dir "
-                                  f"'{path}': {exc}") from exc
+            raise EngineLoadError(
+                f"tensorrt_llm: cannot load the Hugging Face checkpoint in engine_dir '{path}': {exc}"
+            ) from exc
         self.model.eval()
         import inspect
 
@@ -98,17 +105,19 @@ class ReferenceBackend:
         self.max_seq_len = int(getattr(cfg, "max_position_embeddings", 0) or 0) or None
         self.max_input_len = self.max_seq_len
         self._batch_ok = True
-        self.batched_forwards = 0     # decode forwards that stepped more than one sequence (for tests/benchmarks)
-        self._group: tuple[list[Sequence], list[int], Any] | None = None   # stacked seqs, left pads, cache
-        self._mask: Any = None                                            # their attention mask [B, len]
+        self.batched_forwards = 0  # decode forwards that stepped more than one sequence (for tests/benchmarks)
+        self._group: tuple[list[Sequence], list[int], Any] | None = None  # stacked seqs, left pads, cache
+        self._mask: Any = None  # their attention mask [B, len]
 
     @classmethod
     def from_params(cls, params: ModelParams, io: ModelIO) -> ReferenceBackend:
         """Build from the model parameters (``engine_dir``; see docs/design.md)."""
         engine_dir = params.str("engine_dir") or params.str("gpt_model_path")
         if not engine_dir:
-            raise EngineLoadError(f"model '{params.model_name}': parameter 'engine_dir' is not set; it must name "
-                                  "the Hugging Face checkpoint directory")
+            raise EngineLoadError(
+                f"model '{params.model_name}': parameter 'engine_dir' is not set; it must name "
+                "the Hugging Face checkpoint directory"
+            )
         return cls(engine_dir)
 
     # ------------------------------------------------------------------------------------------
@@ -162,7 +171,7 @@ class ReferenceBackend:
     def _decode_one(self, seq: Sequence) -> tuple[int, float]:
         torch = self.torch
         st: _SeqState = seq.state
-        if st.cache is None:            # its cache is a row of the stacked batch: take it out first
+        if st.cache is None:  # its cache is a row of the stacked batch: take it out first
             self._unstack()
         ids = torch.tensor([[seq.tokens[-1]]], dtype=torch.long)
         res = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: st.cache})
@@ -177,7 +186,7 @@ class ReferenceBackend:
             if any(type(layer).__name__ != "DynamicLayer" for layer in layers):
                 raise _NotBatchable()
             return [(layer.keys, layer.values) for layer in layers]
-        if hasattr(cache, "key_cache"):                       # transformers 4.x
+        if hasattr(cache, "key_cache"):  # transformers 4.x
             return list(zip(cache.key_cache, cache.value_cache))
         raise _NotBatchable()
 
@@ -186,7 +195,7 @@ class ReferenceBackend:
 
         try:
             return DynamicCache(ddp_cache_data=layers)
-        except TypeError:                                     # transformers 4.x
+        except TypeError:  # transformers 4.x
             # gone from transformers 5 (the installed stubs); this branch only runs on 4.x
             return DynamicCache.from_legacy_cache(tuple(layers))  # type: ignore[attr-defined]
 
@@ -200,9 +209,10 @@ class ReferenceBackend:
         for row, (seq, pad) in enumerate(zip(seqs, pads)):
             st = seq.state
             if st is None:
-                continue                                      # released meanwhile
-            st.cache = self._make_cache([(k[row:row + 1, :, pad:].clone(), v[row:row + 1, :, pad:].clone())
-                                         for k, v in layers])
+                continue  # released meanwhile
+            st.cache = self._make_cache(
+                [(k[row : row + 1, :, pad:].clone(), v[row : row + 1, :, pad:].clone()) for k, v in layers]
+            )
 
     def _decode_batch(self, seqs: list[Sequence]) -> dict[int, tuple[int, float]]:
         torch = self.torch
@@ -217,16 +227,16 @@ class ReferenceBackend:
                 for layers, n in zip(per_seq, lengths):
                     k, v = layers[li]
                     if n < longest:
-                        pad = (0, 0, longest - n, 0)           # left-pad the sequence axis
+                        pad = (0, 0, longest - n, 0)  # left-pad the sequence axis
                         k, v = torch.nn.functional.pad(k, pad), torch.nn.functional.pad(v, pad)
                     ks.append(k)
                     vs.append(v)
                 stacked.append((torch.cat(ks), torch.cat(vs)))
             for seq in seqs:
-                seq.state.cache = None                          # now a row of the stacked cache
+                seq.state.cache = None  # now a row of the stacked cache
             mask = torch.zeros((len(seqs), longest), dtype=torch.long)
             for row, n in enumerate(lengths):
-                mask[row, longest - n:] = 1
+                mask[row, longest - n :] = 1
             self._group = (list(seqs), [longest - n for n in lengths], self._make_cache(stacked))
             self._mask = mask
         seqs_, pads, cache = self._group
@@ -234,8 +244,9 @@ class ReferenceBackend:
         self._mask = torch.cat([self._mask, torch.ones((len(seqs), 1), dtype=torch.long)], dim=1)
         ids = torch.tensor([[seq.tokens[-1]] for seq in seqs], dtype=torch.long)
         positions = torch.tensor([[n] for n in lengths], dtype=torch.long)
-        res = self.model(input_ids=ids, attention_mask=self._mask, position_ids=positions, use_cache=True,
-                         **{self._cache_kw: cache})
+        res = self.model(
+            input_ids=ids, attention_mask=self._mask, position_ids=positions, use_cache=True, **{self._cache_kw: cache}
+        )
         self._group = (seqs_, pads, res[self._cache_kw])
         self.batched_forwards += 1
         logits = res.logits[:, -1]
@@ -246,8 +257,7 @@ class ReferenceBackend:
         seq.state = None
 
     # ------------------------------------------------------------------------------------------
-    def process_logits(self, logits: Any, req: GenerationRequest, generated: list[int],
-                       counts: dict[int, int]) -> Any:
+    def process_logits(self, logits: Any, req: GenerationRequest, generated: list[int], counts: dict[int, int]) -> Any:
         """Apply bias, bad words, min_tokens, penalties and temperature to FP32 ``[vocab]`` logits."""
         torch = self.torch
         logits = logits.clone()
@@ -257,7 +267,7 @@ class ReferenceBackend:
             history = req.prompt + generated
             for word in req.bad_words:
                 prefix = word[:-1]
-                if not prefix or (len(prefix) <= len(history) and history[-len(prefix):] == prefix):
+                if not prefix or (len(prefix) <= len(history) and history[-len(prefix) :] == prefix):
                     if 0 <= word[-1] < logits.shape[0]:
                         logits[word[-1]] = float("-inf")
         sp = req.sampling
@@ -298,4 +308,3 @@ class ReferenceBackend:
             probs = torch.zeros_like(probs).scatter(0, order, sorted_p)
         token = int(torch.multinomial(probs / probs.sum(), 1, generator=st.generator).item())
         return token, float(logprobs[token].item())
-

@@ -75,9 +75,14 @@ def _attr(tokenizer: Any, name: str) -> int | None:
     return value if _valid_id(value) else None
 
 
-def resolve_special_ids(tokenizer: Any, tokenizer_dir: str | Path | None, explicit_end_id: int | None = None,
-                        explicit_pad_id: int | None = None, *, model_dirs: Sequence[str | Path] = ()
-                        ) -> SpecialIds:
+def resolve_special_ids(
+    tokenizer: Any,
+    tokenizer_dir: str | Path | None,
+    explicit_end_id: int | None = None,
+    explicit_pad_id: int | None = None,
+    *,
+    model_dirs: Sequence[str | Path] = (),
+) -> SpecialIds:
     """Resolve end / pad / extra stop ids (see the module docstring for the order).
 
     Args:
@@ -115,8 +120,9 @@ def resolve_special_ids(tokenizer: Any, tokenizer_dir: str | Path | None, explic
         if tok_eos is None:
             looked = [f"{path} (eos_token_id{'' if path.is_file() else ': no such file'})" for path, _ in files]
             looked.append("tokenizer.eos_token_id" + (" (None)" if tokenizer is not None else " (no tokenizer)"))
-            raise ValueError("no end id found: looked at " + ", ".join(looked)
-                             + "; set end_id explicitly (e.g. --set end_id=<id>)")
+            raise ValueError(
+                "no end id found: looked at " + ", ".join(looked) + "; set end_id explicitly (e.g. --set end_id=<id>)"
+            )
         end_id = tok_eos
         sources["end_id"] = "tokenizer.eos_token_id"
 

@@ -34,8 +34,9 @@ def find_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[int, str
     return best, which
 
 
-def trim_at_stop(text: str, stops: Sequence[str], *, include_stop: bool = False, start: int = 0
-                 ) -> tuple[str, str | None]:
+def trim_at_stop(
+    text: str, stops: Sequence[str], *, include_stop: bool = False, start: int = 0
+) -> tuple[str, str | None]:
     """Cut ``text`` at its first stop string (searching from ``start``, e.g. after an echoed prompt).
 
     Returns:
@@ -86,7 +87,7 @@ class StopStringMatcher:
         self._lengths = sorted({len(s) for s in self.stops}, reverse=True)
         self._sorted = sorted(self.stops)
         self._held = ""
-        self._consumed = 0   # characters of the whole text before self._held
+        self._consumed = 0  # characters of the whole text before self._held
         self.stopped = False
         self.stop: str | None = None
 
@@ -102,8 +103,8 @@ class StopStringMatcher:
         n = len(text)
         for i in range(n):
             for length in self._lengths:
-                if length <= n - i and text[i:i + length] in self._set:
-                    return i, text[i:i + length]
+                if length <= n - i and text[i : i + length] in self._set:
+                    return i, text[i : i + length]
         return -1, None
 
     def _held_len(self, text: str) -> int:
@@ -143,7 +144,7 @@ class StopStringMatcher:
             return StopResult(text[: i + (len(which) if self.include_stop else 0)], True, which, position)
         hold = self._held_len(text)
         emit = text[: len(text) - hold]
-        self._held = text[len(text) - hold:]
+        self._held = text[len(text) - hold :]
         self._consumed += len(emit)
         return StopResult(emit)
 

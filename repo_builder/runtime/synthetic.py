@@ -57,8 +57,9 @@ def next_token(state: int, vocab_size: int, end_id: int | None) -> tuple[int, in
     return state, token
 
 
-def synthetic_token_ids(prompt: Seq[int], n: int, vocab_size: int, *, end_id: int | None = None,
-                        seed: int | None = None) -> list[int]:
+def synthetic_token_ids(
+    prompt: Seq[int], n: int, vocab_size: int, *, end_id: int | None = None, seed: int | None = None
+) -> list[int]:
     """The first ``n`` tokens the synthetic engine generates for ``prompt`` (what tests predict)."""
     state = prompt_seed(prompt, seed)
     out = []
@@ -77,9 +78,11 @@ def read_spec(engine_dir: str | Path) -> dict[str, int]:
     """
     path = Path(engine_dir) / SPEC_FILE
     if not path.is_file():
-        raise EngineLoadError(f"tensorrt_llm: engine_dir '{engine_dir}' has no {SPEC_FILE}; a synthetic engine "
-                              f"dir needs one like {{\"vocab_size\": 32000, \"max_batch_size\": 64, "
-                              f"\"max_input_len\": 1024, \"max_seq_len\": 2048}}")
+        raise EngineLoadError(
+            f"tensorrt_llm: engine_dir '{engine_dir}' has no {SPEC_FILE}; a synthetic engine "
+            f'dir needs one like {{"vocab_size": 32000, "max_batch_size": 64, '
+            f'"max_input_len": 1024, "max_seq_len": 2048}}'
+        )
     try:
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -98,8 +101,10 @@ def read_spec(engine_dir: str | Path) -> dict[str, int]:
     if spec["vocab_size"] <= FIRST_TOKEN:
         raise EngineLoadError(f"tensorrt_llm: {path}: 'vocab_size' must be > {FIRST_TOKEN}")
     if spec["max_input_len"] >= spec["max_seq_len"]:
-        raise EngineLoadError(f"tensorrt_llm: {path}: 'max_input_len' ({spec['max_input_len']}) must be below "
-                              f"'max_seq_len' ({spec['max_seq_len']})")
+        raise EngineLoadError(
+            f"tensorrt_llm: {path}: 'max_input_len' ({spec['max_input_len']}) must be below "
+            f"'max_seq_len' ({spec['max_seq_len']})"
+        )
     return spec
 
 
@@ -126,8 +131,10 @@ class SyntheticBackend:
         """Build from ``engine_dir`` and ``synthetic_token_delay_ms`` (docs/design.md)."""
         engine_dir = params.str("engine_dir") or params.str("gpt_model_path")
         if not engine_dir:
-            raise EngineLoadError(f"model '{params.model_name}': parameter 'engine_dir' is not set; it must name "
-                                  f"a directory holding {SPEC_FILE}")
+            raise EngineLoadError(
+                f"model '{params.model_name}': parameter 'engine_dir' is not set; it must name "
+                f"a directory holding {SPEC_FILE}"
+            )
         return cls(engine_dir, token_delay_ms=float(params.float("synthetic_token_delay_ms", 0.0) or 0.0))
 
     def step(self, seqs: Seq[Sequence]) -> list[tuple[int, float]]:

@@ -38,8 +38,7 @@ class TokenizerLoadError(ModelLoadError):
     """The tokenizer directory is missing, not local, or cannot be loaded; the message names the path."""
 
 
-def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False,
-                   key: str = "tokenizer_dir") -> Any:
+def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False, key: str = "tokenizer_dir") -> Any:
     """Load a Hugging Face tokenizer from a local directory (``local_files_only=True``).
 
     Args:
@@ -57,25 +56,30 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
         raise TokenizerLoadError(
             f"{key} '{path}' is not a directory in this filesystem; repo-builder loads tokenizers from "
             "local directories only and never downloads from the Hugging Face hub "
-            "(hint: mount the tokenizer into the server's filesystem and set the path it has there)")
+            "(hint: mount the tokenizer into the server's filesystem and set the path it has there)"
+        )
     if not has_tokenizer_files(p):
         raise TokenizerLoadError(
             f"{key} '{path}' holds none of {describe_tokenizer_files()} "
-            "(hint: point it at the folder with the tokenizer files of the model)")
+            "(hint: point it at the folder with the tokenizer files of the model)"
+        )
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(p), local_files_only=True,
-                                             trust_remote_code=trust_remote_code)
+        return AutoTokenizer.from_pretrained(str(p), local_files_only=True, trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers raises ValueError/OSError/ImportError/...
         text = str(exc)
         hint = ""
-        if not trust_remote_code and ("trust_remote_code" in text or "custom code" in text
-                                      or "does not exist" in text or _has_auto_map(p)):
-            hint = (" (hint: this tokenizer needs its own code (auto_map): set trust_remote_code to true"
-                    " and make sure its tokenization_*.py is in the directory)")
-        raise TokenizerLoadError(f"{key} '{path}': the tokenizer failed to load: "
-                                 f"{type(exc).__name__}: {text}{hint}") from exc
+        if not trust_remote_code and (
+            "trust_remote_code" in text or "custom code" in text or "does not exist" in text or _has_auto_map(p)
+        ):
+            hint = (
+                " (hint: this tokenizer needs its own code (auto_map): set trust_remote_code to true"
+                " and make sure its tokenization_*.py is in the directory)"
+            )
+        raise TokenizerLoadError(
+            f"{key} '{path}': the tokenizer failed to load: {type(exc).__name__}: {text}{hint}"
+        ) from exc
 
 
 def tokenizer_from_params(params: Any, tokenizer: Any = None) -> tuple[Any, str | None]:
@@ -90,8 +94,10 @@ def tokenizer_from_params(params: Any, tokenizer: Any = None) -> tuple[Any, str 
     tokenizer_dir = params.str("tokenizer_dir")
     if tokenizer is None:
         if not tokenizer_dir:
-            raise TokenizerLoadError(f"model '{params.model_name}': parameter 'tokenizer_dir' is not set "
-                                     "(hint: render the repository with --tokenizer-dir)")
+            raise TokenizerLoadError(
+                f"model '{params.model_name}': parameter 'tokenizer_dir' is not set "
+                "(hint: render the repository with --tokenizer-dir)"
+            )
         tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=bool(params.bool("trust_remote_code", False)))
     return tokenizer, tokenizer_dir
 
@@ -116,12 +122,14 @@ def has_chat_template(tokenizer: Any) -> bool:
 
 def render_chat(tokenizer: Any, prompt: str) -> str:
     """The prompt as one user message in the tokenizer's chat template, with the generation prompt."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
 
 
-def encode_prompt(tokenizer: Any, text: str, *, add_special_tokens: bool = True,
-                  chat_template: bool = False) -> list[int]:
+def encode_prompt(
+    tokenizer: Any, text: str, *, add_special_tokens: bool = True, chat_template: bool = False
+) -> list[int]:
     """Token ids of a prompt.
 
     Without a chat template: ``tokenizer.encode(text, add_special_tokens=add_special_tokens)``; with
@@ -160,8 +168,9 @@ def _one_bos(tokenizer: Any, ids: list[int]) -> list[int]:
     return ids
 
 
-def check_lengths(prompt_tokens: int, max_tokens: int | None, *, max_input_len: int | None,
-                  max_seq_len: int | None) -> None:
+def check_lengths(
+    prompt_tokens: int, max_tokens: int | None, *, max_input_len: int | None, max_seq_len: int | None
+) -> None:
     """Reject a prompt the engine cannot take (B34), before it is queued.
 
     Args:
@@ -174,18 +183,27 @@ def check_lengths(prompt_tokens: int, max_tokens: int | None, *, max_input_len: 
             ``max_seq_len``) or ``max_tokens`` (prompt + max_tokens above ``max_seq_len``), with the numbers.
     """
     if max_input_len is not None and prompt_tokens > max_input_len:
-        raise RequestError("text_input", f"the prompt is {prompt_tokens} tokens, more than the engine's "
-                                         f"max_input_len of {max_input_len} tokens", "shorten the prompt")
+        raise RequestError(
+            "text_input",
+            f"the prompt is {prompt_tokens} tokens, more than the engine's max_input_len of {max_input_len} tokens",
+            "shorten the prompt",
+        )
     if max_seq_len is not None:
         if prompt_tokens >= max_seq_len:
-            raise RequestError("text_input", f"the prompt is {prompt_tokens} tokens, which leaves no room "
-                                             f"in the engine's max_seq_len of {max_seq_len} tokens",
-                               "shorten the prompt")
+            raise RequestError(
+                "text_input",
+                f"the prompt is {prompt_tokens} tokens, which leaves no room "
+                f"in the engine's max_seq_len of {max_seq_len} tokens",
+                "shorten the prompt",
+            )
         if max_tokens is not None and prompt_tokens + max_tokens > max_seq_len:
-            raise RequestError("max_tokens", f"prompt {prompt_tokens} tokens + max_tokens {max_tokens} = "
-                                             f"{prompt_tokens + max_tokens} exceeds the engine's "
-                                             f"max_seq_len of {max_seq_len} tokens",
-                               f"ask for at most {max_seq_len - prompt_tokens} tokens")
+            raise RequestError(
+                "max_tokens",
+                f"prompt {prompt_tokens} tokens + max_tokens {max_tokens} = "
+                f"{prompt_tokens + max_tokens} exceeds the engine's "
+                f"max_seq_len of {max_seq_len} tokens",
+                f"ask for at most {max_seq_len - prompt_tokens} tokens",
+            )
 
 
 def decode_ids(tokenizer: Any, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:

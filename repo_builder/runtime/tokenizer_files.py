@@ -15,8 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 
 #: File names one of which a tokenizer directory holds (besides ``*.tiktoken``).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "merges.txt",
-                   "spiece.model", "vocab.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "vocab.txt",
+)
 #: Glob for tiktoken BPE files (Qwen v1's ``qwen.tiktoken``).
 TIKTOKEN_GLOB = "*.tiktoken"
 

@@ -28,9 +28,20 @@ from .errors import RequestError  # noqa: F401  (re-exported: the request error 
 # use it too). TYPE_STRING maps to object (bytes elements); numpy has no bfloat16, so BF16 values are
 # built as float32.
 _NP = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
-    "FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "STRING": np.object_, "BF16": np.float32,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "STRING": np.object_,
+    "BF16": np.float32,
 }
 
 
@@ -108,13 +119,15 @@ def strings(array: np.ndarray | None, field: str) -> list[str] | None:
             try:
                 out.append(bytes(item).decode("utf-8"))
             except UnicodeDecodeError as exc:
-                raise RequestError(field, f"is not valid UTF-8 (byte {exc.start}: {exc.reason})",
-                                   "send UTF-8 text") from None
+                raise RequestError(
+                    field, f"is not valid UTF-8 (byte {exc.start}: {exc.reason})", "send UTF-8 text"
+                ) from None
         elif isinstance(item, str):
             out.append(item)
         else:
-            raise RequestError(field, f"must hold strings, got {type(item).__name__} {item!r}",
-                               "send a list of strings (TYPE_STRING)")
+            raise RequestError(
+                field, f"must hold strings, got {type(item).__name__} {item!r}", "send a list of strings (TYPE_STRING)"
+            )
     return out
 
 
@@ -145,8 +158,9 @@ def is_client_error(pb: Any, error: Any) -> bool:
 def error_response(pb: Any, exc: BaseException) -> Any:
     """An ``InferenceResponse`` that carries ``exc`` as a ``TritonError`` (request fails, others go on):
     ``INVALID_ARG`` for a :class:`RequestError` (the client's mistake), ``INTERNAL`` for anything else."""
-    return pb.InferenceResponse(output_tensors=[], error=triton_error(pb, str(exc),
-                                                                      client=isinstance(exc, RequestError)))
+    return pb.InferenceResponse(
+        output_tensors=[], error=triton_error(pb, str(exc), client=isinstance(exc, RequestError))
+    )
 
 
 def respond_each(pb: Any, requests: Any, input_names: tuple[str, ...], process: Any, model: str) -> list[Any]:
@@ -167,8 +181,9 @@ def respond_each(pb: Any, requests: Any, input_names: tuple[str, ...], process: 
         try:
             inputs = {name: get_input(pb, request, name) for name in input_names}
             outputs = process(inputs, request)
-            responses.append(pb.InferenceResponse(
-                output_tensors=[pb.Tensor(name, array) for name, array in outputs.items()]))
+            responses.append(
+                pb.InferenceResponse(output_tensors=[pb.Tensor(name, array) for name, array in outputs.items()])
+            )
         except RequestError as exc:
             responses.append(error_response(pb, exc))
         except Exception as exc:  # noqa: BLE001 - reported to the client, the other requests go on

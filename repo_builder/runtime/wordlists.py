@@ -62,12 +62,14 @@ def parse_token_ids(word: str, vocab_size: int, field: str) -> list[int] | None:
     if not isinstance(value, list):
         return None
     if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise RequestError(field, f"element {word!r} looks like a token-id list but is not a non-empty "
-                                  "list of integers", 'write token ids as "[13]" or "[29871, 13]"')
+        raise RequestError(
+            field,
+            f"element {word!r} looks like a token-id list but is not a non-empty list of integers",
+            'write token ids as "[13]" or "[29871, 13]"',
+        )
     bad = [v for v in value if not 0 <= v < vocab_size]
     if bad:
-        raise RequestError(field, f"token ids {bad} in {word!r} are outside the vocabulary "
-                                  f"[0, {vocab_size})")
+        raise RequestError(field, f"token ids {bad} in {word!r} are outside the vocabulary [0, {vocab_size})")
     return [int(v) for v in value]
 
 
@@ -80,14 +82,20 @@ def check_word_row(words: Sequence[str], field: str) -> None:
         RequestError: the row holds too many elements or too many bytes.
     """
     if len(words) > MAX_WORDS:
-        raise RequestError(field, f"holds {len(words)} elements in one batch row; the limit is {MAX_WORDS}",
-                           "send fewer words (each element is one word or phrase)")
-    size = sum(len(w) for w in words)            # characters <= bytes: cheap first test
+        raise RequestError(
+            field,
+            f"holds {len(words)} elements in one batch row; the limit is {MAX_WORDS}",
+            "send fewer words (each element is one word or phrase)",
+        )
+    size = sum(len(w) for w in words)  # characters <= bytes: cheap first test
     if size * 4 > MAX_WORD_BYTES:
         size = sum(len(w.encode("utf-8")) for w in words)
     if size > MAX_WORD_BYTES:
-        raise RequestError(field, f"holds {size} bytes of text in one batch row; the limit is "
-                                  f"{MAX_WORD_BYTES} bytes", "send fewer or shorter words")
+        raise RequestError(
+            field,
+            f"holds {size} bytes of text in one batch row; the limit is {MAX_WORD_BYTES} bytes",
+            "send fewer or shorter words",
+        )
 
 
 class WordEncoder:
@@ -153,7 +161,7 @@ class WordEncoder:
         """:meth:`text_variants` of every word, cost linear in the number of words: cache misses are
         encoded in one batched tokenizer call; the result list is parallel to ``words``."""
         results: list[list[list[int]] | None] = [None] * len(words)
-        missing: dict[str, list[int]] = {}          # word -> positions in ``words``
+        missing: dict[str, list[int]] = {}  # word -> positions in ``words``
         with self._lock:
             for i, word in enumerate(words):
                 if word == "":
@@ -168,8 +176,8 @@ class WordEncoder:
         todo = [w for w in missing if w not in self._added]
         spaced_words = [w for w in todo if not w[0].isspace()]
         encoded = self._enc_many([_ANCHOR + w for w in todo] + [_ANCHOR + " " + w for w in spaced_words])
-        glued_ids = dict(zip(todo, encoded[:len(todo)]))
-        spaced_ids = dict(zip(spaced_words, encoded[len(todo):]))
+        glued_ids = dict(zip(todo, encoded[: len(todo)]))
+        spaced_ids = dict(zip(spaced_words, encoded[len(todo) :]))
         n = len(self._anchor_ids)
 
         def strip_anchor(ids: list[int]) -> list[int] | None:
@@ -223,8 +231,7 @@ class WordEncoder:
             out[i] = variants
         return out  # type: ignore[return-value]
 
-    def word_list(self, rows: Sequence[Sequence[str] | None], field: str,
-                  extra_ids: Sequence[int] = ()) -> np.ndarray:
+    def word_list(self, rows: Sequence[Sequence[str] | None], field: str, extra_ids: Sequence[int] = ()) -> np.ndarray:
         """Build the ``[batch, 2, N]`` int32 ids/offsets tensor for a batch.
 
         Cost is linear in the number of words (batched encoding, set-based de-duplication that keeps
@@ -248,8 +255,12 @@ class WordEncoder:
             ids: list[int] = []
             offsets: list[int] = []
 
-            def add(seq: Sequence[int], seen: set[tuple[int, ...]] = seen, ids: list[int] = ids,
-                    offsets: list[int] = offsets) -> None:
+            def add(
+                seq: Sequence[int],
+                seen: set[tuple[int, ...]] = seen,
+                ids: list[int] = ids,
+                offsets: list[int] = offsets,
+            ) -> None:
                 key = tuple(seq)
                 if key and key not in seen:
                     seen.add(key)
@@ -268,13 +279,17 @@ class WordEncoder:
         out = np.zeros((len(flat_rows), 2, longest), dtype=np.int32)
         out[:, 1, :] = -1
         for b, (ids, offsets) in enumerate(flat_rows):
-            out[b, 0, :len(ids)] = ids
-            out[b, 1, :len(offsets)] = offsets
+            out[b, 0, : len(ids)] = ids
+            out[b, 1, : len(offsets)] = offsets
         return out
 
-    def embedding_bias(self, words_rows: Sequence[Sequence[str] | None] | None,
-                       weights_rows: Sequence[Sequence[float] | None] | None, batch: int,
-                       vocab_size: int | None = None) -> np.ndarray:
+    def embedding_bias(
+        self,
+        words_rows: Sequence[Sequence[str] | None] | None,
+        weights_rows: Sequence[Sequence[float] | None] | None,
+        batch: int,
+        vocab_size: int | None = None,
+    ) -> np.ndarray:
         """Build the ``[batch, vocab]`` float32 embedding bias (``[batch, 0]`` when nothing is biased).
 
         Every token id of every variant of a word gets the word's weight added once (words are encoded
@@ -291,8 +306,11 @@ class WordEncoder:
             return np.zeros((batch, 0), dtype=np.float32)
         if words_rows is None or weights_rows is None:
             missing = "embedding_bias_weights" if weights_rows is None else "embedding_bias_words"
-            raise RequestError(missing, "is required when the other embedding-bias input is given",
-                               "send embedding_bias_words and embedding_bias_weights together")
+            raise RequestError(
+                missing,
+                "is required when the other embedding-bias input is given",
+                "send embedding_bias_words and embedding_bias_weights together",
+            )
         size = vocab_size or self.vocab_size
         bias = np.zeros((batch, size), dtype=np.float32)
         any_word = False
@@ -301,9 +319,11 @@ class WordEncoder:
             weights_row = weights_rows[b] if b < len(weights_rows) else None
             weights = list(weights_row) if weights_row is not None else []
             if len(words) != len(weights):
-                raise RequestError("embedding_bias_words",
-                                   f"has {len(words)} element(s) but embedding_bias_weights has "
-                                   f"{len(weights)} in batch row {b}", "send one weight per word")
+                raise RequestError(
+                    "embedding_bias_words",
+                    f"has {len(words)} element(s) but embedding_bias_weights has {len(weights)} in batch row {b}",
+                    "send one weight per word",
+                )
             check_word_row(words, "embedding_bias_words")
             for weight, variants in zip(weights, self.sequences_many(words, "embedding_bias_words")):
                 ids = sorted({t for seq in variants for t in seq})

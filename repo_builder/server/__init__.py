@@ -21,11 +21,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "TritonBinary": "binary", "find_tritonserver": "binary",
-    "launch_argv": "command", "rank_argv": "command", "shm_prefix": "command",
-    "LaunchConfig": "config", "LaunchPlan": "config", "ModelEntry": "config", "RepositoryInfo": "config",
-    "resolve_plan": "config", "scan_repository": "config",
-    "TritonServer": "process", "LaunchInterrupted": "process", "default_pid_file": "process",
+    "TritonBinary": "binary",
+    "find_tritonserver": "binary",
+    "launch_argv": "command",
+    "rank_argv": "command",
+    "shm_prefix": "command",
+    "LaunchConfig": "config",
+    "LaunchPlan": "config",
+    "ModelEntry": "config",
+    "RepositoryInfo": "config",
+    "resolve_plan": "config",
+    "scan_repository": "config",
+    "TritonServer": "process",
+    "LaunchInterrupted": "process",
+    "default_pid_file": "process",
 }
 
 __all__ = sorted(_EXPORTS)

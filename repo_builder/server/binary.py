@@ -64,8 +64,11 @@ class TritonBinary:
 
 def _check_executable(path: Path, key: str) -> Path:
     if not path.is_file():
-        raise LaunchError(f"tritonserver binary {path} does not exist", key=key,
-                          hint="point it at an existing tritonserver executable, or pip install nvidia-pytriton==0.7.0")
+        raise LaunchError(
+            f"tritonserver binary {path} does not exist",
+            key=key,
+            hint="point it at an existing tritonserver executable, or pip install nvidia-pytriton==0.7.0",
+        )
     if not os.access(path, os.X_OK):
         raise LaunchError(f"tritonserver binary {path} is not executable", key=key, hint=f"chmod +x {path}")
     return path
@@ -111,9 +114,11 @@ def _install_stub(root: Path) -> None:
     source = root / "python_backend_stubs" / minor / STUB_NAME
     if not source.is_file():
         available = sorted(p.name for p in (root / "python_backend_stubs").iterdir())
-        raise LaunchError(f"nvidia-pytriton has no Python backend stub for Python {minor} "
-                          f"(has {', '.join(available)})", path=source,
-                          hint="run repo-builder from a Python version nvidia-pytriton ships a stub for")
+        raise LaunchError(
+            f"nvidia-pytriton has no Python backend stub for Python {minor} (has {', '.join(available)})",
+            path=source,
+            hint="run repo-builder from a Python version nvidia-pytriton ships a stub for",
+        )
     try:
         fd, tmp = tempfile.mkstemp(prefix=".stub-", dir=target.parent)
         os.close(fd)
@@ -121,8 +126,9 @@ def _install_stub(root: Path) -> None:
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)
     except OSError as exc:
-        raise LaunchError(f"cannot install the Python backend stub: {exc}", path=target,
-                          hint=f"copy {source} to {target} by hand") from exc
+        raise LaunchError(
+            f"cannot install the Python backend stub: {exc}", path=target, hint=f"copy {source} to {target} by hand"
+        ) from exc
 
 
 def _prepend(value: str, current: str | None) -> str:
@@ -139,20 +145,25 @@ def prepare_pytriton(root: Path, source: str) -> TritonBinary:
     """
     numpy_version = _numpy_version()
     if numpy_version is None:
-        raise LaunchError(f"numpy is not installed in {sys.prefix}; the Python backend stub needs numpy<2 there",
-                          key="numpy", hint='pip install "numpy<2"')
+        raise LaunchError(
+            f"numpy is not installed in {sys.prefix}; the Python backend stub needs numpy<2 there",
+            key="numpy",
+            hint='pip install "numpy<2"',
+        )
     if int(numpy_version.split(".")[0]) >= 2:
-        raise LaunchError(f"numpy {numpy_version} is installed in {sys.prefix}; the nvidia-pytriton Python backend "
-                          "stub is built against numpy 1.x and corrupts tensors with numpy 2", key="numpy",
-                          hint='pip install "numpy<2" in this environment')
+        raise LaunchError(
+            f"numpy {numpy_version} is installed in {sys.prefix}; the nvidia-pytriton Python backend "
+            "stub is built against numpy 1.x and corrupts tensors with numpy 2",
+            key="numpy",
+            hint='pip install "numpy<2" in this environment',
+        )
     _install_stub(root)
     bin_dir = os.path.dirname(sys.executable)  # not resolved: a venv's bin holds its pyvenv.cfg
     env = {"PATH": _prepend(bin_dir, os.environ.get("PATH", "/usr/bin:/bin"))}
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir:
         env["LD_LIBRARY_PATH"] = _prepend(libdir, os.environ.get("LD_LIBRARY_PATH"))
-    return TritonBinary(path=root / "bin" / "tritonserver", source=source, backend_directory=root / "backends",
-                        env=env)
+    return TritonBinary(path=root / "bin" / "tritonserver", source=source, backend_directory=root / "backends", env=env)
 
 
 def find_tritonserver(explicit: str | os.PathLike[str] | None = None) -> TritonBinary:
@@ -170,16 +181,20 @@ def find_tritonserver(explicit: str | os.PathLike[str] | None = None) -> TritonB
     if explicit:
         candidates.append((_check_executable(Path(explicit).expanduser(), "--tritonserver"), "--tritonserver"))
     elif os.environ.get("TRITONSERVER"):
-        candidates.append((_check_executable(Path(os.environ["TRITONSERVER"]).expanduser(), "TRITONSERVER"),
-                           "$TRITONSERVER"))
+        candidates.append(
+            (_check_executable(Path(os.environ["TRITONSERVER"]).expanduser(), "TRITONSERVER"), "$TRITONSERVER")
+        )
     elif OPT_TRITONSERVER.is_file() and os.access(OPT_TRITONSERVER, os.X_OK):
         candidates.append((OPT_TRITONSERVER, "/opt/tritonserver"))
     else:
         root = _pytriton_root()
         if root is None:
-            raise LaunchError("no tritonserver found (not given by --tritonserver or $TRITONSERVER, not in "
-                              "/opt/tritonserver/bin, and nvidia-pytriton is not installed)", key="--tritonserver",
-                              hint='pip install "nvidia-pytriton==0.7.0" or pass --tritonserver PATH')
+            raise LaunchError(
+                "no tritonserver found (not given by --tritonserver or $TRITONSERVER, not in "
+                "/opt/tritonserver/bin, and nvidia-pytriton is not installed)",
+                key="--tritonserver",
+                hint='pip install "nvidia-pytriton==0.7.0" or pass --tritonserver PATH',
+            )
         return prepare_pytriton(root, "nvidia-pytriton")
     path, source = candidates[0]
     root = _is_pytriton_layout(path)

@@ -20,10 +20,22 @@ def shm_prefix(launch_id: str, rank: int) -> str:
     return f"{launch_id}_r{rank}_"
 
 
-def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path | str, rank: int, launch_id: str,
-              http_address: str, http_port: int, grpc_port: int, metrics_port: int,
-              trtllm_models: list[str], verbose: bool = False, extra_args: list[str] | None = None,
-              exit_timeout: int | None = None) -> list[str]:
+def rank_argv(
+    *,
+    binary: Path | str,
+    backend_args: list[str],
+    model_repo: Path | str,
+    rank: int,
+    launch_id: str,
+    http_address: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    trtllm_models: list[str],
+    verbose: bool = False,
+    extra_args: list[str] | None = None,
+    exit_timeout: int | None = None,
+) -> list[str]:
     """argv of one tritonserver rank.
 
     Args:
@@ -35,17 +47,32 @@ def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path |
         exit_timeout: ``--exit-timeout-secs`` (seconds in-flight requests get after SIGTERM; tritonserver 2.51
             defaults to 30), unless ``extra_args`` already sets it.
     """
-    argv = [str(binary), f"--model-repository={model_repo}", *backend_args, "--disable-auto-complete-config",
-            f"--backend-config=python,shm-region-prefix-name={shm_prefix(launch_id, rank)}"]
+    argv = [
+        str(binary),
+        f"--model-repository={model_repo}",
+        *backend_args,
+        "--disable-auto-complete-config",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix(launch_id, rank)}",
+    ]
     if rank == 0:
-        argv += [f"--http-address={http_address}", f"--http-port={http_port}",
-                 f"--grpc-address={http_address}", f"--grpc-port={grpc_port}",
-                 f"--metrics-address={http_address}", f"--metrics-port={metrics_port}"]
+        argv += [
+            f"--http-address={http_address}",
+            f"--http-port={http_port}",
+            f"--grpc-address={http_address}",
+            f"--grpc-port={grpc_port}",
+            f"--metrics-address={http_address}",
+            f"--metrics-port={metrics_port}",
+        ]
         if verbose:
             argv.append("--log-verbose=3")
     else:
-        argv += ["--model-control-mode=explicit", *[f"--load-model={name}" for name in trtllm_models],
-                 "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
+        argv += [
+            "--model-control-mode=explicit",
+            *[f"--load-model={name}" for name in trtllm_models],
+            "--allow-http=false",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+        ]
     extra = list(extra_args or [])
     if exit_timeout is not None and not any(a.startswith("--exit-timeout-secs") for a in extra):
         argv.append(f"--exit-timeout-secs={int(exit_timeout)}")
@@ -53,9 +80,17 @@ def rank_argv(*, binary: Path | str, backend_args: list[str], model_repo: Path |
     return argv
 
 
-def launch_argv(rank_argvs: list[list[str]], *, use_mpi: bool, oversubscribe: bool = False,
-                export_env: list[str] | None = None, mpirun: str = MPIRUN, hostfile: str | Path | None = None,
-                mca: dict[str, str] | None = None, map_by: str | None = None) -> list[str]:
+def launch_argv(
+    rank_argvs: list[list[str]],
+    *,
+    use_mpi: bool,
+    oversubscribe: bool = False,
+    export_env: list[str] | None = None,
+    mpirun: str = MPIRUN,
+    hostfile: str | Path | None = None,
+    mca: dict[str, str] | None = None,
+    map_by: str | None = None,
+) -> list[str]:
     """The full command: the single rank's argv, or ``mpirun ... -n 1 <rank0> : -n 1 <rank1> ...``.
 
     ``export_env`` names environment variables passed on to the ranks with ``-x``. ``mpirun`` stays a bare name

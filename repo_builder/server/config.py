@@ -125,8 +125,9 @@ def _engine_world_size(cfg: object, config_path: Path, warnings: list[str]) -> t
         if not engine_dir.is_absolute():
             engine_dir = config_path.parent / engine_dir
         if not engine_dir.is_dir():
-            warnings.append(f"{config_path}: {key} {value} is not a directory here; world size not checked "
-                            "against the engine")
+            warnings.append(
+                f"{config_path}: {key} {value} is not a directory here; world size not checked against the engine"
+            )
             return None
         from ..engine import inspect_engine
         from ..errors import RepoBuilderError
@@ -156,8 +157,12 @@ def scan_repository(repo: Path) -> RepositoryInfo:
 
     repo = Path(repo)
     if not repo.is_dir():
-        raise LaunchError("model repository does not exist or is not a directory", path=repo, key="--model_repo",
-                          hint="render one with `repo-builder render` or pass the right path")
+        raise LaunchError(
+            "model repository does not exist or is not a directory",
+            path=repo,
+            key="--model_repo",
+            hint="render one with `repo-builder render` or pass the right path",
+        )
     models: list[ModelEntry] = []
     warnings: list[str] = []
     engine_ws: dict[str, tuple[int, Path]] = {}
@@ -166,40 +171,66 @@ def scan_repository(repo: Path) -> RepositoryInfo:
         try:
             text_format.Parse(config_path.read_text(encoding="utf-8"), cfg)
         except (text_format.ParseError, UnicodeDecodeError) as exc:
-            raise LaunchError(f"config does not parse: {exc}", path=config_path,
-                              hint="run `repo-builder validate` on the repository") from exc
+            raise LaunchError(
+                f"config does not parse: {exc}", path=config_path, hint="run `repo-builder validate` on the repository"
+            ) from exc
         backend = cfg.backend or cfg.platform
         if cfg.backend == "tensorrtllm":
             found = _engine_world_size(cfg, config_path, warnings)
             if found is not None:
                 engine_ws[config_path.parent.name] = found
-        models.append(ModelEntry(name=config_path.parent.name, config_path=config_path, backend=backend,
-                                 python_instances=_python_instances(cfg) if cfg.backend == "python" else 0))
+        models.append(
+            ModelEntry(
+                name=config_path.parent.name,
+                config_path=config_path,
+                backend=backend,
+                python_instances=_python_instances(cfg) if cfg.backend == "python" else 0,
+            )
+        )
     if not models:
-        raise LaunchError("model repository holds no <model>/config.pbtxt", path=repo, key="--model_repo",
-                          hint="pass the folder that contains the model folders")
+        raise LaunchError(
+            "model repository holds no <model>/config.pbtxt",
+            path=repo,
+            key="--model_repo",
+            hint="pass the folder that contains the model folders",
+        )
     info = RepositoryInfo(path=repo, models=models, engine_world_sizes=engine_ws, warnings=warnings)
     lock_path = repo / LOCK_FILE
     if lock_path.is_file():
         try:
             lock = json.loads(lock_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise LaunchError(f"lock file is not valid JSON: {exc}", path=lock_path,
-                              hint="re-render the repository") from exc
+            raise LaunchError(
+                f"lock file is not valid JSON: {exc}", path=lock_path, hint="re-render the repository"
+            ) from exc
         launch = lock.get("launch") if isinstance(lock, dict) else None
         if launch is not None:
             if not isinstance(launch, dict):
                 raise LaunchError("'launch' must be an object", path=lock_path, key="launch")
             ws = launch.get("world_size")
             if ws is not None and (not isinstance(ws, int) or isinstance(ws, bool) or ws < 1):
-                raise LaunchError(f"world_size must be a positive integer, got {ws!r}", path=lock_path,
-                                  key="launch.world_size", hint="re-render the repository")
+                raise LaunchError(
+                    f"world_size must be a positive integer, got {ws!r}",
+                    path=lock_path,
+                    key="launch.world_size",
+                    hint="re-render the repository",
+                )
             names = launch.get("tensorrt_llm_model_names")
             if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
-                raise LaunchError(f"tensorrt_llm_model_names must be a list of strings, got {names!r}",
-                                  path=lock_path, key="launch.tensorrt_llm_model_names")
-            info = RepositoryInfo(path=repo, models=models, lock_world_size=ws, lock_model_names=names or None,
-                                  lock_path=lock_path, engine_world_sizes=engine_ws, warnings=warnings)
+                raise LaunchError(
+                    f"tensorrt_llm_model_names must be a list of strings, got {names!r}",
+                    path=lock_path,
+                    key="launch.tensorrt_llm_model_names",
+                )
+            info = RepositoryInfo(
+                path=repo,
+                models=models,
+                lock_world_size=ws,
+                lock_model_names=names or None,
+                lock_path=lock_path,
+                engine_world_sizes=engine_ws,
+                warnings=warnings,
+            )
     return info
 
 
@@ -236,17 +267,22 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
     engine_sizes = {ws for ws, _ in repo.engine_world_sizes.values()}
     if len(engine_sizes) > 1:
         detail = ", ".join(f"{m}: {ws} ({path})" for m, (ws, path) in sorted(repo.engine_world_sizes.items()))
-        raise LaunchError(f"the TensorRT-LLM engines need different world sizes: {detail}", path=repo.path,
-                          hint="serve engines built with the same tp x pp in one repository")
+        raise LaunchError(
+            f"the TensorRT-LLM engines need different world sizes: {detail}",
+            path=repo.path,
+            hint="serve engines built with the same tp x pp in one repository",
+        )
     engine = next(iter(repo.engine_world_sizes.values()), None)
     if config.world_size is not None:
         world_size, origin = config.world_size, "--world_size"
         if repo.lock_world_size is not None and repo.lock_world_size != config.world_size:
             raise LaunchError(
                 f"--world_size {config.world_size} contradicts the repository's lock file, which says the engine "
-                f"needs world size {repo.lock_world_size} (tensor x pipeline parallel)", path=repo.lock_path,
+                f"needs world size {repo.lock_world_size} (tensor x pipeline parallel)",
+                path=repo.lock_path,
                 key="launch.world_size",
-                hint=f"drop --world_size or pass --world_size {repo.lock_world_size}; re-render if the engine changed")
+                hint=f"drop --world_size or pass --world_size {repo.lock_world_size}; re-render if the engine changed",
+            )
     elif repo.lock_world_size is not None:
         world_size, origin = repo.lock_world_size, f"{LOCK_FILE} launch.world_size"
     elif engine is not None:
@@ -254,16 +290,25 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
     else:
         world_size, origin = 1, "default"
     if engine is not None and engine[0] != world_size:
-        raise LaunchError(f"the engine was built for world size {engine[0]} (tp x pp), but the launch would start "
-                          f"{world_size} rank(s) ({origin}); every rank would abort with 'mpiSize == tp * pp'",
-                          path=engine[1], key="--world_size",
-                          hint=f"launch with --world_size {engine[0]} (re-render if the lock file is stale)")
+        raise LaunchError(
+            f"the engine was built for world size {engine[0]} (tp x pp), but the launch would start "
+            f"{world_size} rank(s) ({origin}); every rank would abort with 'mpiSize == tp * pp'",
+            path=engine[1],
+            key="--world_size",
+            hint=f"launch with --world_size {engine[0]} (re-render if the lock file is stale)",
+        )
     if config.no_mpi and world_size != 1:
-        raise LaunchError(f"--no-mpi runs a single tritonserver, but the world size is {world_size} ({origin})",
-                          key="--no-mpi", hint="drop --no-mpi (mpirun starts one rank per engine shard)")
+        raise LaunchError(
+            f"--no-mpi runs a single tritonserver, but the world size is {world_size} ({origin})",
+            key="--no-mpi",
+            hint="drop --no-mpi (mpirun starts one rank per engine shard)",
+        )
     if config.multi_model and world_size != 1:
-        raise LaunchError(f"--multi-model (orchestrator mode) needs world size 1, got {world_size} ({origin})",
-                          key="--multi-model", hint="orchestrator mode spawns the engine ranks itself")
+        raise LaunchError(
+            f"--multi-model (orchestrator mode) needs world size 1, got {world_size} ({origin})",
+            key="--multi-model",
+            hint="orchestrator mode spawns the engine ranks itself",
+        )
     if config.tensorrt_llm_model_name:
         names, names_key = list(config.tensorrt_llm_model_name), "--tensorrt_llm_model_name"
     elif repo.lock_model_names:
@@ -275,35 +320,55 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
     if world_size > 1:
         missing = [n for n in names if n not in repo.model_names]
         if missing:
-            raise LaunchError(f"ranks > 0 must load {', '.join(missing)}, which the repository does not hold "
-                              f"(models: {', '.join(repo.model_names)})", key=names_key, path=repo.path,
-                              hint="pass --tensorrt_llm_model_name with the TensorRT-LLM model folder name(s)")
+            raise LaunchError(
+                f"ranks > 0 must load {', '.join(missing)}, which the repository does not hold "
+                f"(models: {', '.join(repo.model_names)})",
+                key=names_key,
+                path=repo.path,
+                hint="pass --tensorrt_llm_model_name with the TensorRT-LLM model folder name(s)",
+            )
     hosts = None
     if config.hostfile is not None:
         from .hostfile import is_local, rank_hosts, read_hostfile
 
         if config.no_mpi:
-            raise LaunchError("--hostfile spreads ranks with mpirun, but --no-mpi was given", key="--no-mpi",
-                              hint="drop --no-mpi")
+            raise LaunchError(
+                "--hostfile spreads ranks with mpirun, but --no-mpi was given", key="--no-mpi", hint="drop --no-mpi"
+            )
         hosts = rank_hosts(read_hostfile(config.hostfile), world_size, path=config.hostfile)
         if not is_local(hosts[0]):
-            raise LaunchError(f"rank 0 (the endpoints) would run on {hosts[0]}, the first host of the hostfile, "
-                              "which is not this machine; the launcher waits for readiness here", key="--hostfile",
-                              path=config.hostfile, hint="list this machine first, or launch from that host")
+            raise LaunchError(
+                f"rank 0 (the endpoints) would run on {hosts[0]}, the first host of the hostfile, "
+                "which is not this machine; the launcher waits for readiness here",
+                key="--hostfile",
+                path=config.hostfile,
+                hint="list this machine first, or launch from that host",
+            )
     use_mpi = not config.no_mpi
     if hosts is not None and not have_mpirun:
-        raise LaunchError("--hostfile needs mpirun, which is not on PATH", key="--hostfile",
-                          hint="apt-get install openmpi-bin")
+        raise LaunchError(
+            "--hostfile needs mpirun, which is not on PATH", key="--hostfile", hint="apt-get install openmpi-bin"
+        )
     if use_mpi and not have_mpirun:
         if world_size == 1:
             use_mpi = False
             notes.append("mpirun not found: starting the single rank without MPI (as --no-mpi)")
         else:
-            raise LaunchError(f"world size {world_size} needs mpirun, which is not on PATH", key="--world_size",
-                              hint="apt-get install openmpi-bin")
+            raise LaunchError(
+                f"world size {world_size} needs mpirun, which is not on PATH",
+                key="--world_size",
+                hint="apt-get install openmpi-bin",
+            )
     oversubscribe = config.oversubscribe
     if use_mpi and not oversubscribe and hosts is None and world_size > cpu_count:
         oversubscribe = True
         notes.append(f"{world_size} ranks > {cpu_count} CPU cores: adding --oversubscribe to mpirun")
-    return LaunchPlan(world_size=world_size, world_size_origin=origin, trtllm_models=names, use_mpi=use_mpi,
-                      oversubscribe=oversubscribe, notes=notes, rank_hosts=hosts)
+    return LaunchPlan(
+        world_size=world_size,
+        world_size_origin=origin,
+        trtllm_models=names,
+        use_mpi=use_mpi,
+        oversubscribe=oversubscribe,
+        notes=notes,
+        rank_hosts=hosts,
+    )

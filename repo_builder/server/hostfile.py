@@ -48,15 +48,26 @@ def read_hostfile(path: Path) -> list[HostSlots]:
         for word in words[1:]:
             match = _SLOTS.match(word)
             if not match:
-                raise LaunchError(f"line {number}: unknown field {word!r} (expected slots=N or max_slots=N)",
-                                  path=path, key="--hostfile")
+                raise LaunchError(
+                    f"line {number}: unknown field {word!r} (expected slots=N or max_slots=N)",
+                    path=path,
+                    key="--hostfile",
+                )
             fields[match.group(1).replace("-", "_")] = int(match.group(2))
         if "slots" not in fields:
-            raise LaunchError(f"line {number}: {host} has no slots=N", path=path, key="--hostfile",
-                              hint=f"write '{host} slots=<GPUs on {host}>' (one rank per GPU)")
+            raise LaunchError(
+                f"line {number}: {host} has no slots=N",
+                path=path,
+                key="--hostfile",
+                hint=f"write '{host} slots=<GPUs on {host}>' (one rank per GPU)",
+            )
         if fields["slots"] < 1:
-            raise LaunchError(f"line {number}: {host} has slots={fields['slots']}", path=path, key="--hostfile",
-                              hint="give every host at least one slot, or leave it out")
+            raise LaunchError(
+                f"line {number}: {host} has slots={fields['slots']}",
+                path=path,
+                key="--hostfile",
+                hint="give every host at least one slot, or leave it out",
+            )
         if any(h.host == host for h in hosts):
             raise LaunchError(f"line {number}: {host} is listed twice", path=path, key="--hostfile")
         hosts.append(HostSlots(host=host, slots=fields["slots"], line=number))
@@ -73,8 +84,12 @@ def rank_hosts(hosts: list[HostSlots], world_size: int, *, path: Path | None = N
     """
     out = [h.host for h in hosts for _ in range(h.slots)]
     if len(out) < world_size:
-        raise LaunchError(f"the hostfile has {len(out)} slot(s) for world size {world_size} (one rank per GPU)",
-                          path=path, key="--hostfile", hint="add hosts or slots")
+        raise LaunchError(
+            f"the hostfile has {len(out)} slot(s) for world size {world_size} (one rank per GPU)",
+            path=path,
+            key="--hostfile",
+            hint="add hosts or slots",
+        )
     return out[:world_size]
 
 

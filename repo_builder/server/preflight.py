@@ -37,8 +37,9 @@ def check_ports(address: str, ports: dict[str, int]) -> list[str]:
     seen: dict[int, str] = {}
     for flag, port in ports.items():
         if port in seen:
-            raise LaunchError(f"{flag} and {seen[port]} are both {port}", key=flag,
-                              hint="give each endpoint its own port")
+            raise LaunchError(
+                f"{flag} and {seen[port]} are both {port}", key=flag, hint="give each endpoint its own port"
+            )
         seen[port] = flag
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     notes: list[str] = []
@@ -52,22 +53,31 @@ def check_ports(address: str, ports: dict[str, int]) -> list[str]:
                 holders = sorted(procs.port_listeners(port))
                 if holders or port in procs.listening_tcp_ports():
                     who = f" by pid {', '.join(f'{p} ({procs.comm(p)})' for p in holders)}" if holders else ""
-                    raise LaunchError(f"port {port} on {address} is already in use{who}", key=flag,
-                                      hint=f"stop whatever listens on {port} or pass another {flag}") from None
-                notes.append(f"{flag} {port}: no process listens on it, only a connection that "
-                             "is still closing there (FIN_WAIT/CLOSE_WAIT); starting anyway")
+                    raise LaunchError(
+                        f"port {port} on {address} is already in use{who}",
+                        key=flag,
+                        hint=f"stop whatever listens on {port} or pass another {flag}",
+                    ) from None
+                notes.append(
+                    f"{flag} {port}: no process listens on it, only a connection that "
+                    "is still closing there (FIN_WAIT/CLOSE_WAIT); starting anyway"
+                )
                 continue
             if exc.errno == errno.EADDRNOTAVAIL:
-                raise LaunchError(f"cannot bind {address}: no such local address", key="--http-address",
-                                  hint="use 127.0.0.1 or 0.0.0.0") from None
+                raise LaunchError(
+                    f"cannot bind {address}: no such local address",
+                    key="--http-address",
+                    hint="use 127.0.0.1 or 0.0.0.0",
+                ) from None
             raise LaunchError(f"cannot bind {address}:{port}: {exc}", key=flag) from None
         finally:
             sock.close()
     return notes
 
 
-def shm_requirement(repo: RepositoryInfo, trtllm_models: list[str], world_size: int,
-                    ranks: Iterable[int] | None = None) -> tuple[int, int]:
+def shm_requirement(
+    repo: RepositoryInfo, trtllm_models: list[str], world_size: int, ranks: Iterable[int] | None = None
+) -> tuple[int, int]:
     """``(stub count, bytes needed in /dev/shm)`` for the ranks of a launch that share one ``/dev/shm``.
 
     Rank 0 starts one stub per Python-backend model instance; every rank > 0 those of ``trtllm_models``.
@@ -92,16 +102,21 @@ def check_shm(stubs: int, needed: int, shm_dir: Path = procs.SHM_DIR) -> int:
     try:
         st = os.statvfs(shm_dir)
     except FileNotFoundError:
-        raise LaunchError(f"{shm_dir} does not exist; the Python backend keeps one shared-memory region per model "
-                          "instance there", path=shm_dir, hint="mount a tmpfs on /dev/shm") from None
+        raise LaunchError(
+            f"{shm_dir} does not exist; the Python backend keeps one shared-memory region per model instance there",
+            path=shm_dir,
+            hint="mount a tmpfs on /dev/shm",
+        ) from None
     free = st.f_bavail * st.f_frsize
     if free < needed:
         mib = 1 << 20
         raise LaunchError(
             f"{free / mib:.1f} MiB free in {shm_dir}, but {stubs} Python model instance(s) need about "
             f"{needed / mib:.0f} MiB ({STUB_REGION_BYTES // mib} MiB region + {STUB_HEADROOM_BYTES // mib} MiB growth "
-            f"each, + {SHM_BASE_HEADROOM_BYTES // mib} MiB)", path=shm_dir,
-            hint="give the container more shared memory (docker run --shm-size=1g) or lower the instance counts")
+            f"each, + {SHM_BASE_HEADROOM_BYTES // mib} MiB)",
+            path=shm_dir,
+            hint="give the container more shared memory (docker run --shm-size=1g) or lower the instance counts",
+        )
     return free
 
 
@@ -150,7 +165,9 @@ def check_no_other_server(repo: Path, force: bool) -> list[int]:
     """
     pids = servers_on_repository(repo)
     if pids and not force:
-        raise LaunchError(f"tritonserver already running on this repository (pid {', '.join(map(str, pids))})",
-                          path=repo,
-                          hint="stop it (`repo-builder stop REPO` or kill the pid) or pass --force to start anyway")
+        raise LaunchError(
+            f"tritonserver already running on this repository (pid {', '.join(map(str, pids))})",
+            path=repo,
+            hint="stop it (`repo-builder stop REPO` or kill the pid) or pass --force to start anyway",
+        )
     return pids

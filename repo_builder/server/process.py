@@ -91,8 +91,12 @@ def http_request(host: str, port: int, method: str, path: str, timeout_s: float 
     """One HTTP request to a Triton endpoint (POST sends ``{}``): ``(status, body)``, or None if nobody answers."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
     try:
-        conn.request(method, path, body=b"{}" if method == "POST" else None,
-                     headers={"Content-Type": "application/json"} if method == "POST" else {})
+        conn.request(
+            method,
+            path,
+            body=b"{}" if method == "POST" else None,
+            headers={"Content-Type": "application/json"} if method == "POST" else {},
+        )
         resp = conn.getresponse()
         return resp.status, resp.read()
     except (OSError, http.client.HTTPException):
@@ -129,8 +133,9 @@ class TritonServer:
         self.returncode: int | None = None
         self.plan: LaunchPlan | None = None
         self.repository: RepositoryInfo | None = None
-        self.log_path: Path = Path(config.log_file) if config.log_file else \
-            state_dir("logs") / f"tritonserver-{self.launch_id}.log"
+        self.log_path: Path = (
+            Path(config.log_file) if config.log_file else state_dir("logs") / f"tritonserver-{self.launch_id}.log"
+        )
         self._binary = binary
         self._proc: subprocess.Popen[bytes] | None = None
         self._launcher_pid: int | None = None
@@ -216,8 +221,10 @@ class TritonServer:
         self.notes = list(plan.notes)
         others = check_no_other_server(cfg.model_repo, cfg.force)
         if others:
-            self.notes.append(f"--force: starting although tritonserver pid {', '.join(map(str, others))} "
-                              "already serves this repository")
+            self.notes.append(
+                f"--force: starting although tritonserver pid {', '.join(map(str, others))} "
+                "already serves this repository"
+            )
         ports = {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port, "--metrics_port": cfg.metrics_port}
         if cfg.openai_port is not None:
             from ..openai.launch import check_installed
@@ -230,19 +237,36 @@ class TritonServer:
         stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size, ranks=local)
         check_shm(stubs, needed)
         repo_path = Path(os.path.abspath(cfg.model_repo))
-        ranks = [rank_argv(binary=binary.path, backend_args=binary.server_args(), model_repo=repo_path, rank=r,
-                           launch_id=self.launch_id, http_address=cfg.http_address, http_port=cfg.http_port,
-                           grpc_port=cfg.grpc_port, metrics_port=cfg.metrics_port,
-                           trtllm_models=plan.trtllm_models, verbose=cfg.log, extra_args=cfg.server_args,
-                           exit_timeout=cfg.exit_timeout)
-                 for r in range(plan.world_size)]
+        ranks = [
+            rank_argv(
+                binary=binary.path,
+                backend_args=binary.server_args(),
+                model_repo=repo_path,
+                rank=r,
+                launch_id=self.launch_id,
+                http_address=cfg.http_address,
+                http_port=cfg.http_port,
+                grpc_port=cfg.grpc_port,
+                metrics_port=cfg.metrics_port,
+                trtllm_models=plan.trtllm_models,
+                verbose=cfg.log,
+                extra_args=cfg.server_args,
+                exit_timeout=cfg.exit_timeout,
+            )
+            for r in range(plan.world_size)
+        ]
         env = dict(binary.env)
         if cfg.multi_model:
             env["TRTLLM_ORCHESTRATOR"] = "1"
         self.env = env
-        self.argv = launch_argv(ranks, use_mpi=plan.use_mpi, oversubscribe=plan.oversubscribe,
-                                export_env=sorted(env), hostfile=cfg.hostfile,
-                                map_by=None if cfg.hostfile is None else "slot")
+        self.argv = launch_argv(
+            ranks,
+            use_mpi=plan.use_mpi,
+            oversubscribe=plan.oversubscribe,
+            export_env=sorted(env),
+            hostfile=cfg.hostfile,
+            map_by=None if cfg.hostfile is None else "slot",
+        )
         return self.argv
 
     # ------------------------------------------------------------------ lifecycle
@@ -264,8 +288,15 @@ class TritonServer:
             log.flush()
             self._started_at = time.monotonic()
             try:
-                self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                              env=env, start_new_session=True, close_fds=True)
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
             except OSError as exc:
                 raise LaunchError(f"cannot execute {self.argv[0]}: {exc}", key="--tritonserver") from exc
         self._launcher_pid = self._proc.pid
@@ -381,14 +412,18 @@ class TritonServer:
         while True:
             if self.interrupted:
                 self.stop()
-                raise LaunchInterrupted(f"interrupted by signal {self.interrupted} before the server was ready; "
-                                        "stopped", key="signal", signum=self.interrupted)
+                raise LaunchInterrupted(
+                    f"interrupted by signal {self.interrupted} before the server was ready; stopped",
+                    key="signal",
+                    signum=self.interrupted,
+                )
             if not self._launcher_alive():
                 if self.interrupted:  # the signal arrived while we looked: the stop was ours
                     continue
                 code = self.returncode
-                raise self._fail(f"tritonserver exited{f' with code {code}' if code is not None else ''} before it "
-                                 "was ready")
+                raise self._fail(
+                    f"tritonserver exited{f' with code {code}' if code is not None else ''} before it was ready"
+                )
             live = self.rank_pids()
             gone = seen_ranks - set(live)
             if gone:
@@ -413,16 +448,26 @@ class TritonServer:
                         foreign = sorted(procs.port_listeners(self.config.http_port) - ours)
                         if foreign:
                             who = ", ".join(f"{pid} ({procs.comm(pid)})" for pid in foreign)
-                            raise self._fail(f"port {self.config.http_port} answers, but it is held by pid {who}, "
-                                             f"not by our tritonserver (pid {rank0_pid})", key="--http_port",
-                                             hint="another server uses the port; pick another --http_port")
+                            raise self._fail(
+                                f"port {self.config.http_port} answers, but it is held by pid {who}, "
+                                f"not by our tritonserver (pid {rank0_pid})",
+                                key="--http_port",
+                                hint="another server uses the port; pick another --http_port",
+                            )
             if time.monotonic() >= deadline:
                 pending = sorted(m for m in expected if (last_states or {}).get(m, ("",))[0] != "READY")
-                detail = (", ".join(f"{m} ({(last_states or {}).get(m, ('not listed',))[0] or 'not listed'})"
-                                    for m in pending) if last_states is not None
-                          else f"{self.http_url}/v2/health/ready never returned 200")
-                raise self._fail(f"not ready after {timeout:g} s: {detail}", key="--timeout",
-                                 hint="raise --timeout if models load slowly")
+                detail = (
+                    ", ".join(
+                        f"{m} ({(last_states or {}).get(m, ('not listed',))[0] or 'not listed'})" for m in pending
+                    )
+                    if last_states is not None
+                    else f"{self.http_url}/v2/health/ready never returned 200"
+                )
+                raise self._fail(
+                    f"not ready after {timeout:g} s: {detail}",
+                    key="--timeout",
+                    hint="raise --timeout if models load slowly",
+                )
             time.sleep(POLL_S)
 
     def model_processes(self) -> dict[int, tuple[int, str]]:
@@ -446,8 +491,9 @@ class TritonServer:
         got = self._request("GET", "/v2/health/ready")
         return got is not None and got[0] == 200
 
-    def wait(self, timeout_s: float | None = None, *, watch_models: bool = True,
-             until: Callable[[], bool] | None = None) -> int | None:
+    def wait(
+        self, timeout_s: float | None = None, *, watch_models: bool = True, until: Callable[[], bool] | None = None
+    ) -> int | None:
         """Wait for the launched process to exit (``None`` = forever); returns its exit code or ``None``.
 
         ``until``: polled every :data:`POLL_S` seconds; True makes the wait return ``None`` (the OpenAI front
@@ -602,13 +648,19 @@ class TritonServer:
     # ------------------------------------------------------------------ detach / attach
     def pid_record(self) -> dict[str, Any]:
         """What ``--detach`` writes to the pid file (JSON): pids with start times, prefix, URLs, log path."""
-        return {"launch_id": self.launch_id, "launcher_pid": self._launcher_pid, "launcher_start": self._launcher_start,
-                "ranks": {str(r): list(ps) for r, ps in self.rank_pids().items()},
-                "use_mpi": bool(self.plan and self.plan.use_mpi),
-                "world_size": self.plan.world_size if self.plan else 1,
-                "model_repo": os.path.abspath(self.config.model_repo), "http_url": self.http_url,
-                "grpc_url": self.grpc_url, "log_file": str(self.log_path),
-                "config": self.config.model_dump(mode="json")}
+        return {
+            "launch_id": self.launch_id,
+            "launcher_pid": self._launcher_pid,
+            "launcher_start": self._launcher_start,
+            "ranks": {str(r): list(ps) for r, ps in self.rank_pids().items()},
+            "use_mpi": bool(self.plan and self.plan.use_mpi),
+            "world_size": self.plan.world_size if self.plan else 1,
+            "model_repo": os.path.abspath(self.config.model_repo),
+            "http_url": self.http_url,
+            "grpc_url": self.grpc_url,
+            "log_file": str(self.log_path),
+            "config": self.config.model_dump(mode="json"),
+        }
 
     def write_pid_file(self, path: Path, extra: dict[str, Any] | None = None) -> Path:
         """Write :meth:`pid_record` (plus ``extra``) to ``path`` atomically; returns the path."""
@@ -639,11 +691,17 @@ class TritonServer:
             server.pid_files = [str(p) for p in record.get("pid_files", [])]
             from .config import LaunchPlan as _Plan
 
-            server.plan = _Plan(world_size=int(record.get("world_size", 1)), world_size_origin="pid file",
-                                trtllm_models=[], use_mpi=bool(record.get("use_mpi")), oversubscribe=False)
+            server.plan = _Plan(
+                world_size=int(record.get("world_size", 1)),
+                world_size_origin="pid file",
+                trtllm_models=[],
+                use_mpi=bool(record.get("use_mpi")),
+                oversubscribe=False,
+            )
         except FileNotFoundError:
-            raise LaunchError("no such pid file", path=pid_file,
-                              hint="was the server started with `repo-builder launch --detach`?") from None
+            raise LaunchError(
+                "no such pid file", path=pid_file, hint="was the server started with `repo-builder launch --detach`?"
+            ) from None
         except (ValueError, KeyError, TypeError) as exc:
             raise LaunchError(f"not a repo-builder pid file: {exc}", path=pid_file) from None
         return server

@@ -46,11 +46,18 @@ def proc_info(pid: int) -> ProcInfo | None:
         return None
     # comm may contain spaces and parentheses: it ends at the last ')'.
     lpar, rpar = raw.index("("), raw.rindex(")")
-    comm = raw[lpar + 1:rpar]
-    fields = raw[rpar + 2:].split()
+    comm = raw[lpar + 1 : rpar]
+    fields = raw[rpar + 2 :].split()
     # fields[0] is stat field 3 (state); field N is fields[N - 3].
-    return ProcInfo(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]), state=fields[0],
-                    start_time=int(fields[19]), comm=comm)
+    return ProcInfo(
+        pid=pid,
+        ppid=int(fields[1]),
+        pgid=int(fields[2]),
+        sid=int(fields[3]),
+        state=fields[0],
+        start_time=int(fields[19]),
+        comm=comm,
+    )
 
 
 def all_pids() -> list[int]:

@@ -34,16 +34,19 @@ def _describe_ready(server: TritonServer, elapsed: float) -> str:
     plan = server.plan
     ranks = f"{plan.world_size} rank(s){' via mpirun' if plan.use_mpi else ''}" if plan else "1 rank"
     models = len(server.repository.models) if server.repository else 0
-    return (f"ready in {elapsed:.2f} s: {models} model(s) READY, {ranks}; HTTP {server.http_url}, "
-            f"gRPC {server.grpc_url}, metrics {server.metrics_url}")
+    return (
+        f"ready in {elapsed:.2f} s: {models} model(s) READY, {ranks}; HTTP {server.http_url}, "
+        f"gRPC {server.grpc_url}, metrics {server.metrics_url}"
+    )
 
 
 #: Exit code of a foreground launch stopped because a model process died (tritonserver's own codes are 0/1).
 MODEL_DIED_EXIT = 3
 
 
-def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_log: bool = True,
-           dry_run: bool = False) -> int:
+def launch(
+    config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_log: bool = True, dry_run: bool = False
+) -> int:
     """Run ``repo-builder launch``: preflight, start, wait for ready, then stay attached or detach.
 
     SIGINT/SIGTERM are caught from the start: before the server is ready they stop everything started and
@@ -91,8 +94,11 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         assert plan is not None
         echo(f"world size {plan.world_size} ({plan.world_size_origin}); log: {server.log_path}")
         if server.interrupted:
-            raise LaunchInterrupted(f"interrupted by signal {server.interrupted} before the server was started",
-                                    key="signal", signum=server.interrupted)
+            raise LaunchInterrupted(
+                f"interrupted by signal {server.interrupted} before the server was started",
+                key="signal",
+                signum=server.interrupted,
+            )
 
         if config.detach:
             server.start()
@@ -108,12 +114,15 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
                 start_beside(server, config.openai_port, echo=echo, detach=True)  # exits when tritonserver does
             for path in files:
                 server.write_pid_file(Path(path), extra={"pid_files": files})
-            echo(f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
-                 f"repo-builder stop --pid-file {pid_file}")
+            echo(
+                f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
+                f"repo-builder stop --pid-file {pid_file}"
+            )
             detached = True  # the server outlives this process
             return 0
 
         if follow_log:
+
             def emit(text: str) -> None:
                 sys.stdout.write(text)
                 sys.stdout.flush()
@@ -137,18 +146,24 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
         else:
             code = server.wait()
         if server.interrupted:
-            echo(f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM, in-flight requests "
-                 f"{config.exit_timeout} s; a second signal kills)")
+            echo(
+                f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM, in-flight requests "
+                f"{config.exit_timeout} s; a second signal kills)"
+            )
         elif server.model_died is not None:
             name, pid = server.model_died
-            echo(f"error: model '{name}': its Python backend process (pid {pid}) died; tritonserver cannot serve "
-                 "it any more, stopping tritonserver")
+            echo(
+                f"error: model '{name}': its Python backend process (pid {pid}) died; tritonserver cannot serve "
+                "it any more, stopping tritonserver"
+            )
         else:
             echo(f"tritonserver exited with code {code}; cleaning up")
         code = server.stop()
         if server.exit_timeout_expired:
-            echo(f"in-flight requests did not finish within --exit-timeout {config.exit_timeout} s; they were "
-                 "failed and tritonserver was killed (it does not exit by itself then)")
+            echo(
+                f"in-flight requests did not finish within --exit-timeout {config.exit_timeout} s; they were "
+                "failed and tritonserver was killed (it does not exit by itself then)"
+            )
         elif code == -signal.SIGKILL:
             echo(f"tritonserver did not stop in time and was killed with SIGKILL; see {server.log_path}")
         if server.interrupted:
@@ -166,8 +181,13 @@ def launch(config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_
             signal.signal(sig, handler)
 
 
-def stop(*, pid_file: Path | None = None, model_repo: Path | None = None, timeout: float = 30.0,
-         echo: Callable[[str], None] = print) -> int:
+def stop(
+    *,
+    pid_file: Path | None = None,
+    model_repo: Path | None = None,
+    timeout: float = 30.0,
+    echo: Callable[[str], None] = print,
+) -> int:
     """Run ``repo-builder stop``: stop a ``--detach`` launch cleanly and remove its pid file.
 
     Raises:
@@ -179,9 +199,14 @@ def stop(*, pid_file: Path | None = None, model_repo: Path | None = None, timeou
         pid_file = default_pid_file(model_repo)
         if not pid_file.is_file():
             others = servers_on_repository(model_repo)
-            hint = (f"tritonserver pid {', '.join(map(str, others))} serves it but was not started with "
-                    "`repo-builder launch --detach`; stop it with kill -TERM <pid>") if others else \
-                "was it started with `repo-builder launch --detach` (or with --pid-file)?"
+            hint = (
+                (
+                    f"tritonserver pid {', '.join(map(str, others))} serves it but was not started with "
+                    "`repo-builder launch --detach`; stop it with kill -TERM <pid>"
+                )
+                if others
+                else "was it started with `repo-builder launch --detach` (or with --pid-file)?"
+            )
             raise LaunchError("no detached launch recorded for this repository", path=model_repo, hint=hint)
     server = TritonServer.attach(pid_file)
     running = server.is_running() or bool(server._our_processes())

@@ -42,13 +42,21 @@ HF_TOKENIZERS = ROOT.HF_TOKENIZERS
 
 
 def _renderer(base: Callable[[], Path]) -> Callable[..., Path]:
-    def render(engine_dir: str | Path, tokenizer_dir: str | Path, *, profile: str = "trtllm-1.2",
-               streaming: bool | None = True, values: dict[str, Any] | None = None, name: str = "repo") -> Path:
+    def render(
+        engine_dir: str | Path,
+        tokenizer_dir: str | Path,
+        *,
+        profile: str = "trtllm-1.2",
+        streaming: bool | None = True,
+        values: dict[str, Any] | None = None,
+        name: str = "repo",
+    ) -> Path:
         from repo_builder.render import render_repository
 
         out = base() / name
-        render_repository(engine_dir, tokenizer_dir, out, profile=profile, user_values=values or {},
-                          streaming=streaming)
+        render_repository(
+            engine_dir, tokenizer_dir, out, profile=profile, user_values=values or {}, streaming=streaming
+        )
         return out
 
     return render
@@ -59,8 +67,9 @@ def _serve(repo: Path, timeout: float = 300.0) -> Iterator[Any]:
     from repo_builder.server import LaunchConfig, TritonServer
 
     http, grpc, metrics = free_ports(3)
-    config = LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True,
-                          timeout=timeout)
+    config = LaunchConfig(
+        model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True, timeout=timeout
+    )
     server = TritonServer(config)
     try:
         with server:

@@ -13,8 +13,11 @@ import tritonclient.grpc as grpcclient
 
 
 def http_generate(server, model: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"{server.http_url}/v2/models/{model}/generate", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{server.http_url}/v2/models/{model}/generate",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
             return resp.status, json.loads(resp.read())
@@ -39,8 +42,9 @@ class Stream:
 
     def send(self, model: str, inputs: list[Any], request_id: str, outputs: list[str] | None = None) -> None:
         requested = [grpcclient.InferRequestedOutput(n) for n in outputs] if outputs else None
-        self.client.async_stream_infer(model, inputs, request_id=request_id, outputs=requested,
-                                       enable_empty_final_response=True)
+        self.client.async_stream_infer(
+            model, inputs, request_id=request_id, outputs=requested, enable_empty_final_response=True
+        )
 
     def collect(self, pending: set[str], timeout: float = 120.0) -> tuple[dict[str, list[Any]], list[str]]:
         """({request id: [result with outputs]}, error messages) until every pending id is final or failed."""

@@ -31,8 +31,9 @@ def engine_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("local", [True, False])
 def test_bls_text_with_and_without_local_postprocessing(render_repo, serve, engine_dir, local):
-    repo = render_repo(engine_dir, asset("mistral_v1_tokenizer"),
-                       values={"bls_local_postprocessing": str(local).lower()})
+    repo = render_repo(
+        engine_dir, asset("mistral_v1_tokenizer"), values={"bls_local_postprocessing": str(local).lower()}
+    )
     assert (repo / "tensorrt_llm_bls" / "1" / "postprocessing_config.json").is_file()
     with serve(repo) as server:
         req = dict(max_tokens=9, min_tokens=9, exclude_input_in_output=True)

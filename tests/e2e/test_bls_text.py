@@ -39,9 +39,11 @@ BLS_ACC = "bls_accumulate"
 
 # ---------------------------------------------------------------------------------------------- helpers
 def text_inputs(prompt: str, max_tokens: int, *, stream: bool = True, **extra: Any) -> list[Any]:
-    inputs = [grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
-              grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
-              grpc_input("stream", np.array([[stream]], bool))]
+    inputs = [
+        grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+        grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
+        grpc_input("stream", np.array([[stream]], bool)),
+    ]
     for name, value in extra.items():
         if isinstance(value, list):
             inputs.append(grpc_input(name, np.array([[w.encode() for w in value]], dtype=object)))
@@ -55,8 +57,9 @@ def text_inputs(prompt: str, max_tokens: int, *, stream: bool = True, **extra: A
 # ---------------------------------------------------------------------------------------------- fixtures
 def _synthetic_engine(tmp_path_factory, vocab: int):
     engine = tmp_path_factory.mktemp("synthetic_bls")
-    (engine / "synthetic_engine.json").write_text(json.dumps(
-        {"vocab_size": vocab, "max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": 1024}))
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": vocab, "max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": 1024})
+    )
     return engine
 
 
@@ -107,9 +110,13 @@ def prompts(expected):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, render_repo_module, serve_module, tok):
     engine = _synthetic_engine(tmp_path_factory, len(tok))
-    repo = render_repo_module(engine, asset("mistral_v1_tokenizer"), streaming=True,
-                              values={"synthetic_token_delay_ms": 1, "exclude_input_in_output": True},
-                              name="bls_stream")
+    repo = render_repo_module(
+        engine,
+        asset("mistral_v1_tokenizer"),
+        streaming=True,
+        values={"synthetic_token_delay_ms": 1, "exclude_input_in_output": True},
+        name="bls_stream",
+    )
     _add_accumulating_bls(repo)
     with serve_module(repo) as srv:
         yield srv
@@ -151,13 +158,16 @@ def test_two_concurrent_streams_get_their_own_text(server, stream, prompts, expe
     assert "".join(texts(got_second["second"])) == expected(prompts[1])
 
 
-@pytest.mark.parametrize("bad,message", [
-    ({"text_input": ""}, "text_input:"),
-    ({"max_tokens": 0}, "max_tokens:"),
-    ({"beam_width": 2}, "beam_width: 2 is above max_beam_width=1"),
-    ({"beam_width": 2, "stream": True}, "beam_width:"),
-    ({"text_input": "word " * 200}, "preprocessing:"),  # a step's error carries the step's name
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ({"text_input": ""}, "text_input:"),
+        ({"max_tokens": 0}, "max_tokens:"),
+        ({"beam_width": 2}, "beam_width: 2 is above max_beam_width=1"),
+        ({"beam_width": 2, "stream": True}, "beam_width:"),
+        ({"text_input": "word " * 200}, "preprocessing:"),  # a step's error carries the step's name
+    ],
+)
 def test_bad_request_fails_alone_while_a_stream_completes(server, stream, prompts, expected, bad, message):
     stream.send(BLS, text_inputs(prompts[2], N_TOKENS), "good")
     status, body = http_generate(server, BLS, {"text_input": prompts[0], "max_tokens": 8, **bad})
@@ -170,7 +180,7 @@ def test_bad_request_fails_alone_while_a_stream_completes(server, stream, prompt
 def _stop_string(text: str) -> tuple[str, int]:
     """A 5-character piece of ``text`` that first occurs near its middle: (stop string, position)."""
     for p in range(len(text) // 3, len(text) - 5):
-        piece = text[p:p + 5]
+        piece = text[p : p + 5]
         if piece.strip() and text.find(piece) == p:
             return piece, p
     raise AssertionError("no usable stop string")
@@ -183,7 +193,7 @@ def test_stop_string_cuts_the_stream_and_stops_the_engine(server, stream, prompt
     stream.send(BLS, text_inputs(prompts[3], long, stop_words=[stop]), "stopme")
     got, errors = stream.collect({"stopme"})
     assert not errors
-    assert "".join(texts(got["stopme"])) == full[:pos + len(stop)]  # the stop string is kept (NVIDIA's rule)
+    assert "".join(texts(got["stopme"])) == full[: pos + len(stop)]  # the stop string is kept (NVIDIA's rule)
     assert len(got["stopme"]) < 80  # the stream ended at the stop string, not at max_tokens
     # the BLS sent the engine a stop request for its request id ("<client id>:<n>")
     pattern = re.compile(r"request 'stopme:\d+' stopped by a stop request after (\d+) generated token")
@@ -198,7 +208,7 @@ def test_stop_string_cuts_the_stream_and_stops_the_engine(server, stream, prompt
 
     status, body = http_generate(server, BLS, {"text_input": prompts[3], "max_tokens": long, "stop_words": [stop]})
     assert status == 200, body
-    assert body["text_output"] == full[:pos + len(stop)]
+    assert body["text_output"] == full[: pos + len(stop)]
 
 
 def test_accumulate_tokens_sends_the_whole_text_so_far(server, stream, prompts, expected):
@@ -215,8 +225,13 @@ def test_accumulate_tokens_sends_the_whole_text_so_far(server, stream, prompts, 
 @pytest.fixture(scope="module")
 def sync_server(tmp_path_factory, render_repo_module, serve_module, tok):
     engine = _synthetic_engine(tmp_path_factory, len(tok))
-    repo = render_repo_module(engine, asset("mistral_v1_tokenizer"), streaming=False,
-                              values={"exclude_input_in_output": True}, name="bls_sync")
+    repo = render_repo_module(
+        engine,
+        asset("mistral_v1_tokenizer"),
+        streaming=False,
+        values={"exclude_input_in_output": True},
+        name="bls_sync",
+    )
     with serve_module(repo) as srv:
         yield srv
 
@@ -226,9 +241,10 @@ def test_non_decoupled_bls_generates_and_refuses_streaming(sync_server, prompts,
     assert status == 200, body
     assert body["text_output"] == expected(prompts[0])
     stop, pos = _stop_string(expected(prompts[0], 60))
-    status, body = http_generate(sync_server, BLS, {"text_input": prompts[0], "max_tokens": N_TOKENS,
-                                                    "stop_words": [stop]})
-    assert status == 200 and body["text_output"] == expected(prompts[0])[:pos + len(stop)], body
+    status, body = http_generate(
+        sync_server, BLS, {"text_input": prompts[0], "max_tokens": N_TOKENS, "stop_words": [stop]}
+    )
+    assert status == 200 and body["text_output"] == expected(prompts[0])[: pos + len(stop)], body
     status, body = http_generate(sync_server, BLS, {"text_input": prompts[0], "max_tokens": 8, "stream": True})
     assert status >= 400 and "stream:" in body.get("error", ""), body
 
@@ -237,8 +253,14 @@ def test_non_decoupled_bls_generates_and_refuses_streaming(sync_server, prompts,
 @pytest.fixture(scope="module")
 def server_05(tmp_path_factory, render_repo_module, serve_module, tok):
     engine = _synthetic_engine(tmp_path_factory, len(tok))
-    repo = render_repo_module(engine, asset("mistral_v1_tokenizer"), profile="trtllm-0.5", streaming=True,
-                              values={"synthetic_token_delay_ms": 1}, name="bls_05")
+    repo = render_repo_module(
+        engine,
+        asset("mistral_v1_tokenizer"),
+        profile="trtllm-0.5",
+        streaming=True,
+        values={"synthetic_token_delay_ms": 1},
+        name="bls_05",
+    )
     with serve_module(repo) as srv:
         yield srv
 
@@ -255,14 +277,16 @@ def test_trtllm_05_bls_streams_and_cuts_stop_strings(server_05, prompts, expecte
     stop, pos = _stop_string(expected(prompt, 60))
     s = Stream(server_05)
     try:
-        inputs = [grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
-                  grpc_input("stop_words", np.array([[stop.encode()]], dtype=object)),
-                  grpc_input("bad_words", np.array([[b""]], dtype=object)),
-                  grpc_input("stream", np.array([[True]], bool))]
+        inputs = [
+            grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+            grpc_input("stop_words", np.array([[stop.encode()]], dtype=object)),
+            grpc_input("bad_words", np.array([[b""]], dtype=object)),
+            grpc_input("stream", np.array([[True]], bool)),
+        ]
         inputs.append(grpc_input("max_tokens", np.array([[N_TOKENS]], np.uint32)))
         s.send(BLS, inputs, "old")
         got, errors = s.collect({"old"})
     finally:
         s.close()
     assert not errors
-    assert "".join(texts(got["old"])) == expected(prompt)[:pos + len(stop)]
+    assert "".join(texts(got["old"])) == expected(prompt)[: pos + len(stop)]

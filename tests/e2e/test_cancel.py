@@ -40,8 +40,9 @@ def server(tmp_path_factory, render_repo_module, serve_module):
     tok = packaged_tokenizer("mistral-v1", base / "tokenizer")
     engine = base / "engine"
     engine.mkdir()
-    (engine / "synthetic_engine.json").write_text(json.dumps(
-        {"vocab_size": 32000, "max_batch_size": 4, "max_input_len": 64, "max_seq_len": 4096}))
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": 32000, "max_batch_size": 4, "max_input_len": 64, "max_seq_len": 4096})
+    )
     repo = render_repo_module(engine, tok, streaming=True, values={"synthetic_token_delay_ms": 20}, name="cancel")
     with serve_module(repo) as srv:
         yield srv
@@ -66,9 +67,11 @@ def cancelled_grpc_stream(server, model: str, request_id: str) -> None:
     events: queue.Queue[tuple[object, object]] = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: events.put((result, error)))
-    inputs = [grpc_input("text_input", np.array([[b"Tell me a long story"]], dtype=object)),
-              grpc_input("max_tokens", np.array([[LONG]], np.int32)),
-              grpc_input("stream", np.array([[True]], bool))]
+    inputs = [
+        grpc_input("text_input", np.array([[b"Tell me a long story"]], dtype=object)),
+        grpc_input("max_tokens", np.array([[LONG]], np.int32)),
+        grpc_input("stream", np.array([[True]], bool)),
+    ]
     client.async_stream_infer(model, inputs, request_id=request_id)
     _, error = events.get(timeout=120)
     assert error is None, error
@@ -91,12 +94,16 @@ def test_bls_stops_the_engine_when_the_http_client_disconnects(server):
     before = len(engine_lines(server, "stopped by a stop request"))
     body = json.dumps({"text_input": "Tell me a long story", "max_tokens": LONG, "stream": True}).encode()
     with socket.create_connection(("127.0.0.1", server.config.http_port), timeout=60) as sock:
-        sock.sendall(b"POST /v2/models/tensorrt_llm_bls/generate_stream HTTP/1.1\r\nHost: localhost\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
-                     + body)
+        sock.sendall(
+            b"POST /v2/models/tensorrt_llm_bls/generate_stream HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         assert b"data:" in wait_for(lambda: sock.recv(4096), 60, "the first event")  # a token arrived
-    lines = wait_for(lambda: engine_lines(server, "stopped by a stop request")[before:] or None, 60,
-                     "the engine to stop after the disconnect")
+    lines = wait_for(
+        lambda: engine_lines(server, "stopped by a stop request")[before:] or None,
+        60,
+        "the engine to stop after the disconnect",
+    )
     assert tokens_generated(lines[0]) < LONG
 
 

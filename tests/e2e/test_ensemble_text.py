@@ -41,9 +41,11 @@ TOKENIZERS = ["mistral_v1_tokenizer", "gpt2_tokenizer"]
 
 # ---------------------------------------------------------------------------------------------- helpers
 def text_inputs(prompt: str, max_tokens: int, *, stream: bool, stop_words: list[str] | None = None) -> list[Any]:
-    inputs = [grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
-              grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
-              grpc_input("stream", np.array([[stream]], bool))]
+    inputs = [
+        grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+        grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
+        grpc_input("stream", np.array([[stream]], bool)),
+    ]
     if stop_words:
         inputs.append(grpc_input("stop_words", np.array([[w.encode() for w in stop_words]], dtype=object)))
     return inputs
@@ -62,11 +64,16 @@ def served(request, tmp_path_factory, render_repo_module, serve_module):
     tok = transformers.AutoTokenizer.from_pretrained(str(tok_dir))
     vocab = len(tok)
     engine = tmp_path_factory.mktemp(f"synthetic_{name}")
-    (engine / "synthetic_engine.json").write_text(json.dumps(
-        {"vocab_size": vocab, "max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": 512}))
-    repo = render_repo_module(engine, tok_dir, streaming=True,
-                              values={"synthetic_token_delay_ms": 1, "exclude_input_in_output": True},
-                              name=f"text_{name}")
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": vocab, "max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": 512})
+    )
+    repo = render_repo_module(
+        engine,
+        tok_dir,
+        streaming=True,
+        values={"synthetic_token_delay_ms": 1, "exclude_input_in_output": True},
+        name=f"text_{name}",
+    )
 
     def expected(prompt: str, n: int = N_TOKENS) -> list[int]:
         return synthetic_token_ids(tok(prompt)["input_ids"], n, vocab, end_id=tok.eos_token_id)
@@ -109,7 +116,7 @@ def test_streamed_text_equals_non_streaming_text(served, stream, model):
         stream.send(model, text_inputs(prompt, N_TOKENS, stream=True), rid)
         deltas, errors = stream.collect_text({rid})
         assert not errors
-        assert len(deltas[rid]) > 10                               # really streamed (responses may coalesce)
+        assert len(deltas[rid]) > 10  # really streamed (responses may coalesce)
         assert "".join(deltas[rid]) == body["text_output"]
         if "\ufffd" not in reference:
             assert not any("\ufffd" in d for d in deltas[rid])
@@ -117,12 +124,13 @@ def test_streamed_text_equals_non_streaming_text(served, stream, model):
 
 def test_streamed_text_over_http_generate_stream(served):
     server, tok, prompts, expected = served
-    req = urllib.request.Request(f"{server.http_url}/v2/models/ensemble/generate_stream",
-                                 data=json.dumps({"text_input": prompts[0], "max_tokens": N_TOKENS,
-                                                  "stream": True}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{server.http_url}/v2/models/ensemble/generate_stream",
+        data=json.dumps({"text_input": prompts[0], "max_tokens": N_TOKENS, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
-        events = [json.loads(line[len(b"data: "):]) for line in resp.read().splitlines() if line.startswith(b"data: ")]
+        events = [json.loads(line[len(b"data: ") :]) for line in resp.read().splitlines() if line.startswith(b"data: ")]
     assert len(events) > 1
     assert "".join(e["text_output"] for e in events) == tok.decode(expected(prompts[0]), skip_special_tokens=True)
 
@@ -142,11 +150,14 @@ def test_two_concurrent_streams_get_their_own_text(served, stream):
     assert "".join(got_second["second"]) == tok.decode(expected(prompts[1]), skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("bad,field", [
-    ({"text_input": ""}, "text_input"),
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"text_input": "word " * 200}, "text_input"),
-])
+@pytest.mark.parametrize(
+    "bad,field",
+    [
+        ({"text_input": ""}, "text_input"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"text_input": "word " * 200}, "text_input"),
+    ],
+)
 def test_bad_request_fails_alone_while_a_stream_completes(served, stream, bad, field):
     server, tok, prompts, expected = served
     stream.send("ensemble", text_inputs(prompts[2], N_TOKENS, stream=True), "good")
@@ -165,8 +176,9 @@ def test_raw_token_id_stop_word_reaches_the_engine(served):
     server, tok, prompts, expected = served
     ids = expected(prompts[0])
     stop_at = next(i for i in range(5, len(ids)) if ids[i] not in ids[:i])
-    status, body = http_generate(server, "ensemble", {"text_input": prompts[0], "max_tokens": N_TOKENS,
-                                                      "stop_words": [f"[{ids[stop_at]}]"]})
+    status, body = http_generate(
+        server, "ensemble", {"text_input": prompts[0], "max_tokens": N_TOKENS, "stop_words": [f"[{ids[stop_at]}]"]}
+    )
     assert status == 200, body
     # TensorRT-LLM keeps the stop sequence in the output
-    assert body["text_output"] == tok.decode(ids[:stop_at + 1], skip_special_tokens=True)
+    assert body["text_output"] == tok.decode(ids[: stop_at + 1], skip_special_tokens=True)

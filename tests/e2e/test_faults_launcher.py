@@ -51,8 +51,9 @@ def repo(tmp_path_factory, render_repo_module) -> Path:
     tok = packaged_tokenizer("mistral-v1", base / "tokenizer")
     engine = base / "engine"
     engine.mkdir()
-    (engine / "synthetic_engine.json").write_text(json.dumps(
-        {"vocab_size": 32000, "max_batch_size": 4, "max_input_len": 64, "max_seq_len": 4096}))
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": 32000, "max_batch_size": 4, "max_input_len": 64, "max_seq_len": 4096})
+    )
     return render_repo_module(engine, tok, streaming=True, values={"synthetic_token_delay_ms": 20}, name="faults")
 
 
@@ -66,9 +67,28 @@ class Launch:
         self.log = tmp / "ts.log"
         with open(self.out, "wb") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "repo_builder", "launch", str(repo), "--no-mpi", "-q", "--log-file",
-                 str(self.log), "--http_port", str(self.http), "--grpc_port", str(self.grpc), "--metrics_port",
-                 str(self.metrics), *extra], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "repo_builder",
+                    "launch",
+                    str(repo),
+                    "--no-mpi",
+                    "-q",
+                    "--log-file",
+                    str(self.log),
+                    "--http_port",
+                    str(self.http),
+                    "--grpc_port",
+                    str(self.grpc),
+                    "--metrics_port",
+                    str(self.metrics),
+                    *extra,
+                ],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
 
     def text(self) -> str:
         return self.out.read_text()
@@ -78,8 +98,12 @@ class Launch:
         assert self.proc.poll() is None, self.text()
 
     def prefixes(self) -> list[str]:
-        return [a[len(PREFIX_ARG):] for pid in servers_on_repository(self.repo) for a in procs.cmdline(pid)
-                if a.startswith(PREFIX_ARG)]
+        return [
+            a[len(PREFIX_ARG) :]
+            for pid in servers_on_repository(self.repo)
+            for a in procs.cmdline(pid)
+            if a.startswith(PREFIX_ARG)
+        ]
 
     def wait(self, timeout: float = 120) -> int:
         try:
@@ -120,9 +144,11 @@ class LongStream:
         self.events: queue.Queue[tuple[object, object]] = queue.Queue()
         self.client = grpcclient.InferenceServerClient(f"127.0.0.1:{launch.grpc}")
         self.client.start_stream(callback=lambda result, error: self.events.put((result, error)))
-        inputs = [grpc_input("text_input", np.array([[b"Tell me a long story"]], dtype=object)),
-                  grpc_input("max_tokens", np.array([[LONG]], np.int32)),
-                  grpc_input("stream", np.array([[True]], bool))]
+        inputs = [
+            grpc_input("text_input", np.array([[b"Tell me a long story"]], dtype=object)),
+            grpc_input("max_tokens", np.array([[LONG]], np.int32)),
+            grpc_input("stream", np.array([[True]], bool)),
+        ]
         self.client.async_stream_infer(model, inputs, request_id="long-1", enable_empty_final_response=True)
         result, error = self.events.get(timeout=120)  # the first token: the request is in flight
         assert error is None, error
@@ -182,8 +208,15 @@ def test_sigterm_while_a_model_loads(tmp_path):
     launch = Launch(repo, tmp_path)
     try:
         # the model's stub runs initialize() (a 10-minute sleep): the server is loading
-        stub = wait_for(lambda: [p for p in procs.all_pids() if str(repo / "slow") in " ".join(procs.cmdline(p))
-                                 and procs.comm(p).startswith("triton_python")], 120, "the model to start loading")
+        stub = wait_for(
+            lambda: [
+                p
+                for p in procs.all_pids()
+                if str(repo / "slow") in " ".join(procs.cmdline(p)) and procs.comm(p).startswith("triton_python")
+            ],
+            120,
+            "the model to start loading",
+        )
         prefixes = launch.prefixes()
         launch.proc.send_signal(signal.SIGTERM)
         code = launch.wait()
@@ -202,8 +235,11 @@ def test_killed_model_process_stops_the_launch(repo, tmp_path):
         launch.wait_ready()
         prefixes = launch.prefixes()
         (rank0,) = servers_on_repository(repo)
-        stubs = {procs.cmdline(info.pid)[1]: info.pid for info in procs.children(rank0)
-                 if procs.comm(info.pid).startswith("triton_python")}
+        stubs = {
+            procs.cmdline(info.pid)[1]: info.pid
+            for info in procs.children(rank0)
+            if procs.comm(info.pid).startswith("triton_python")
+        }
         engine_stub = stubs[str(repo / "tensorrt_llm" / "1" / "model.py")]
         stream = LongStream(launch)
         os.kill(engine_stub, signal.SIGKILL)

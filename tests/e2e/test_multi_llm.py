@@ -53,8 +53,12 @@ def llms(tmp_path_factory) -> dict[str, Path]:
 def repo(llms, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("repo") / "two"
     args = [a for name, ckpt in llms.items() for a in ("--model", f"{name}={ckpt},{ckpt}")]
-    got = subprocess.run([sys.executable, "-m", "repo_builder", "render", *args, "--output", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    got = subprocess.run(
+        [sys.executable, "-m", "repo_builder", "render", *args, "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert got.returncode == 0, got.stderr
     return out
 
@@ -81,13 +85,19 @@ def test_one_lock_file_lists_both_llms(repo, llms) -> None:
 
 def test_bad_model_options_are_named(llms, tmp_path) -> None:
     ckpt = llms["alpha"]
-    for args, text in ((["--model", f"alpha={ckpt}"], "NAME=ENGINE_DIR,TOKENIZER_DIR"),
-                       (["--model", f"a={ckpt},{ckpt}", "--model", f"a={ckpt},{ckpt}"], "given twice"),
-                       (["--model", f"a b={ckpt},{ckpt}", "--model", f"c={ckpt},{ckpt}"], "not a model name"),
-                       (["--model", f"a={ckpt},{ckpt}"], "at least two"),
-                       (["--model", f"a={ckpt},{ckpt}", "--model", f"b={tmp_path}/none,{ckpt}"], "--model b:")):
-        got = subprocess.run([sys.executable, "-m", "repo_builder", "render", *args, "--output",
-                              str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    for args, text in (
+        (["--model", f"alpha={ckpt}"], "NAME=ENGINE_DIR,TOKENIZER_DIR"),
+        (["--model", f"a={ckpt},{ckpt}", "--model", f"a={ckpt},{ckpt}"], "given twice"),
+        (["--model", f"a b={ckpt},{ckpt}", "--model", f"c={ckpt},{ckpt}"], "not a model name"),
+        (["--model", f"a={ckpt},{ckpt}"], "at least two"),
+        (["--model", f"a={ckpt},{ckpt}", "--model", f"b={tmp_path}/none,{ckpt}"], "--model b:"),
+    ):
+        got = subprocess.run(
+            [sys.executable, "-m", "repo_builder", "render", *args, "--output", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert got.returncode == 2 and text in got.stderr and "Traceback" not in got.stderr, (args, got.stderr)
         assert not (tmp_path / "out").exists()
 
@@ -97,11 +107,18 @@ def test_each_preprocessing_tokenizes_with_its_own_tokenizer(server, llms) -> No
 
     ids = {}
     for name, ckpt in llms.items():
-        body = {"inputs": [{"name": "QUERY", "datatype": "BYTES", "shape": [1, 1], "data": [PROMPT]},
-                           {"name": "REQUEST_OUTPUT_LEN", "datatype": "INT32", "shape": [1, 1], "data": [N_TOKENS]}],
-                "outputs": [{"name": "INPUT_ID"}]}
-        req = urllib.request.Request(f"{server.http_url}/v2/models/{name}_preprocessing/infer",
-                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        body = {
+            "inputs": [
+                {"name": "QUERY", "datatype": "BYTES", "shape": [1, 1], "data": [PROMPT]},
+                {"name": "REQUEST_OUTPUT_LEN", "datatype": "INT32", "shape": [1, 1], "data": [N_TOKENS]},
+            ],
+            "outputs": [{"name": "INPUT_ID"}],
+        }
+        req = urllib.request.Request(
+            f"{server.http_url}/v2/models/{name}_preprocessing/infer",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=60) as resp:
             ids[name] = json.loads(resp.read())["outputs"][0]["data"]
         assert ids[name] == transformers.AutoTokenizer.from_pretrained(str(ckpt))(PROMPT)["input_ids"], name
@@ -114,9 +131,11 @@ def test_each_llm_answers_with_its_own_weights_and_tokenizer(server, llms, entry
     expected = {name: support.greedy_text(ckpt, PROMPT, N_TOKENS) for name, ckpt in llms.items()}
     assert expected["alpha"] != expected["beta"]
     for name in llms:
-        body = support.http_generate(server.http_hostport, f"{name}_{entry}",
-                                     {"text_input": PROMPT, "max_tokens": N_TOKENS, "bad_words": "",
-                                      "stop_words": ""})
+        body = support.http_generate(
+            server.http_hostport,
+            f"{name}_{entry}",
+            {"text_input": PROMPT, "max_tokens": N_TOKENS, "bad_words": "", "stop_words": ""},
+        )
         assert body["text_output"] == expected[name], name
 
 
@@ -129,9 +148,24 @@ def front_end(request, server, repo, tmp_path_factory):
     (port,) = free_ports(1)
     log = tmp_path_factory.mktemp("openai") / "front.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "repo_builder", "openai", "--repo", str(repo), "--grpc-url",
-                                 server.grpc_url, "--port", str(port), "--triton-model", request.param],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "repo_builder",
+                "openai",
+                "--repo",
+                str(repo),
+                "--grpc-url",
+                server.grpc_url,
+                "--port",
+                str(port),
+                "--triton-model",
+                request.param,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):
@@ -158,9 +192,17 @@ def test_openai_lists_both_llms_and_routes_each_to_its_own_model(front_end, serv
         answers = {}
         for name in llms:
             got = client.completions.create(model=name, prompt=PROMPT, max_tokens=N_TOKENS, temperature=0)
-            own = support.http_generate(server.http_hostport, f"{name}_{front_end['role']}",
-                                        {"text_input": PROMPT, "max_tokens": N_TOKENS, "bad_words": "",
-                                         "stop_words": "", "exclude_input_in_output": True})
+            own = support.http_generate(
+                server.http_hostport,
+                f"{name}_{front_end['role']}",
+                {
+                    "text_input": PROMPT,
+                    "max_tokens": N_TOKENS,
+                    "bad_words": "",
+                    "stop_words": "",
+                    "exclude_input_in_output": True,
+                },
+            )
             assert got.model == name and got.choices[0].text == own["text_output"], name
             answers[name] = got.choices[0].text
         assert answers["alpha"] != answers["beta"]

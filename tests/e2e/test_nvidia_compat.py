@@ -81,10 +81,13 @@ def tensor(mod, name: str, arr: np.ndarray):
 
 def e2e_grpc_inputs(prompt: str, output_len: int, *, streaming: bool, int_dtype=np.int32, **extra) -> list[Any]:
     """end_to_end_grpc_client.py's prepare_inputs (v0.19.0): [[...]] arrays, exclude_input_in_output=False."""
-    arrays = {"text_input": np.array([[prompt]]).astype(object),
-              "max_tokens": np.ones((1, 1), int_dtype) * output_len,
-              "stream": np.array([[streaming]], dtype=bool), "beam_width": np.array([[1]], dtype=int_dtype),
-              "temperature": np.array([[1.0]], dtype=np.float32)}
+    arrays = {
+        "text_input": np.array([[prompt]]).astype(object),
+        "max_tokens": np.ones((1, 1), int_dtype) * output_len,
+        "stream": np.array([[streaming]], dtype=bool),
+        "beam_width": np.array([[1]], dtype=int_dtype),
+        "temperature": np.array([[1.0]], dtype=np.float32),
+    }
     arrays.update(extra)
     return [tensor(grpcclient, k, v) for k, v in arrays.items()]
 
@@ -119,8 +122,13 @@ def test_default_render_refuses_unary_calls_with_tritons_message(default_12):
     for model in ("ensemble", "tensorrt_llm_bls"):
         c = httpclient.InferenceServerClient(default_12.http_hostport)
         with pytest.raises(InferenceServerException, match="decoupled"):
-            c.infer(model, [tensor(httpclient, "text_input", np.array([[PROMPT]], dtype=object)),
-                            tensor(httpclient, "max_tokens", np.array([[4]], np.int32))])
+            c.infer(
+                model,
+                [
+                    tensor(httpclient, "text_input", np.array([[PROMPT]], dtype=object)),
+                    tensor(httpclient, "max_tokens", np.array([[4]], np.int32)),
+                ],
+            )
 
 
 # ------------------------------------------------------------------------- item 2: 1-D text, [0][0] scalars
@@ -141,11 +149,13 @@ def test_text_output_is_1d_per_response_v019(default_12, model, streaming):
 
 def test_text_output_is_1d_per_response_v05(default_05):
     """v0.5.0 end_to_end_streaming_client.py-shaped request (UINT32 max_tokens, required bad/stop words)."""
-    inputs = [tensor(grpcclient, "text_input", np.array([[PROMPT]], dtype=object)),
-              tensor(grpcclient, "max_tokens", np.array([[8]], np.uint32)),
-              tensor(grpcclient, "bad_words", np.array([[""]], dtype=object)),
-              tensor(grpcclient, "stop_words", np.array([[""]], dtype=object)),
-              tensor(grpcclient, "stream", np.array([[True]], dtype=bool))]
+    inputs = [
+        tensor(grpcclient, "text_input", np.array([[PROMPT]], dtype=object)),
+        tensor(grpcclient, "max_tokens", np.array([[8]], np.uint32)),
+        tensor(grpcclient, "bad_words", np.array([[""]], dtype=object)),
+        tensor(grpcclient, "stop_words", np.array([[""]], dtype=object)),
+        tensor(grpcclient, "stream", np.array([[True]], dtype=bool)),
+    ]
     results = stream_collect(default_05, "ensemble", inputs)
     chunks = [r for r in results if r.as_numpy("text_output") is not None]
     assert chunks and all(r.as_numpy("text_output").shape == (1,) for r in chunks)
@@ -157,30 +167,46 @@ def test_end_to_end_test_manual_pipeline_equals_ensemble_and_bls_v019(unary_12):
     tensorrt_llm (with decoder_input_ids), postprocessing, then ensemble and BLS must give the same text."""
     c = httpclient.InferenceServerClient(unary_12.http_hostport)
     q = np.array([[PROMPT]]).astype(object)
-    pre = c.infer("preprocessing", [tensor(httpclient, "QUERY", q),
-                                    tensor(httpclient, "BAD_WORDS_DICT", np.array([[""]], dtype=object)),
-                                    tensor(httpclient, "STOP_WORDS_DICT", np.array([[""]], dtype=object)),
-                                    tensor(httpclient, "REQUEST_OUTPUT_LEN", np.ones_like(q).astype(np.int32) * 12)],
-                  request_id="0")
+    pre = c.infer(
+        "preprocessing",
+        [
+            tensor(httpclient, "QUERY", q),
+            tensor(httpclient, "BAD_WORDS_DICT", np.array([[""]], dtype=object)),
+            tensor(httpclient, "STOP_WORDS_DICT", np.array([[""]], dtype=object)),
+            tensor(httpclient, "REQUEST_OUTPUT_LEN", np.ones_like(q).astype(np.int32) * 12),
+        ],
+        request_id="0",
+    )
     dec = pre.as_numpy("DECODER_INPUT_ID")
     assert dec is not None and dec.shape == (1, 1) and pre.as_numpy("REQUEST_DECODER_INPUT_LEN").tolist() == [[1]]
     assert dec[0][0] == pre.as_numpy("OUT_PAD_ID")[0][0]
-    llm = c.infer("tensorrt_llm", [tensor(httpclient, "input_ids", pre.as_numpy("INPUT_ID")),
-                                   tensor(httpclient, "decoder_input_ids", dec),
-                                   tensor(httpclient, "input_lengths", pre.as_numpy("REQUEST_INPUT_LEN")),
-                                   tensor(httpclient, "request_output_len", pre.as_numpy("REQUEST_OUTPUT_LEN")),
-                                   tensor(httpclient, "end_id", pre.as_numpy("OUT_END_ID")),
-                                   tensor(httpclient, "pad_id", pre.as_numpy("OUT_PAD_ID"))], request_id="0")
+    llm = c.infer(
+        "tensorrt_llm",
+        [
+            tensor(httpclient, "input_ids", pre.as_numpy("INPUT_ID")),
+            tensor(httpclient, "decoder_input_ids", dec),
+            tensor(httpclient, "input_lengths", pre.as_numpy("REQUEST_INPUT_LEN")),
+            tensor(httpclient, "request_output_len", pre.as_numpy("REQUEST_OUTPUT_LEN")),
+            tensor(httpclient, "end_id", pre.as_numpy("OUT_END_ID")),
+            tensor(httpclient, "pad_id", pre.as_numpy("OUT_PAD_ID")),
+        ],
+        request_id="0",
+    )
     ids, seq_len = llm.as_numpy("output_ids"), llm.as_numpy("sequence_length")
     prompt_ids = pre.as_numpy("INPUT_ID")[0].tolist()
-    assert ids[0][0][:len(prompt_ids)].tolist() == prompt_ids  # exclude_input_in_output defaults to false
-    post = c.infer("postprocessing", [tensor(httpclient, "TOKENS_BATCH", ids.astype(np.int32)),
-                                      tensor(httpclient, "SEQUENCE_LENGTH", seq_len)], request_id="0")
+    assert ids[0][0][: len(prompt_ids)].tolist() == prompt_ids  # exclude_input_in_output defaults to false
+    post = c.infer(
+        "postprocessing",
+        [tensor(httpclient, "TOKENS_BATCH", ids.astype(np.int32)), tensor(httpclient, "SEQUENCE_LENGTH", seq_len)],
+        request_id="0",
+    )
     manual = post.as_numpy("OUTPUT")
-    text_inputs = [tensor(httpclient, "text_input", q),
-                   tensor(httpclient, "max_tokens", np.ones_like(q).astype(np.int32) * 12),
-                   tensor(httpclient, "bad_words", np.array([[""]], dtype=object)),
-                   tensor(httpclient, "stop_words", np.array([[""]], dtype=object))]
+    text_inputs = [
+        tensor(httpclient, "text_input", q),
+        tensor(httpclient, "max_tokens", np.ones_like(q).astype(np.int32) * 12),
+        tensor(httpclient, "bad_words", np.array([[""]], dtype=object)),
+        tensor(httpclient, "stop_words", np.array([[""]], dtype=object)),
+    ]
     for model in ("ensemble", "tensorrt_llm_bls"):  # the same request id again, as the script does
         out = c.infer(model, text_inputs, request_id="0").as_numpy("text_output")
         assert out.shape == manual.shape == (1,)
@@ -192,16 +218,25 @@ def test_same_stop_word_same_text_on_ensemble_and_bls(unary_12, tok):
     """One stop rule on both paths: the text ends with the stop word (kept, as the engine keeps the stop
     tokens and NVIDIA's BLS keeps text[:index + len(stop)])."""
     c = grpcclient.InferenceServerClient(unary_12.grpc_url)
-    base = c.infer("ensemble", e2e_grpc_inputs(PROMPT, 24, streaming=False,
-                                               exclude_input_in_output=np.array([[True]], bool)))
+    base = c.infer(
+        "ensemble", e2e_grpc_inputs(PROMPT, 24, streaming=False, exclude_input_in_output=np.array([[True]], bool))
+    )
     generated = base.as_numpy("text_output")[0].decode()
     words = generated.split()
     assert len(words) >= 3
     stop = words[2]
     texts = {}
     for model in ("ensemble", "tensorrt_llm_bls"):
-        r = c.infer(model, e2e_grpc_inputs(PROMPT, 24, streaming=False, stop_words=np.array([[stop]], dtype=object),
-                                           exclude_input_in_output=np.array([[True]], bool)))
+        r = c.infer(
+            model,
+            e2e_grpc_inputs(
+                PROMPT,
+                24,
+                streaming=False,
+                stop_words=np.array([[stop]], dtype=object),
+                exclude_input_in_output=np.array([[True]], bool),
+            ),
+        )
         texts[model] = r.as_numpy("text_output")[0].decode()
     assert texts["ensemble"] == texts["tensorrt_llm_bls"]
     assert texts["ensemble"].endswith(stop) and len(texts["ensemble"]) < len(generated)
@@ -209,8 +244,12 @@ def test_same_stop_word_same_text_on_ensemble_and_bls(unary_12, tok):
 
 def test_old_input_names_min_length_and_random_seed_are_accepted(unary_12):
     c = grpcclient.InferenceServerClient(unary_12.grpc_url)
-    extra = {"min_length": np.array([[10]], np.int32), "random_seed": np.array([[7]], np.uint64),
-             "exclude_input_in_output": np.array([[True]], bool), "return_num_output_tokens": np.array([[True]], bool)}
+    extra = {
+        "min_length": np.array([[10]], np.int32),
+        "random_seed": np.array([[7]], np.uint64),
+        "exclude_input_in_output": np.array([[True]], bool),
+        "return_num_output_tokens": np.array([[True]], bool),
+    }
     for model in ("ensemble", "tensorrt_llm_bls"):
         r = c.infer(model, e2e_grpc_inputs(PROMPT, 10, streaming=False, **extra))
         assert r.as_numpy("num_output_tokens")[0][0] == 10
@@ -222,23 +261,38 @@ def test_05_engine_returns_the_prompt_and_ensemble_text_matches_postprocessing(u
     ensemble's text equals postprocessing's decode of the full output_ids."""
     c = httpclient.InferenceServerClient(unary_05.http_hostport)
     q = np.array([[PROMPT]]).astype(object)
-    pre = c.infer("preprocessing", [tensor(httpclient, "QUERY", q),
-                                    tensor(httpclient, "BAD_WORDS_DICT", np.array([[""]], dtype=object)),
-                                    tensor(httpclient, "STOP_WORDS_DICT", np.array([[""]], dtype=object)),
-                                    tensor(httpclient, "REQUEST_OUTPUT_LEN", np.ones_like(q).astype(np.uint32) * 8)])
-    llm = c.infer("tensorrt_llm", [tensor(httpclient, "input_ids", pre.as_numpy("INPUT_ID")),
-                                   tensor(httpclient, "input_lengths", pre.as_numpy("REQUEST_INPUT_LEN")),
-                                   tensor(httpclient, "request_output_len", pre.as_numpy("REQUEST_OUTPUT_LEN"))])
+    pre = c.infer(
+        "preprocessing",
+        [
+            tensor(httpclient, "QUERY", q),
+            tensor(httpclient, "BAD_WORDS_DICT", np.array([[""]], dtype=object)),
+            tensor(httpclient, "STOP_WORDS_DICT", np.array([[""]], dtype=object)),
+            tensor(httpclient, "REQUEST_OUTPUT_LEN", np.ones_like(q).astype(np.uint32) * 8),
+        ],
+    )
+    llm = c.infer(
+        "tensorrt_llm",
+        [
+            tensor(httpclient, "input_ids", pre.as_numpy("INPUT_ID")),
+            tensor(httpclient, "input_lengths", pre.as_numpy("REQUEST_INPUT_LEN")),
+            tensor(httpclient, "request_output_len", pre.as_numpy("REQUEST_OUTPUT_LEN")),
+        ],
+    )
     ids = llm.as_numpy("output_ids")
     prompt_ids = pre.as_numpy("INPUT_ID")[0].tolist()
-    assert ids[0][0][:len(prompt_ids)].tolist() == prompt_ids and ids.shape[2] == len(prompt_ids) + 8
+    assert ids[0][0][: len(prompt_ids)].tolist() == prompt_ids and ids.shape[2] == len(prompt_ids) + 8
     manual = c.infer("postprocessing", [tensor(httpclient, "TOKENS_BATCH", ids)]).as_numpy("OUTPUT")
     for rid in ("0", "0"):  # a repeated request id must not continue an earlier request's text
-        out = c.infer("ensemble", [tensor(httpclient, "text_input", q),
-                                   tensor(httpclient, "max_tokens", np.ones_like(q).astype(np.uint32) * 8),
-                                   tensor(httpclient, "bad_words", np.array([[""]], dtype=object)),
-                                   tensor(httpclient, "stop_words", np.array([[""]], dtype=object))],
-                      request_id=rid).as_numpy("text_output")
+        out = c.infer(
+            "ensemble",
+            [
+                tensor(httpclient, "text_input", q),
+                tensor(httpclient, "max_tokens", np.ones_like(q).astype(np.uint32) * 8),
+                tensor(httpclient, "bad_words", np.array([[""]], dtype=object)),
+                tensor(httpclient, "stop_words", np.array([[""]], dtype=object)),
+            ],
+            request_id=rid,
+        ).as_numpy("text_output")
         assert out.shape == (1,) and manual == out
     assert manual[0].decode().startswith(PROMPT)
 
@@ -246,18 +300,31 @@ def test_05_engine_returns_the_prompt_and_ensemble_text_matches_postprocessing(u
 def test_05_identity_test_token_ids_over_http(unary_05):
     """identity_test.py (v0.5.0): UINT32 request_output_len straight to tensorrt_llm over HTTP."""
     c = httpclient.InferenceServerClient(unary_05.http_hostport)
-    r = c.infer("tensorrt_llm", [tensor(httpclient, "input_ids", np.array([[1, 415, 5565]], np.int32)),
-                                 tensor(httpclient, "input_lengths", np.array([[3]], np.int32)),
-                                 tensor(httpclient, "request_output_len", np.array([[6]], np.uint32))])
+    r = c.infer(
+        "tensorrt_llm",
+        [
+            tensor(httpclient, "input_ids", np.array([[1, 415, 5565]], np.int32)),
+            tensor(httpclient, "input_lengths", np.array([[3]], np.int32)),
+            tensor(httpclient, "request_output_len", np.array([[6]], np.uint32)),
+        ],
+    )
     assert r.as_numpy("output_ids").shape == (1, 1, 9)
 
 
 # ------------------------------------------------------------- item 5: num_output_tokens per response
 def test_streamed_num_output_tokens_are_per_response(default_12):
-    inputs = e2e_grpc_inputs(PROMPT, 12, streaming=True, return_num_output_tokens=np.array([[True]], bool),
-                             exclude_input_in_output=np.array([[True]], bool))
-    counts = [int(r.as_numpy("num_output_tokens")[0][0]) for r in stream_collect(default_12, "ensemble", inputs)
-              if r.as_numpy("num_output_tokens") is not None]
+    inputs = e2e_grpc_inputs(
+        PROMPT,
+        12,
+        streaming=True,
+        return_num_output_tokens=np.array([[True]], bool),
+        exclude_input_in_output=np.array([[True]], bool),
+    )
+    counts = [
+        int(r.as_numpy("num_output_tokens")[0][0])
+        for r in stream_collect(default_12, "ensemble", inputs)
+        if r.as_numpy("num_output_tokens") is not None
+    ]
     assert len(counts) == 12 and set(counts) == {1} and sum(counts) == 12
 
 
@@ -267,17 +334,22 @@ def test_stop_request_stops_a_unary_request(unary_12):
     with the same id; the first request ends early, the stop request gets an empty response."""
     c = grpcclient.InferenceServerClient(unary_12.grpc_url)
     done: queue.Queue[Any] = queue.Queue()
-    inputs = [tensor(grpcclient, "input_ids", np.array([[1, 415, 5565, 302]], np.int32)),
-              tensor(grpcclient, "input_lengths", np.array([[4]], np.int32)),
-              tensor(grpcclient, "request_output_len", np.array([[480]], np.int32)),
-              tensor(grpcclient, "streaming", np.array([[False]], bool))]
-    c.async_infer("tensorrt_llm", inputs, callback=lambda result, error: done.put(error or result),
-                  request_id="stop-me")
+    inputs = [
+        tensor(grpcclient, "input_ids", np.array([[1, 415, 5565, 302]], np.int32)),
+        tensor(grpcclient, "input_lengths", np.array([[4]], np.int32)),
+        tensor(grpcclient, "request_output_len", np.array([[480]], np.int32)),
+        tensor(grpcclient, "streaming", np.array([[False]], bool)),
+    ]
+    c.async_infer(
+        "tensorrt_llm", inputs, callback=lambda result, error: done.put(error or result), request_id="stop-me"
+    )
     time.sleep(0.3)
-    stop = [tensor(grpcclient, "input_ids", np.array([[0]], np.int32)),
-            tensor(grpcclient, "input_lengths", np.array([[0]], np.int32)),
-            tensor(grpcclient, "request_output_len", np.array([[0]], np.int32)),
-            tensor(grpcclient, "stop", np.array([[True]], bool))]
+    stop = [
+        tensor(grpcclient, "input_ids", np.array([[0]], np.int32)),
+        tensor(grpcclient, "input_lengths", np.array([[0]], np.int32)),
+        tensor(grpcclient, "request_output_len", np.array([[0]], np.int32)),
+        tensor(grpcclient, "stop", np.array([[True]], bool)),
+    ]
     c.async_infer("tensorrt_llm", stop, callback=lambda result, error: done.put(error or result), request_id="stop-me")
     got = [done.get(timeout=120), done.get(timeout=120)]
     assert not any(isinstance(g, InferenceServerException) for g in got), got
@@ -294,9 +366,16 @@ def test_batched_streaming_rows_keep_their_own_text(default_12):
     for p in prompts:
         rs = stream_collect(default_12, "ensemble", e2e_grpc_inputs(p, 10, streaming=True))
         alone[p] = "".join(decode_like_nvidia(r) for r in rs if r.as_numpy("text_output") is not None)
-    rows = [{"text_input": np.array([[p]]).astype(object), "max_tokens": np.array([[10]], np.int32),
-             "stream": np.array([[True]]), "beam_width": np.array([[1]], np.int32),
-             "temperature": np.array([[1.0]], np.float32)} for p in prompts]
+    rows = [
+        {
+            "text_input": np.array([[p]]).astype(object),
+            "max_tokens": np.array([[10]], np.int32),
+            "stream": np.array([[True]]),
+            "beam_width": np.array([[1]], np.int32),
+            "temperature": np.array([[1.0]], np.float32),
+        }
+        for p in prompts
+    ]
     inputs = [tensor(grpcclient, k, np.concatenate([r[k] for r in rows], axis=0)) for k in rows[0]]
     texts = ["", ""]
     for r in stream_collect(default_12, "ensemble", inputs, request_id="batch"):
@@ -309,7 +388,12 @@ def test_batched_streaming_rows_keep_their_own_text(default_12):
 # --------------------------------------------------------------------------- item 10: one BOS only
 def test_prompt_already_starting_with_bos_gets_no_second_bos(unary_12, tok):
     c = httpclient.InferenceServerClient(unary_12.http_hostport)
-    pre = c.infer("preprocessing", [tensor(httpclient, "QUERY", np.array([[tok.bos_token + PROMPT]], dtype=object)),
-                                    tensor(httpclient, "REQUEST_OUTPUT_LEN", np.array([[4]], np.int32))])
+    pre = c.infer(
+        "preprocessing",
+        [
+            tensor(httpclient, "QUERY", np.array([[tok.bos_token + PROMPT]], dtype=object)),
+            tensor(httpclient, "REQUEST_OUTPUT_LEN", np.array([[4]], np.int32)),
+        ],
+    )
     ids = pre.as_numpy("INPUT_ID")[0].tolist()
     assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id

@@ -62,8 +62,8 @@ def greedy(tiny):
         if key not in cache:
             with torch.inference_mode():
                 out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0)
-            gen = out[0, len(ids):].tolist()
-            cache[key] = gen[:gen.index(2)] if 2 in gen else gen
+            gen = out[0, len(ids) :].tolist()
+            cache[key] = gen[: gen.index(2)] if 2 in gen else gen
         return cache[key]
 
     return run
@@ -81,9 +81,25 @@ def launched(tiny, render_repo_module, tmp_path_factory):
     http, grpc, metrics, port = free_ports(4)
     log = tmp_path_factory.mktemp("logs") / "launch.log"
     env = dict(os.environ, REPO_BUILDER_OPENAI_API_KEY=KEY)
-    argv = [sys.executable, "-m", "repo_builder", "launch", str(repo), "--http_port", str(http), "--grpc_port",
-            str(grpc), "--metrics_port", str(metrics), "--no-mpi", "--openai_port", str(port), "--log-file", str(log),
-            "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "repo_builder",
+        "launch",
+        str(repo),
+        "--http_port",
+        str(http),
+        "--grpc_port",
+        str(grpc),
+        "--metrics_port",
+        str(metrics),
+        "--no-mpi",
+        "--openai_port",
+        str(port),
+        "--log-file",
+        str(log),
+        "--quiet",
+    ]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -157,8 +173,11 @@ def test_chat_applies_the_template_once_single_bos(client, tok, greedy, name):
 def test_streamed_chat_adds_up_to_the_same_text_and_reports_usage(client, tok, greedy, name):
     ids = chat_ids(tok, CHAT)
     expected = tok.decode(greedy(ids), skip_special_tokens=True)
-    chunks = list(client.chat.completions.create(model=name, messages=CHAT, max_tokens=N, stream=True,
-                                                 stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=name, messages=CHAT, max_tokens=N, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == expected
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -188,6 +207,7 @@ def test_async_client_streams_concurrently(launched, tok, greedy, name):
 
     async def main():
         async with openai.AsyncOpenAI(base_url=f"{launched['base']}/v1", api_key=KEY, max_retries=0) as aclient:
+
             async def one(p):
                 stream = await aclient.completions.create(model=name, prompt=p, max_tokens=N, stream=True)
                 return "".join([c.choices[0].text async for c in stream if c.choices])
@@ -210,9 +230,9 @@ def test_stop_string_is_cut_and_finishes_with_stop(client, tok, greedy, name):
     gen = greedy(tok(prompt)["input_ids"])
     full = texts[prompt]
     head = tok.decode(gen[:3], skip_special_tokens=True)
-    stop = head[len(tok.decode(gen[:2], skip_special_tokens=True)):].strip() or head.strip()
+    stop = head[len(tok.decode(gen[:2], skip_special_tokens=True)) :].strip() or head.strip()
     assert stop, full
-    cut = full[:full.index(stop)]
+    cut = full[: full.index(stop)]
     got = client.completions.create(model=name, prompt=prompt, max_tokens=N, stop=[stop, "never-seen-xyz"])
     assert got.choices[0].text == cut and got.choices[0].finish_reason == "stop"
     streamed = list(client.completions.create(model=name, prompt=prompt, max_tokens=N, stop=stop, stream=True))
@@ -232,17 +252,37 @@ BAD = [
     ("/v1/chat/completions", {"model": "@", "messages": []}, 400, "messages"),
     ("/v1/chat/completions", {"model": "@", "messages": "hello"}, 400, "messages"),
     ("/v1/chat/completions", {"model": "@", "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
-    ("/v1/chat/completions", {"model": "@", "messages": [{"role": "user", "content": "x"}], "max_tokens": "8"}, 400,
-     "max_tokens"),
-    ("/v1/chat/completions", {"model": "@", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, 400,
-     "max_tokens"),
-    ("/v1/chat/completions", {"model": "@", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000},
-     400, "max_tokens"),
+    (
+        "/v1/chat/completions",
+        {"model": "@", "messages": [{"role": "user", "content": "x"}], "max_tokens": "8"},
+        400,
+        "max_tokens",
+    ),
+    (
+        "/v1/chat/completions",
+        {"model": "@", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1},
+        400,
+        "max_tokens",
+    ),
+    (
+        "/v1/chat/completions",
+        {"model": "@", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000},
+        400,
+        "max_tokens",
+    ),
     ("/v1/chat/completions", {"model": "@", "messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "n"),
-    ("/v1/chat/completions", {"model": "@", "messages": [{"role": "user", "content": "x"}], "logprobs": True}, 400,
-     "logprobs"),
-    ("/v1/chat/completions", {"model": "@", "messages": [{"role": "user", "content": "x"}], "temperature": -0.5},
-     400, "temperature"),
+    (
+        "/v1/chat/completions",
+        {"model": "@", "messages": [{"role": "user", "content": "x"}], "logprobs": True},
+        400,
+        "logprobs",
+    ),
+    (
+        "/v1/chat/completions",
+        {"model": "@", "messages": [{"role": "user", "content": "x"}], "temperature": -0.5},
+        400,
+        "temperature",
+    ),
     ("/v1/chat/completions", {"model": "@", "messages": [{"role": "user", "content": "x"}], "bogus": 1}, 400, "bogus"),
     ("/v1/completions", '{"model": "@", "prompt": "x", "top_p": NaN}', 400, "top_p"),
     ("/v1/completions", '{"model": "@", "prompt": "x", "max_tokens": 4', 400, None),
@@ -306,6 +346,5 @@ def test_sigterm_stops_front_end_and_server_with_the_launchers_exit_code(launche
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{launched['base']}/health", timeout=2)
-    left = [pid for pid in procs.all_pids()
-            if any(str(launched["repo"]) in a for a in (procs.cmdline(pid) or []))]
+    left = [pid for pid in procs.all_pids() if any(str(launched["repo"]) in a for a in (procs.cmdline(pid) or []))]
     assert left == []

@@ -37,8 +37,9 @@ def served(tmp_path_factory, render_repo_module, serve_module):
     base = tmp_path_factory.mktemp("synthetic_openai")
     engine = base / "synthetic-llm"
     engine.mkdir()
-    (engine / "synthetic_engine.json").write_text(json.dumps(
-        {"vocab_size": 32000, "max_batch_size": 16, "max_input_len": 1024, "max_seq_len": 2048}))
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": 32000, "max_batch_size": 16, "max_input_len": 1024, "max_seq_len": 2048})
+    )
     tok = packaged_tokenizer("mistral-v1-instruct", base / "tok")
     repo = render_repo_module(engine, tok, streaming=True, values={"synthetic_token_delay_ms": 10}, name="syn")
     with serve_module(repo) as server:
@@ -52,9 +53,24 @@ def fronts(served):
     procs, urls = [], {}
     try:
         for model, port in zip(MODELS, free_ports(len(MODELS))):
-            procs.append(subprocess.Popen([sys.executable, "-m", "repo_builder", "openai", "--repo", str(repo),
-                                           "--grpc-url", server.grpc_url, "--port", str(port),
-                                           "--triton-model", model]))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "repo_builder",
+                        "openai",
+                        "--repo",
+                        str(repo),
+                        "--grpc-url",
+                        server.grpc_url,
+                        "--port",
+                        str(port),
+                        "--triton-model",
+                        model,
+                    ]
+                )
+            )
             urls[model] = f"http://127.0.0.1:{port}"
         for model, url in urls.items():
             deadline = time.monotonic() + 300
@@ -76,8 +92,10 @@ def fronts(served):
 
 def stopped_after(server, rid: str, timeout_s: float = 60.0) -> int:
     """Tokens the engine had generated when it stopped request ``rid`` (the BLS adds ``:<n>`` to the id)."""
-    pattern = re.compile(rf"request '{re.escape(rid)}(?::\d+)?' (?:stopped by a stop request|cancelled by the "
-                         rf"client) after (\d+) generated token")
+    pattern = re.compile(
+        rf"request '{re.escape(rid)}(?::\d+)?' (?:stopped by a stop request|cancelled by the "
+        rf"client) after (\d+) generated token"
+    )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = pattern.search(server.log_tail(400))
@@ -93,9 +111,18 @@ def test_disconnect_mid_stream_stops_the_engine(served, fronts, model):
     name = "synthetic-llm"
     tag = uuid.uuid4().hex[:8]
     got = 0
-    with httpx.stream("POST", f"{fronts[model]}/v1/chat/completions", headers={"X-Request-Id": tag}, timeout=60,
-                      json={"model": name, "messages": [{"role": "user", "content": "Count to a thousand"}],
-                            "max_tokens": MAX, "stream": True}) as resp:
+    with httpx.stream(
+        "POST",
+        f"{fronts[model]}/v1/chat/completions",
+        headers={"X-Request-Id": tag},
+        timeout=60,
+        json={
+            "model": name,
+            "messages": [{"role": "user", "content": "Count to a thousand"}],
+            "max_tokens": MAX,
+            "stream": True,
+        },
+    ) as resp:
         assert resp.status_code == 200
         for line in resp.iter_lines():
             if line.startswith("data: "):
@@ -113,14 +140,21 @@ def test_client_that_gives_up_on_a_non_streamed_answer_stops_the_engine(served, 
     server, _repo = served
     tag = uuid.uuid4().hex[:8]
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{fronts[model]}/v1/completions", headers={"X-Request-Id": tag}, timeout=1.0,
-                   json={"model": "synthetic-llm", "prompt": "Count to a thousand", "max_tokens": MAX})
+        httpx.post(
+            f"{fronts[model]}/v1/completions",
+            headers={"X-Request-Id": tag},
+            timeout=1.0,
+            json={"model": "synthetic-llm", "prompt": "Count to a thousand", "max_tokens": MAX},
+        )
     n = stopped_after(server, f"cmpl-{tag}")
     assert 1 <= n < MAX // 2, n
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_after_cancellations_requests_complete_in_full(served, fronts, model):
-    got = httpx.post(f"{fronts[model]}/v1/completions", timeout=60,
-                     json={"model": "synthetic-llm", "prompt": "Hello", "max_tokens": 20}).json()
+    got = httpx.post(
+        f"{fronts[model]}/v1/completions",
+        timeout=60,
+        json={"model": "synthetic-llm", "prompt": "Hello", "max_tokens": 20},
+    ).json()
     assert got["usage"]["completion_tokens"] == 20 and got["choices"][0]["finish_reason"] == "length"

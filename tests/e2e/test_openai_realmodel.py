@@ -35,8 +35,9 @@ def smollm2(request):
     try:
         return request.getfixturevalue("smollm2_dir")
     except pytest.FixtureLookupError:
-        pytest.skip("the smollm2_dir fixture (tests/conftest.py, repo_builder.realmodel.ensure_smollm2) is not on "
-                    "this branch")
+        pytest.skip(
+            "the smollm2_dir fixture (tests/conftest.py, repo_builder.realmodel.ensure_smollm2) is not on this branch"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,22 @@ def served(smollm2, render_repo_module, serve_module):
     repo = render_repo_module(smollm2, smollm2, streaming=True, name="smollm2")
     with serve_module(repo) as server:
         (port,) = free_ports(1)
-        proc = subprocess.Popen([sys.executable, "-m", "repo_builder", "openai", "--repo", str(repo), "--grpc-url",
-                                 server.grpc_url, "--port", str(port), "--served-model-name", "smollm2"])
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "repo_builder",
+                "openai",
+                "--repo",
+                str(repo),
+                "--grpc-url",
+                server.grpc_url,
+                "--port",
+                str(port),
+                "--served-model-name",
+                "smollm2",
+            ]
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 300
@@ -66,8 +81,11 @@ def served(smollm2, render_repo_module, serve_module):
 
 def ensemble_text(server, prompt: str) -> str:
     body = {"text_input": prompt, "max_tokens": MAX_TOKENS, "top_k": 1}
-    req = urllib.request.Request(f"{server.http_url}/v2/models/ensemble/generate", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{server.http_url}/v2/models/ensemble/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=300) as resp:
         return json.loads(resp.read())["text_output"]
 
@@ -78,13 +96,18 @@ def test_capital_of_france_names_paris_and_equals_the_ensemble(served, smollm2):
     ids = tok.apply_chat_template(QUESTION, tokenize=True, add_generation_prompt=True)
     ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     with openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0) as client:
-        got = client.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=MAX_TOKENS,
-                                             temperature=0)
-        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-            model="smollm2", messages=QUESTION, max_tokens=MAX_TOKENS, temperature=0, stream=True) if c.choices)
+        got = client.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=MAX_TOKENS, temperature=0)
+        streamed = "".join(
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(
+                model="smollm2", messages=QUESTION, max_tokens=MAX_TOKENS, temperature=0, stream=True
+            )
+            if c.choices
+        )
     answer = got.choices[0].message.content
     assert "Paris" in answer, answer
-    assert answer == ensemble_text(server, tok.apply_chat_template(QUESTION, tokenize=False,
-                                                                   add_generation_prompt=True))
+    assert answer == ensemble_text(
+        server, tok.apply_chat_template(QUESTION, tokenize=False, add_generation_prompt=True)
+    )
     assert streamed == answer
     assert got.usage.prompt_tokens == len(ids)

@@ -51,8 +51,7 @@ def im_end(tok) -> int:
 
 def chat_ids(tok, prompt: str) -> list[int]:
     """The prompt as one user message through transformers' own apply_chat_template (token ids)."""
-    out = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                  tokenize=True)
+    out = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
     ids = out["input_ids"] if hasattr(out, "keys") else out
     return [int(i) for i in ids]
 
@@ -68,9 +67,14 @@ def offline(smollm2_dir, tok, im_end) -> dict[str, list[int]]:
         with torch.inference_mode():
             for prompt, max_tokens in CASES:
                 ids = chat_ids(tok, prompt)
-                gen = model.generate(torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False,
-                                     eos_token_id=im_end, pad_token_id=im_end)
-                out[prompt] = gen[0, len(ids):].tolist()
+                gen = model.generate(
+                    torch.tensor([ids]),
+                    max_new_tokens=max_tokens,
+                    do_sample=False,
+                    eos_token_id=im_end,
+                    pad_token_id=im_end,
+                )
+                out[prompt] = gen[0, len(ids) :].tolist()
     finally:
         torch.set_num_threads(threads)
     del model
@@ -82,8 +86,14 @@ def server(smollm2_dir, tmp_path_factory, serve_module):
     from repo_builder.render import render_repository
 
     repo = tmp_path_factory.mktemp("smollm2") / "repo"
-    render_repository(smollm2_dir, smollm2_dir, repo, user_values={"apply_chat_template": True},
-                      engine_mode="reference", streaming=True)
+    render_repository(
+        smollm2_dir,
+        smollm2_dir,
+        repo,
+        user_values={"apply_chat_template": True},
+        engine_mode="reference",
+        streaming=True,
+    )
     with serve_module(repo) as srv:
         yield srv
 
@@ -100,9 +110,11 @@ def text_of(tok, ids: list[int]) -> str:
 
 
 def text_inputs(prompt: str, max_tokens: int, *, stream: bool) -> list[Any]:
-    return [grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
-            grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
-            grpc_input("stream", np.array([[stream]], bool))]
+    return [
+        grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+        grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
+        grpc_input("stream", np.array([[stream]], bool)),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- tests
@@ -121,9 +133,13 @@ def test_chat_template_applied_once(server, tok):
     expected = chat_ids(tok, FRANCE)
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        result = client.infer("preprocessing", [
-            grpc_input("QUERY", np.array([[FRANCE.encode()]], dtype=object)),
-            grpc_input("REQUEST_OUTPUT_LEN", np.array([[16]], np.int32))])
+        result = client.infer(
+            "preprocessing",
+            [
+                grpc_input("QUERY", np.array([[FRANCE.encode()]], dtype=object)),
+                grpc_input("REQUEST_OUTPUT_LEN", np.array([[16]], np.int32)),
+            ],
+        )
     finally:
         client.close()
     ids = result.as_numpy("INPUT_ID").reshape(-1).tolist()
@@ -144,8 +160,9 @@ def test_http_greedy_text_equals_transformers(server, tok, offline, im_end, mode
         status, body = http_generate(server, model, {"text_input": prompt, "max_tokens": max_tokens})
         assert status == 200, body
         assert body["text_output"] == text_of(tok, chat_ids(tok, prompt) + want), (model, prompt)
-        status, body = http_generate(server, model, {"text_input": prompt, "max_tokens": max_tokens,
-                                                     "exclude_input_in_output": True})
+        status, body = http_generate(
+            server, model, {"text_input": prompt, "max_tokens": max_tokens, "exclude_input_in_output": True}
+        )
         assert status == 200, body
         assert body["text_output"] == text_of(tok, want), (model, prompt)
         # one count per generated token; the end id itself is not an output token (TRT-LLM)
@@ -169,12 +186,14 @@ def test_engine_output_ids_equal_transformers(server, tok, offline, stream, im_e
     """The tensorrt_llm model itself, templated ids in, generated ids out: id for id."""
     for i, (prompt, max_tokens) in enumerate(CASES):
         ids = chat_ids(tok, prompt)
-        inputs = [grpc_input("input_ids", np.array([ids], np.int32)),
-                  grpc_input("input_lengths", np.array([[len(ids)]], np.int32)),
-                  grpc_input("request_output_len", np.array([[max_tokens]], np.int32)),
-                  grpc_input("end_id", np.array([[im_end]], np.int32)),
-                  grpc_input("pad_id", np.array([[im_end]], np.int32)),
-                  grpc_input("streaming", np.array([[streaming]], bool))]
+        inputs = [
+            grpc_input("input_ids", np.array([ids], np.int32)),
+            grpc_input("input_lengths", np.array([[len(ids)]], np.int32)),
+            grpc_input("request_output_len", np.array([[max_tokens]], np.int32)),
+            grpc_input("end_id", np.array([[im_end]], np.int32)),
+            grpc_input("pad_id", np.array([[im_end]], np.int32)),
+            grpc_input("streaming", np.array([[streaming]], bool)),
+        ]
         rid = f"ids-{i}-{streaming}"
         stream.send("tensorrt_llm", inputs, rid)
         results, errors = stream.collect({rid})
@@ -192,8 +211,9 @@ def test_generation_stops_at_im_end(server, tok, offline, im_end):
     want = offline[prompt]
     stop = want.index(im_end)
     for model in MODELS:
-        _status, body = http_generate(server, model, {"text_input": prompt, "max_tokens": max_tokens,
-                                                      "exclude_input_in_output": True})
+        _status, body = http_generate(
+            server, model, {"text_input": prompt, "max_tokens": max_tokens, "exclude_input_in_output": True}
+        )
         text = body["text_output"]
         assert "<|im_end|>" not in text and "<|im_start|>" not in text
         assert text == text_of(tok, want[:stop])
@@ -202,6 +222,7 @@ def test_generation_stops_at_im_end(server, tok, offline, im_end):
 
 def test_france_answer_names_paris(server):
     for model in MODELS:
-        _status, body = http_generate(server, model, {"text_input": FRANCE, "max_tokens": 32,
-                                                      "exclude_input_in_output": True})
+        _status, body = http_generate(
+            server, model, {"text_input": FRANCE, "max_tokens": 32, "exclude_input_in_output": True}
+        )
         assert "Paris" in body["text_output"], (model, body["text_output"])

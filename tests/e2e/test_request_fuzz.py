@@ -33,14 +33,21 @@ from hypothesis import strategies as st  # noqa: E402
 from repo_builder.runtime.limits import LIMITS  # noqa: E402
 
 MAX_INPUT_LEN, MAX_SEQ_LEN, VOCAB = 48, 96, 32000
-INT32 = (-2**31, 2**31 - 1)
+INT32 = (-(2**31), 2**31 - 1)
 INT_FIELDS = ["max_tokens", "num_return_sequences", "beam_width", "top_k", "min_tokens", "end_id", "pad_id"]
-REAL_FIELDS = ["temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-               "length_penalty"]
+REAL_FIELDS = ["temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "length_penalty"]
 #: every request asks for the generated text alone (the repository's default may echo the prompt, as NVIDIA's)
 GOOD = {"text_input": "What is machine learning?", "max_tokens": 8, "exclude_input_in_output": True}
-EXCEPTION_NAMES = ("Traceback", "OverflowError", "ValueError", "TypeError", "KeyError", "IndexError",
-                   "AttributeError", "RuntimeError")
+EXCEPTION_NAMES = (
+    "Traceback",
+    "OverflowError",
+    "ValueError",
+    "TypeError",
+    "KeyError",
+    "IndexError",
+    "AttributeError",
+    "RuntimeError",
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +60,11 @@ def served(tmp_path_factory, render_repo_module, serve_module):
     tok_dir = packaged_tokenizer("mistral-v1", base / "tokenizer")
     engine = base / "engine"
     engine.mkdir()
-    (engine / "synthetic_engine.json").write_text(json.dumps(
-        {"vocab_size": VOCAB, "max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": MAX_SEQ_LEN}))
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps(
+            {"vocab_size": VOCAB, "max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": MAX_SEQ_LEN}
+        )
+    )
     repo = render_repo_module(engine, tok_dir, streaming=True, name="fuzz")
     tok = transformers.AutoTokenizer.from_pretrained(str(tok_dir))
     with serve_module(repo) as srv:
@@ -91,36 +101,50 @@ def keeps_every_limit(tok, body: dict[str, Any]) -> bool:
     return n_prompt <= MAX_INPUT_LEN and n_prompt + body["max_tokens"] <= MAX_SEQ_LEN
 
 
-reals = st.one_of(st.floats(-1e39, 1e39, allow_nan=False, allow_infinity=False),
-                  st.sampled_from([0.0, -0.0, 1.0, 0.5, 1e-45, 3.4e38, 3.5e38, -1.0, 2.0]))
+reals = st.one_of(
+    st.floats(-1e39, 1e39, allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 1.0, 0.5, 1e-45, 3.4e38, 3.5e38, -1.0, 2.0]),
+)
 ints = st.one_of(st.integers(*INT32), st.integers(-3, 140))
 #: values inside each field's range (what a client usually sends)
 VALID = {
-    "max_tokens": st.integers(1, 40), "num_return_sequences": st.just(1), "beam_width": st.just(1),
-    "top_k": st.integers(0, 50), "min_tokens": st.integers(0, 8), "end_id": st.integers(-1, VOCAB - 1),
-    "pad_id": st.integers(0, VOCAB - 1), "temperature": st.floats(0, 2), "top_p": st.floats(0, 1),
-    "repetition_penalty": st.floats(0.5, 2), "presence_penalty": st.floats(-2, 2),
-    "frequency_penalty": st.floats(-2, 2), "length_penalty": st.floats(-2, 2), "seed": st.integers(0, 2**64 - 1),
+    "max_tokens": st.integers(1, 40),
+    "num_return_sequences": st.just(1),
+    "beam_width": st.just(1),
+    "top_k": st.integers(0, 50),
+    "min_tokens": st.integers(0, 8),
+    "end_id": st.integers(-1, VOCAB - 1),
+    "pad_id": st.integers(0, VOCAB - 1),
+    "temperature": st.floats(0, 2),
+    "top_p": st.floats(0, 1),
+    "repetition_penalty": st.floats(0.5, 2),
+    "presence_penalty": st.floats(-2, 2),
+    "frequency_penalty": st.floats(-2, 2),
+    "length_penalty": st.floats(-2, 2),
+    "seed": st.integers(0, 2**64 - 1),
 }
 #: per field: left out, a usual value, or (one time in ten) anything of the input's JSON type
 CHOICE = st.sampled_from(["absent"] * 9 + ["valid"] * 9 + ["wild"] * 2)
-PROMPTS = st.one_of(st.sampled_from(["Hello", "What is machine learning?", "Tell me about forests",
-                                     "日本語のテキスト"]),
-                    st.text(min_size=1, max_size=30),
-                    st.sampled_from(["", " ", "\n", "🙂" * 5, "word " * 40]))
+PROMPTS = st.one_of(
+    st.sampled_from(["Hello", "What is machine learning?", "Tell me about forests", "日本語のテキスト"]),
+    st.text(min_size=1, max_size=30),
+    st.sampled_from(["", " ", "\n", "🙂" * 5, "word " * 40]),
+)
 
 
 @st.composite
 def bodies(draw) -> dict[str, Any]:
-    body: dict[str, Any] = {"text_input": draw(PROMPTS), "exclude_input_in_output": True,
-                            "max_tokens": draw(ints if draw(CHOICE) == "wild" else VALID["max_tokens"])}
+    body: dict[str, Any] = {
+        "text_input": draw(PROMPTS),
+        "exclude_input_in_output": True,
+        "max_tokens": draw(ints if draw(CHOICE) == "wild" else VALID["max_tokens"]),
+    }
     for name in [*INT_FIELDS[1:], *REAL_FIELDS, "seed"]:
         choice = draw(CHOICE)
         if choice == "valid":
             body[name] = draw(VALID[name])
         elif choice == "wild":
-            body[name] = draw(reals if name in REAL_FIELDS else
-                              st.integers(0, 2**64 - 1) if name == "seed" else ints)
+            body[name] = draw(reals if name in REAL_FIELDS else st.integers(0, 2**64 - 1) if name == "seed" else ints)
     return body
 
 
@@ -129,8 +153,13 @@ def test_fuzz_every_answer_is_right_or_a_400_naming_a_field(served, model):
     server, tok = served
     seen = {"answered": 0, "refused": 0}
 
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @settings(
+        max_examples=60,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(bodies())
     def one(body):
         status, reply = http_generate(server, model, body)
@@ -160,8 +189,10 @@ def test_nan_over_grpc_is_refused_naming_the_field(served, model, field):
     import tritonclient.grpc as grpcclient
 
     server, _ = served
-    inputs = [grpc_input("text_input", np.array([[b"Hello"]], dtype=object)),
-              grpc_input("max_tokens", np.array([[4]], np.int32))]
+    inputs = [
+        grpc_input("text_input", np.array([[b"Hello"]], dtype=object)),
+        grpc_input("max_tokens", np.array([[4]], np.int32)),
+    ]
     nan = grpcclient.InferInput(field, [1, 1], "FP32")
     nan.set_data_from_numpy(np.array([[np.nan]], np.float32))
     events: queue.Queue[tuple[Any, Any]] = queue.Queue()
@@ -184,10 +215,17 @@ def test_token_id_outside_the_vocabulary_is_a_400_from_postprocessing(served):
 
     server, _ = served
     for bad in (-5, VOCAB):
-        body = {"inputs": [{"name": "TOKENS_BATCH", "datatype": "INT32", "shape": [1, 1, 2], "data": [1, bad]},
-                           {"name": "SEQUENCE_LENGTH", "datatype": "INT32", "shape": [1, 1], "data": [2]}]}
-        req = urllib.request.Request(f"{server.http_url}/v2/models/postprocessing/infer",
-                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        body = {
+            "inputs": [
+                {"name": "TOKENS_BATCH", "datatype": "INT32", "shape": [1, 1, 2], "data": [1, bad]},
+                {"name": "SEQUENCE_LENGTH", "datatype": "INT32", "shape": [1, 1], "data": [2]},
+            ]
+        }
+        req = urllib.request.Request(
+            f"{server.http_url}/v2/models/postprocessing/infer",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=60)
         text = err.value.read().decode()

@@ -44,15 +44,16 @@ def offline(tiny_llama, tok):
         for p in dict.fromkeys(PROMPTS + STOP_PROMPTS):
             ids = tok(p)["input_ids"]
             gen = model.generate(torch.tensor([ids]), max_new_tokens=N_TOKENS, do_sample=False, pad_token_id=0)
-            out[p] = gen[0, len(ids):].tolist()
+            out[p] = gen[0, len(ids) :].tolist()
     return out
 
 
 @pytest.fixture(scope="module")
 def server(tiny_llama, render_repo_module, serve_module):
     """The default render: streaming on (tensorrt_llm and tensorrt_llm_bls decoupled)."""
-    repo = render_repo_module(tiny_llama, tiny_llama, streaming=True, values={"exclude_input_in_output": True},
-                              name="streaming")
+    repo = render_repo_module(
+        tiny_llama, tiny_llama, streaming=True, values={"exclude_input_in_output": True}, name="streaming"
+    )
     with serve_module(repo) as srv:
         yield srv
 
@@ -60,8 +61,9 @@ def server(tiny_llama, render_repo_module, serve_module):
 @pytest.fixture(scope="module")
 def sync_server(tiny_llama, render_repo_module, serve_module):
     """``--no-streaming``: tensorrt_llm answers from execute() (not decoupled)."""
-    repo = render_repo_module(tiny_llama, tiny_llama, streaming=False, values={"exclude_input_in_output": True},
-                              name="sync")
+    repo = render_repo_module(
+        tiny_llama, tiny_llama, streaming=False, values={"exclude_input_in_output": True}, name="sync"
+    )
     with serve_module(repo) as srv:
         yield srv
 
@@ -73,8 +75,11 @@ def text_of(tok, ids: list[int]) -> str:
 # ---------------------------------------------------------------------------------------------- clients
 def http_generate(server, model: str, payload: dict[str, Any]) -> dict[str, Any]:
     """POST /v2/models/<model>/generate; returns the JSON body (raises with the server's error text)."""
-    req = urllib.request.Request(f"{server.http_url}/v2/models/{model}/generate", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{server.http_url}/v2/models/{model}/generate",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
             return json.loads(resp.read())
@@ -89,11 +94,14 @@ def _input(name: str, arr: np.ndarray) -> Any:
     return t
 
 
-def text_inputs(prompt: str, max_tokens: int, *, stream: bool, stop_words: list[str] | None = None,
-                **scalars: Any) -> list[Any]:
-    inputs = [_input("text_input", np.array([[prompt.encode()]], dtype=object)),
-              _input("max_tokens", np.array([[max_tokens]], np.int32)),
-              _input("stream", np.array([[stream]], bool))]
+def text_inputs(
+    prompt: str, max_tokens: int, *, stream: bool, stop_words: list[str] | None = None, **scalars: Any
+) -> list[Any]:
+    inputs = [
+        _input("text_input", np.array([[prompt.encode()]], dtype=object)),
+        _input("max_tokens", np.array([[max_tokens]], np.int32)),
+        _input("stream", np.array([[stream]], bool)),
+    ]
     if stop_words:
         inputs.append(_input("stop_words", np.array([[w.encode() for w in stop_words]], dtype=object)))
     for name, value in scalars.items():
@@ -171,11 +179,13 @@ def test_engine_output_ids_equal_transformers_generate(server, tok, offline, str
     for i, prompt in enumerate(PROMPTS):
         ids = tok(prompt)["input_ids"]
         for streaming in (False, True):
-            inputs = [_input("input_ids", np.array([ids], np.int32)),
-                      _input("input_lengths", np.array([[len(ids)]], np.int32)),
-                      _input("request_output_len", np.array([[N_TOKENS]], np.int32)),
-                      _input("streaming", np.array([[streaming]], bool)),
-                      _input("end_id", np.array([[tok.eos_token_id]], np.int32))]
+            inputs = [
+                _input("input_ids", np.array([ids], np.int32)),
+                _input("input_lengths", np.array([[len(ids)]], np.int32)),
+                _input("request_output_len", np.array([[N_TOKENS]], np.int32)),
+                _input("streaming", np.array([[streaming]], bool)),
+                _input("end_id", np.array([[tok.eos_token_id]], np.int32)),
+            ]
             rid = f"ids-{i}-{streaming}"
             stream.send("tensorrt_llm", inputs, rid)
             results = stream.collect({rid})[rid]
@@ -217,8 +227,12 @@ def _stop_case(tok, offline) -> tuple[str, str, list[int]]:
         for k in range(2, N_TOKENS - 1):
             piece = tok.convert_ids_to_tokens(greedy[k])
             word = piece[1:]
-            if greedy[k] not in greedy[:k] and piece.startswith("\u2581") and word.isalpha() and \
-                    tok.encode(word, add_special_tokens=False) == [greedy[k]]:
+            if (
+                greedy[k] not in greedy[:k]
+                and piece.startswith("\u2581")
+                and word.isalpha()
+                and tok.encode(word, add_special_tokens=False) == [greedy[k]]
+            ):
                 return prompt, word, greedy
     pytest.fail(f"no greedy output of {STOP_PROMPTS} switches to a whole-word token")
 
@@ -227,7 +241,7 @@ def _stop_case(tok, offline) -> tuple[str, str, list[int]]:
 def test_stop_word_cuts_the_output(sync_server, tok, offline, model):
     prompt, word, greedy = _stop_case(tok, offline)
     stop_ids = tok.encode(word, add_special_tokens=False)
-    cut = next(i for i in range(len(greedy)) if greedy[i:i + len(stop_ids)] == stop_ids) + len(stop_ids)
+    cut = next(i for i in range(len(greedy)) if greedy[i : i + len(stop_ids)] == stop_ids) + len(stop_ids)
     assert 1 < cut < N_TOKENS  # a real cut, neither at the start nor at the length limit
     body = http_generate(sync_server, model, {"text_input": prompt, "max_tokens": N_TOKENS, "stop_words": [word]})
     full = text_of(tok, greedy[:cut])
@@ -244,10 +258,12 @@ def test_engine_output_ids_without_decoupled_mode(sync_server, tok, offline):
     for prompt in PROMPTS:
         ids = tok(prompt)["input_ids"]
         inputs = []
-        for name, arr in (("input_ids", np.array([ids], np.int32)),
-                          ("input_lengths", np.array([[len(ids)]], np.int32)),
-                          ("request_output_len", np.array([[N_TOKENS]], np.int32)),
-                          ("exclude_input_in_output", np.array([[False]], bool))):
+        for name, arr in (
+            ("input_ids", np.array([ids], np.int32)),
+            ("input_lengths", np.array([[len(ids)]], np.int32)),
+            ("request_output_len", np.array([[N_TOKENS]], np.int32)),
+            ("exclude_input_in_output", np.array([[False]], bool)),
+        ):
             t = httpclient.InferInput(name, list(arr.shape), "BOOL" if arr.dtype == bool else "INT32")
             t.set_data_from_numpy(arr)
             inputs.append(t)
@@ -296,11 +312,18 @@ def synthetic_05(tmp_path_factory, render_repo_module, serve_module):
     from conftest import asset
 
     engine = tmp_path_factory.mktemp("synthetic_engine")
-    (engine / "synthetic_engine.json").write_text(json.dumps(
-        {"vocab_size": 32000, "max_batch_size": 8, "max_input_len": 128, "max_seq_len": 256}))
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": 32000, "max_batch_size": 8, "max_input_len": 128, "max_seq_len": 256})
+    )
     tokenizer = asset("mistral_v1_tokenizer")
-    repo = render_repo_module(engine, tokenizer, profile="trtllm-0.5", streaming=True,
-                              values={"synthetic_token_delay_ms": 1}, name="synthetic05")
+    repo = render_repo_module(
+        engine,
+        tokenizer,
+        profile="trtllm-0.5",
+        streaming=True,
+        values={"synthetic_token_delay_ms": 1},
+        name="synthetic05",
+    )
     with serve_module(repo) as srv:
         yield srv, transformers.AutoTokenizer.from_pretrained(str(tokenizer))
 
@@ -312,24 +335,28 @@ def test_synthetic_engine_serves_the_predicted_tokens_with_the_0_5_contract(synt
     prompt = "What is machine learning?"
     ids = tok05(prompt)["input_ids"]
     expected = synthetic_token_ids(ids, 12, 32000, end_id=tok05.eos_token_id)
-    body = http_generate(server, "ensemble", {"text_input": prompt, "max_tokens": 12, "bad_words": "",
-                                              "stop_words": ""})
+    body = http_generate(
+        server, "ensemble", {"text_input": prompt, "max_tokens": 12, "bad_words": "", "stop_words": ""}
+    )
     # v0.5.0's backend always returns the prompt, and so the text starts with it
     assert body["text_output"] == tok05.decode(ids + expected, skip_special_tokens=True)
 
     s = Stream(server)
     try:
-        inputs = [_input("input_ids", np.array([ids], np.int32)),
-                  _input("input_lengths", np.array([[len(ids)]], np.int32)),
-                  _input("streaming", np.array([[True]], bool))]
+        inputs = [
+            _input("input_ids", np.array([ids], np.int32)),
+            _input("input_lengths", np.array([[len(ids)]], np.int32)),
+            _input("streaming", np.array([[True]], bool)),
+        ]
         out_len = grpcclient.InferInput("request_output_len", [1, 1], "UINT32")
         out_len.set_data_from_numpy(np.array([[12]], np.uint32))
         s.send("tensorrt_llm", inputs + [out_len], "syn")
         results = s.collect({"syn"})["syn"]
     finally:
         s.close()
-    assert [r.as_numpy("output_ids")[0, 0].tolist() for r in results] == [[t] for t in
-                                                                          synthetic_token_ids(ids, 12, 32000)]
+    assert [r.as_numpy("output_ids")[0, 0].tolist() for r in results] == [
+        [t] for t in synthetic_token_ids(ids, 12, 32000)
+    ]
     assert {o.name for o in results[0].get_response().outputs} == {"output_ids"}
 
 
@@ -340,10 +367,12 @@ def test_client_cancellation_stops_generation(server, tok):
 
     s = Stream(server)
     ids = tok(PROMPTS[0])["input_ids"]
-    inputs = [_input("input_ids", np.array([ids], np.int32)),
-              _input("input_lengths", np.array([[len(ids)]], np.int32)),
-              _input("request_output_len", np.array([[480]], np.int32)),
-              _input("streaming", np.array([[True]], bool))]
+    inputs = [
+        _input("input_ids", np.array([ids], np.int32)),
+        _input("input_lengths", np.array([[len(ids)]], np.int32)),
+        _input("request_output_len", np.array([[480]], np.int32)),
+        _input("streaming", np.array([[True]], bool)),
+    ]
     s.send("tensorrt_llm", inputs, "to-cancel")
     rid, _result, error = s.events.get(timeout=120)  # generation is under way
     assert error is None and rid == "to-cancel"

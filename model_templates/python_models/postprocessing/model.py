@@ -10,12 +10,19 @@ SentencePiece spaces, no U+FFFD).
 import json
 
 import triton_python_backend_utils as pb_utils
-
 from repo_builder_runtime.postprocessing import Postprocessor
 from repo_builder_runtime.triton_io import respond_each
 
-INPUT_NAMES = ("TOKENS_BATCH", "SEQUENCE_LENGTH", "DETOKENIZER_KEY", "STREAM", "SEQUENCE_INDEX", "ARRIVAL_TIME_NS",
-               "BATCH_INDEX", "FLUSH")
+INPUT_NAMES = (
+    "TOKENS_BATCH",
+    "SEQUENCE_LENGTH",
+    "DETOKENIZER_KEY",
+    "STREAM",
+    "SEQUENCE_INDEX",
+    "ARRIVAL_TIME_NS",
+    "BATCH_INDEX",
+    "FLUSH",
+)
 
 
 class TritonPythonModel:
@@ -25,9 +32,13 @@ class TritonPythonModel:
         self.core = Postprocessor(json.loads(args["model_config"]))
 
     def execute(self, requests):
-        return respond_each(pb_utils, requests, INPUT_NAMES,
-                            lambda inputs, request: self.core.process(inputs, request.request_id()),
-                            "postprocessing")
+        return respond_each(
+            pb_utils,
+            requests,
+            INPUT_NAMES,
+            lambda inputs, request: self.core.process(inputs, request.request_id()),
+            "postprocessing",
+        )
 
     def finalize(self):
         pass

@@ -10,7 +10,6 @@ response naming the field; the other requests of the batch are served.
 import json
 
 import triton_python_backend_utils as pb_utils
-
 from repo_builder_runtime.preprocessing import INPUT_NAMES, Preprocessor
 from repo_builder_runtime.triton_io import respond_each
 
@@ -22,8 +21,9 @@ class TritonPythonModel:
         self.core = Preprocessor(json.loads(args["model_config"]))
 
     def execute(self, requests):
-        return respond_each(pb_utils, requests, INPUT_NAMES, lambda inputs, _: self.core.process(inputs),
-                            "preprocessing")
+        return respond_each(
+            pb_utils, requests, INPUT_NAMES, lambda inputs, _: self.core.process(inputs), "preprocessing"
+        )
 
     def finalize(self):
         pass

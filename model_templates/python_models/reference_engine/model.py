@@ -6,7 +6,6 @@ vendored ``repo_builder_runtime`` package (engine_core.py, reference.py).
 """
 
 import triton_python_backend_utils as pb_utils
-
 from repo_builder_runtime.engine_core import TritonEngineModel
 from repo_builder_runtime.reference import ReferenceBackend
 

@@ -7,7 +7,6 @@ exclude_input_in_output, max_input_len, max_seq_len. All logic lives in the vend
 """
 
 import triton_python_backend_utils as pb_utils
-
 from repo_builder_runtime.engine_core import TritonEngineModel
 from repo_builder_runtime.synthetic import SyntheticBackend
 

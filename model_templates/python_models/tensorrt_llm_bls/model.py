@@ -31,19 +31,19 @@ import json
 import os
 import threading
 from collections import deque
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
 from repo_builder_runtime.bls import (
     BLSCore,
     BLSRequestError,
     BLSSettings,
     BLSStepError,
-    WiringError,
     Wiring,
+    WiringError,
     stack_rows,
 )
 from repo_builder_runtime.params import ModelParams
@@ -56,14 +56,16 @@ _STOP_INPUT = "stop"  # TensorRT-LLM's cancellation input: a request with the sa
 class _EngineStream:
     """Responses of one ``exec(decoupled=True)`` call as {name: numpy array}; empty ones skipped."""
 
-    def __init__(self, caller: "_Caller", model: str, inputs: Mapping[str, np.ndarray],
-                 outputs: Sequence[str], request_id: str) -> None:
+    def __init__(
+        self, caller: _Caller, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str], request_id: str
+    ) -> None:
         self._caller = caller
         self._model = model
         self._inputs = inputs
         self._request_id = request_id
-        req = pb_utils.InferenceRequest(model_name=model, inputs=caller.tensors(inputs),
-                                        requested_output_names=list(outputs), request_id=request_id)
+        req = pb_utils.InferenceRequest(
+            model_name=model, inputs=caller.tensors(inputs), requested_output_names=list(outputs), request_id=request_id
+        )
         self._it = req.exec(decoupled=True)
 
     def __iter__(self):
@@ -130,14 +132,19 @@ class _EngineStream:
         inputs = dict(self._inputs)
         inputs[_STOP_INPUT] = np.ones((1, 1), dtype=np.bool_)
         try:
-            req = pb_utils.InferenceRequest(model_name=self._model, inputs=self._caller.tensors(inputs),
-                                            requested_output_names=[], request_id=self._request_id)
+            req = pb_utils.InferenceRequest(
+                model_name=self._model,
+                inputs=self._caller.tensors(inputs),
+                requested_output_names=[],
+                request_id=self._request_id,
+            )
             for resp in req.exec(decoupled=True):
                 if resp.has_error():
                     self._caller.stop_supported = False
                     pb_utils.Logger.log_warn(
                         f"tensorrt_llm_bls: model '{self._model}' refused the stop request "
-                        f"({resp.error().message()}); stopped requests run to completion in the engine")
+                        f"({resp.error().message()}); stopped requests run to completion in the engine"
+                    )
         except Exception as exc:  # noqa: BLE001 - best effort: cancellation must not fail the request
             self._caller.stop_supported = False
             pb_utils.Logger.log_warn(f"tensorrt_llm_bls: stop request to '{self._model}' failed: {exc}")
@@ -159,8 +166,9 @@ class _Caller:
     def tensors(inputs: Mapping[str, np.ndarray]) -> list:
         return [pb_utils.Tensor(name, arr) for name, arr in inputs.items()]
 
-    def call(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
-             request_id: str) -> dict[str, np.ndarray]:
+    def call(
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str], request_id: str
+    ) -> dict[str, np.ndarray]:
         core = self.local.get(model)
         if core is not None:
             try:
@@ -168,15 +176,17 @@ class _Caller:
             except Exception as exc:  # noqa: BLE001 - surfaced like an error response of that model
                 raise BLSStepError(model, str(exc), isinstance(exc, RequestError)) from exc
             return {name: produced[name] for name in outputs if name in produced}
-        req = pb_utils.InferenceRequest(model_name=model, inputs=self.tensors(inputs),
-                                        requested_output_names=list(outputs), request_id=request_id)
+        req = pb_utils.InferenceRequest(
+            model_name=model, inputs=self.tensors(inputs), requested_output_names=list(outputs), request_id=request_id
+        )
         resp = req.exec()
         if resp.has_error():
             raise BLSStepError(model, resp.error().message(), is_client_error(pb_utils, resp.error()))
         return {t.name(): t.as_numpy() for t in resp.output_tensors()}
 
-    def stream(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
-               request_id: str) -> _EngineStream:
+    def stream(
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str], request_id: str
+    ) -> _EngineStream:
         return _EngineStream(self, model, inputs, outputs, request_id)
 
 
@@ -213,17 +223,22 @@ class TritonPythonModel:
         )
         here = os.path.dirname(os.path.abspath(__file__))
         try:
-            wiring = Wiring.load(os.path.join(here, "wiring.json"),
-                                 inputs=[i["name"] for i in cfg.get("input", [])] or None,
-                                 outputs=[o["name"] for o in cfg.get("output", [])] or None)
+            wiring = Wiring.load(
+                os.path.join(here, "wiring.json"),
+                inputs=[i["name"] for i in cfg.get("input", [])] or None,
+                outputs=[o["name"] for o in cfg.get("output", [])] or None,
+            )
         except WiringError as exc:
             raise pb_utils.TritonModelException(str(exc)) from exc
         local = {}
         post_config = os.path.join(here, "postprocessing_config.json")
         # postprocessing_config.json is the config of the one step after the engine (postprocessing, or
         # <name>_postprocessing in a repository serving several LLMs): that step runs in this process.
-        if bool(params.bool("bls_local_postprocessing", True)) and os.path.isfile(post_config) \
-                and len(wiring.post_steps) == 1:
+        if (
+            bool(params.bool("bls_local_postprocessing", True))
+            and os.path.isfile(post_config)
+            and len(wiring.post_steps) == 1
+        ):
             from repo_builder_runtime.postprocessing import Postprocessor
 
             with open(post_config, encoding="utf-8") as fh:
@@ -251,15 +266,19 @@ class TritonPythonModel:
 
         is_cancelled = getattr(sender, "is_cancelled", None) or getattr(request, "is_cancelled", None)
         try:
-            self.core.run(self._inputs(request), send, requested_outputs=request.requested_output_names(),
-                          request_id=request.request_id(), cancelled=is_cancelled)
+            self.core.run(
+                self._inputs(request),
+                send,
+                requested_outputs=request.requested_output_names(),
+                request_id=request.request_id(),
+                cancelled=is_cancelled,
+            )
         except Exception as exc:  # noqa: BLE001 - every failure becomes this request's error response
             if not isinstance(exc, (BLSRequestError, BLSStepError)):
                 pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
             if not final_sent:
                 try:
-                    sender.send(pb_utils.InferenceResponse(error=_error(exc)),
-                                flags=_FINAL)
+                    sender.send(pb_utils.InferenceResponse(error=_error(exc)), flags=_FINAL)
                 except Exception as send_exc:  # noqa: BLE001 - the client may be gone
                     pb_utils.Logger.log_warn(f"tensorrt_llm_bls: could not send the error: {send_exc}")
 
@@ -271,8 +290,12 @@ class TritonPythonModel:
                 collected.append(dict(outputs))
 
         try:
-            self.core.run(self._inputs(request), send, requested_outputs=request.requested_output_names(),
-                          request_id=request.request_id())
+            self.core.run(
+                self._inputs(request),
+                send,
+                requested_outputs=request.requested_output_names(),
+                request_id=request.request_id(),
+            )
             return _response(stack_rows(collected) if collected else {})
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, (BLSRequestError, BLSStepError)):
