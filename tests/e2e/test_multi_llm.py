@@ -134,7 +134,13 @@ def test_each_llm_answers_with_its_own_weights_and_tokenizer(server, llms, entry
         body = support.http_generate(
             server.http_hostport,
             f"{name}_{entry}",
-            {"text_input": PROMPT, "max_tokens": N_TOKENS, "bad_words": "", "stop_words": ""},
+            {
+                "text_input": PROMPT,
+                "max_tokens": N_TOKENS,
+                "bad_words": "",
+                "stop_words": "",
+                "exclude_input_in_output": True,
+            },
         )
         assert body["text_output"] == expected[name], name
 

@@ -80,7 +80,7 @@ def served(smollm2, render_repo_module, serve_module):
 
 
 def ensemble_text(server, prompt: str) -> str:
-    body = {"text_input": prompt, "max_tokens": MAX_TOKENS, "top_k": 1}
+    body = {"text_input": prompt, "max_tokens": MAX_TOKENS, "top_k": 1, "exclude_input_in_output": True}
     req = urllib.request.Request(
         f"{server.http_url}/v2/models/ensemble/generate",
         data=json.dumps(body).encode(),
