@@ -242,7 +242,9 @@ def test_sbatch_script_serves_the_tiny_model_under_slurm(slurm_cluster, tmp_path
         parent = procs.proc_info(procs.proc_info(pid).ppid)
         assert parent is not None and parent.comm == "slurmstepd"
         body = http_generate(
-            f"127.0.0.1:{http}", "ensemble", {"text_input": PROMPT, "max_tokens": 8, "bad_words": "", "stop_words": ""}
+            f"127.0.0.1:{http}",
+            "ensemble",
+            {"text_input": PROMPT, "max_tokens": 8, "bad_words": "", "stop_words": "", "exclude_input_in_output": True},
         )
         assert body["text_output"] == greedy_text(ckpt, PROMPT, 8)
         assert procs.shm_files(f"rb{job}_r0_"), "the job's Python-backend regions carry its prefix"
