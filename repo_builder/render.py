@@ -29,9 +29,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from .contract import MODEL_NAMES, ProfileContract, load_contract
+from .contract import MODEL_NAMES, ProfileContract, TritonDType, load_contract
 from .errors import Interrupted, ParameterError, RenderError, RepoBuilderError, TemplateError
 from .lockfile import LOCK_NAME, build_lock, dumps
 from .paths import runtime_dir, templates_dir
@@ -53,22 +53,8 @@ PYTHON_MODEL_KINDS = {
 }
 ENGINE_MODEL_KINDS = {"hf": "reference_engine", "synthetic": "synthetic_engine"}
 RUNTIME_FOLDER = "repo_builder_runtime"
-TRITON_DTYPES = (
-    "TYPE_BOOL",
-    "TYPE_UINT8",
-    "TYPE_UINT16",
-    "TYPE_UINT32",
-    "TYPE_UINT64",
-    "TYPE_INT8",
-    "TYPE_INT16",
-    "TYPE_INT32",
-    "TYPE_INT64",
-    "TYPE_FP16",
-    "TYPE_FP32",
-    "TYPE_FP64",
-    "TYPE_STRING",
-    "TYPE_BF16",
-)
+#: Triton data type names (``TYPE_*``): the contract's own type, so a template value and a tensor agree.
+TRITON_DTYPES: tuple[str, ...] = get_args(TritonDType)
 
 
 # ----------------------------------------------------------------------------------------------------
