@@ -271,3 +271,25 @@ def test_repeated_lists_come_from_the_row_cache(llama):
     assert calls == [] and again.tolist() == first.tolist()
     with pytest.raises(RequestError):  # limits still apply to a cached row
         enc.word_list([words + ["x"] * MAX_WORDS], "stop_words")
+
+
+# ---- engine-side indexes: same answers as a scan over every word ------------------------------------------
+
+
+def test_stop_and_bad_word_indexes_equal_a_scan_over_every_word():
+    import random
+
+    from repo_builder.runtime.wordlists import BadWordIndex, StopWordIndex
+
+    rng = random.Random(15)
+    for _ in range(200):
+        words = [[rng.randrange(6) for _ in range(rng.randint(0, 3))] for _ in range(rng.randint(0, 12))]
+        history = [rng.randrange(6) for _ in range(rng.randint(0, 5))]
+        stops = StopWordIndex(words)
+        scan_stop = any(w and len(w) <= len(history) and history[-len(w) :] == w for w in words)
+        assert stops.ends_with_any(history) == scan_stop and bool(stops) == any(words)
+        scan_bad = set()
+        for w in words:
+            if w and (len(w) == 1 or (len(w) - 1 <= len(history) and history[-(len(w) - 1) :] == w[:-1])):
+                scan_bad.add(w[-1])
+        assert set(BadWordIndex(words).banned(history)) == scan_bad

@@ -217,11 +217,10 @@ def parse_word_list(arr: np.ndarray | None, field_name: str) -> list[list[int]]:
         a = a[0]
     if a.ndim != 2 or a.shape[0] != 2:
         raise RequestError(field_name, f"expected shape [2, N] (ids row, offsets row), got {list(a.shape)}")
-    ids = [int(x) for x in a[0]]
+    ids = a[0].tolist()
     words: list[list[int]] = []
     start = 0
-    for off in a[1]:
-        off = int(off)
+    for off in a[1].tolist():
         if off < 0:
             break
         if off < start or off > len(ids):

@@ -42,7 +42,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -458,3 +458,74 @@ class WordEncoder:
         if not any_word:
             return np.zeros((batch, 0), dtype=np.float32)
         return bias
+
+
+class StopWordIndex:
+    """Which token-id sequences a generated token sequence ends with, in time independent of their number.
+
+    The sequences are bucketed by their last id, so a new token is compared only with the sequences that end
+    with it (the engine's per-token stop-word test; 10,000 stop words cost what 10 do).
+
+    Args:
+        words: token-id sequences (``stop_words_list`` decoded); empty ones are ignored.
+    """
+
+    def __init__(self, words: Iterable[Sequence[int]]) -> None:
+        self._by_last: dict[int, list[list[int]]] = {}
+        for word in words:
+            if len(word):
+                self._by_last.setdefault(int(word[-1]), []).append([int(t) for t in word])
+
+    def __bool__(self) -> bool:
+        return bool(self._by_last)
+
+    def ends_with_any(self, tokens: Sequence[int]) -> bool:
+        """True when ``tokens`` (the generated ids so far) ends with one of the sequences."""
+        if not tokens:
+            return False
+        bucket = self._by_last.get(tokens[-1])
+        if bucket is None:
+            return False
+        n_tokens = len(tokens)
+        for word in bucket:
+            n = len(word)
+            if n <= n_tokens and (n == 1 or list(tokens[-n:]) == word):
+                return True
+        return False
+
+
+class BadWordIndex:
+    """The ids to ban at the next step for TensorRT-LLM bad words, in time independent of their number.
+
+    A bad word ``[..., p, t]`` bans ``t`` when the history ends with its prefix ``[..., p]``; a one-token word
+    bans its token always. Prefixes are bucketed by their last id.
+
+    Args:
+        words: token-id sequences (``bad_words_list`` decoded); empty ones are ignored.
+    """
+
+    def __init__(self, words: Iterable[Sequence[int]]) -> None:
+        self.always: list[int] = []
+        self._by_last: dict[int, list[tuple[list[int], int]]] = {}
+        for word in words:
+            if not len(word):
+                continue
+            ids = [int(t) for t in word]
+            if len(ids) == 1:
+                self.always.append(ids[0])
+            else:
+                self._by_last.setdefault(ids[-2], []).append((ids[:-1], ids[-1]))
+
+    def __bool__(self) -> bool:
+        return bool(self.always or self._by_last)
+
+    def banned(self, history: Sequence[int]) -> list[int]:
+        """Ids the next token must not be, given ``history`` (prompt + generated ids)."""
+        out = list(self.always)
+        if history:
+            n_hist = len(history)
+            for prefix, token in self._by_last.get(history[-1], ()):
+                n = len(prefix)
+                if n <= n_hist and (n == 1 or list(history[-n:]) == prefix):
+                    out.append(token)
+        return out
