@@ -2,11 +2,12 @@
 
     python scripts/bench_wordlists.py --tokenizer DIR [--words 1000,10000] [--reps 5]
 
-Per word count, the minimum, median and maximum over ``--reps`` of: preprocessing's
+Per word count, the median, minimum and maximum over ``--reps`` of: preprocessing's
 ``WordEncoder.word_list`` with a fresh encoder (every word is encoded), the same list sent again to that
-encoder (the row cache: what a client pays that sends the same list with every request), and a 256-token stream through ``StopStringMatcher`` with that many
-stop strings (none of which matches). CPU seconds of this process (``time.process_time``), which includes
-the tokenizer's Rust threads; wall time on a loaded machine is not meaningful.
+encoder (the row cache: what a client pays that sends the same list with every request), and a 256-token
+stream through ``StopStringMatcher`` with that many stop strings (none of which matches). CPU seconds of
+this process (``time.process_time``), which includes the tokenizer's Rust threads; wall time on a loaded
+machine is not meaningful. Through Triton: ``scripts/bench_wordlists_server.py``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def main() -> None:
             m.flush()
             match_t.append(time.process_time() - t)
         print(
-            f"{n:>6} words (joined encode: {enc.joined}): word_list {_stats(enc_t)}; same list again "
+            f"{n:>6} words (joined encode: {getattr(enc, 'joined', None)}): word_list {_stats(enc_t)}; same list again "
             f"{_stats(again_t)}; 256-token stop-string stream {_stats(match_t)}"
         )
 

@@ -467,20 +467,27 @@ class StopWordIndex:
     with it (the engine's per-token stop-word test; 10,000 stop words cost what 10 do).
 
     Args:
-        words: token-id sequences (``stop_words_list`` decoded); empty ones are ignored.
+        words: token-id sequences (``stop_words_list`` decoded: lists of ints, kept, not copied); empty ones
+            are ignored.
     """
 
     def __init__(self, words: Iterable[Sequence[int]]) -> None:
         self._by_last: dict[int, list[list[int]]] = {}
+        by_last = self._by_last
         for word in words:
             if len(word):
-                self._by_last.setdefault(int(word[-1]), []).append([int(t) for t in word])
+                seq = word if type(word) is list else list(word)
+                bucket = by_last.get(seq[-1])
+                if bucket is None:
+                    by_last[seq[-1]] = [seq]
+                else:
+                    bucket.append(seq)
 
     def __bool__(self) -> bool:
         return bool(self._by_last)
 
-    def ends_with_any(self, tokens: Sequence[int]) -> bool:
-        """True when ``tokens`` (the generated ids so far) ends with one of the sequences."""
+    def ends_with_any(self, tokens: list[int]) -> bool:
+        """True when ``tokens`` (the generated ids so far, a list) ends with one of the sequences."""
         if not tokens:
             return False
         bucket = self._by_last.get(tokens[-1])
@@ -489,7 +496,7 @@ class StopWordIndex:
         n_tokens = len(tokens)
         for word in bucket:
             n = len(word)
-            if n <= n_tokens and (n == 1 or list(tokens[-n:]) == word):
+            if n <= n_tokens and (n == 1 or tokens[-n:] == word):
                 return True
         return False
 
