@@ -130,7 +130,7 @@ def test_no_chat_template_is_a_clear_400():
 
 
 def test_sampling_fields_map_onto_ensemble_inputs():
-    from repo_builder.openai.app import sampling_fields
+    from repo_builder.openai.jobs import sampling_fields
 
     def fields(**kw):
         return sampling_fields(parse_request(CompletionRequest, {**COMPLETION, **kw}), lambda name: True)
@@ -196,7 +196,8 @@ def test_chat_prompt_gets_one_bos_through_preprocessing(tmp_path):
     """The text the front end sends, encoded as preprocessing encodes it, is apply_chat_template(tokenize=True)."""
     from transformers import AutoTokenizer
 
-    from repo_builder.openai.app import ServedModel, chat_prompt
+    from repo_builder.openai.jobs import chat_prompt
+    from repo_builder.openai.served import ServedModel
     from repo_builder.runtime.text import encode_prompt
     from repo_builder.testing import packaged_tokenizer
 
@@ -228,7 +229,8 @@ def test_chat_prompt_gets_one_bos_through_preprocessing(tmp_path):
 def test_preprocessing_template_mode_takes_one_user_message(tmp_path):
     from transformers import AutoTokenizer
 
-    from repo_builder.openai.app import ServedModel, chat_prompt
+    from repo_builder.openai.jobs import chat_prompt
+    from repo_builder.openai.served import ServedModel
     from repo_builder.testing import packaged_tokenizer
 
     tok = AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1-instruct", tmp_path / "tok")))

@@ -62,8 +62,8 @@ def openai(
         raise RepoBuilderError(
             f"the OpenAI front end needs {exc.name}, which is not installed", hint="pip install 'repo-builder[openai]'"
         ) from None
-    from ..openai.app import FrontEndConfig
     from ..openai.serve import serve
+    from ..openai.served import FrontEndConfig
 
     watch = None
     if watch_pid:
