@@ -191,6 +191,33 @@ def test_malformed_lock_is_refused(tiny: Path) -> None:
         scan_repository(tiny)
 
 
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('{"launch": {"world_size": true}}', "launch.world_size"),
+        ('{"launch": {"world_size": 2, "tensorrt_llm_model_names": [""]}}', "launch.tensorrt_llm_model_names"),
+        ('{"launch": {"world_size": 4, "tp_size": 2, "pp_size": 1}}', "launch.world_size"),
+        ('{"launch": [1]}', "launch"),
+        ("{not json", None),
+        ("[]", None),
+    ],
+)
+def test_bad_lock_file_is_refused_naming_the_file_and_key(tiny: Path, text: str, key: str | None) -> None:
+    (tiny / "repo-builder.lock.json").write_text(text)
+    with pytest.raises(LaunchError) as err:
+        scan_repository(tiny)
+    assert err.value.path == tiny / "repo-builder.lock.json" and err.value.key == key
+
+
+def test_partial_hand_made_lock_file_is_read_leniently(tiny: Path) -> None:
+    # no tool/version/files: the strict LockFile schema refuses it, the launcher's reader only checks `launch`
+    (tiny / "repo-builder.lock.json").write_text('{"launch": {"world_size": 2, "note": "by hand"}}')
+    info = scan_repository(tiny)
+    assert (info.lock_world_size, info.lock_model_names) == (2, None)
+    (tiny / "repo-builder.lock.json").write_text('{"tool": "repo-builder"}')
+    assert scan_repository(tiny).lock_path is None
+
+
 def test_oversubscribe_added_when_ranks_exceed_cores(tiny: Path) -> None:
     assert not plan(tiny, cpu=2, world_size=2).oversubscribe
     p = plan(tiny, cpu=2, world_size=3)
