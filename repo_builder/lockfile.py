@@ -398,8 +398,9 @@ def _checked_launch(
         loc = [str(x) for x in first.get("loc", ())]
         msg = "missing" if first.get("type") == "missing" else str(first.get("msg", "invalid"))
         got = "" if first.get("type") == "missing" else f", got {first.get('input')!r}"
+        inner = "".join(f"{x}: " for x in loc[1:])  # e.g. the model of a python_instances entry
         raise error(
-            f"{'.'.join(['launch', *loc])}: {msg}{got}",
+            f"{inner}{msg}{got}",
             path=path,
             key=f"launch.{loc[0]}" if loc else "launch",
             hint=hint,
