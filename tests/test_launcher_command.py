@@ -461,3 +461,27 @@ def test_engine_dir_missing_here_is_a_note(tiny: Path, tmp_path: Path) -> None:
     add_trtllm_model(tiny, tmp_path / "not-here")
     p = plan(tiny)
     assert p.world_size == 1 and any("not a directory here" in n for n in p.notes)
+
+
+def test_launch_option_defaults_have_one_home() -> None:
+    # server/options.DEFAULTS is read by LaunchConfig and by the typer options of `launch` (and `stop --timeout`)
+    import inspect
+
+    from repo_builder.commands import serve as commands
+    from repo_builder.server.options import DEFAULTS
+
+    fields = LaunchConfig.model_fields
+    assert set(DEFAULTS) == set(fields) - {"model_repo", "server_args"}
+    params = inspect.signature(commands.launch).parameters
+    for name, value in DEFAULTS.items():
+        assert fields[name].default == value, name
+        assert params[name].default.default == value, name
+    assert inspect.signature(commands.stop).parameters["timeout"].default.default == DEFAULTS["stop_timeout"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "repo_builder", "launch", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert f"[default: {DEFAULTS['http_port']}]" in shown.stdout and f"[default: {DEFAULTS['timeout']}]" in shown.stdout

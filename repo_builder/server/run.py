@@ -185,10 +185,12 @@ def stop(
     *,
     pid_file: Path | None = None,
     model_repo: Path | None = None,
-    timeout: float = 30.0,
+    timeout: float | None = None,
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run ``repo-builder stop``: stop a ``--detach`` launch cleanly and remove its pid file.
+
+    ``timeout``: seconds of graceful stop before SIGKILL; None = the launch's own ``stop_timeout``.
 
     Raises:
         LaunchError: neither a pid file nor a repository was given, or there is no pid file for it.
