@@ -106,7 +106,7 @@ class Ports:
 
 
 def _request(port: int, method: str, path: str) -> tuple[int, bytes] | None:
-    from repo_builder.server.process import http_request
+    from repo_builder.server.probe import http_request
 
     return http_request("127.0.0.1", port, method, path)
 
@@ -249,7 +249,7 @@ def main() -> int:
     ap.add_argument("--json", help="write raw times and summaries here")
     args = ap.parse_args()
 
-    from repo_builder.server.process import POLL_S
+    from repo_builder.server.launch_processes import POLL_S
 
     work = Path(tempfile.mkdtemp(prefix="rb-bench-launch-", dir=args.workdir))
     info = machine()
