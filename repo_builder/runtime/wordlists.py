@@ -197,8 +197,10 @@ class WordEncoder:
         the Rust tokenizer in the state ``encode()`` uses (no truncation or padding, the tokenizer's
         ``split_special_tokens``); the batch skips transformers' per-encoding conversion (offsets, masks),
         which costs more than the encoding itself."""
+        backend = self._backend
+        assert backend is not None  # callers check for a fast tokenizer first
         self._enc(_ANCHOR)
-        return getattr(self._backend, "encode_batch_fast", None) or self._backend.encode_batch
+        return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
 
     def _after_anchor_each(self, bodies: list[str]) -> list[tuple[int, ...] | None]:
         """Ids of ``ANCHOR + body`` after the anchor's ids, one ``encode(t, add_special_tokens=False)`` per
