@@ -333,7 +333,10 @@ def place(
 class PlacementJob:
     """:func:`place` in a background thread, so a render copies the engine while it renders the rest.
 
-    ``start()`` starts the thread; ``join()`` waits for it and raises what :func:`place` raised there;
+    ``start()`` starts the thread; ``join()`` waits for it and raises what :func:`place` raised there.
+    Files of at most :data:`PROGRESS_THRESHOLD` bytes (an engine's ``config.json``, a checkpoint's small files)
+    are placed first: ``wait_small()`` returns once they are, so that the repository can be validated while the
+    large files are still being copied.
     ``cancel(kick)`` asks it to stop and waits until it has: :func:`place` stops before the next file or
     kernel call, and ``kick(thread id)``, called every ``interval`` seconds while the thread still runs, may
     deliver a signal to it so that a long ``copy_file_range`` call returns early (the render does that with
@@ -347,6 +350,7 @@ class PlacementJob:
         self.progress = progress
         self.error: BaseException | None = None
         self._stop = threading.Event()
+        self._small = threading.Event()
         self._lock = threading.Lock()
         self._placing = False
         self.thread = threading.Thread(target=self._run, name="repo-builder-placement", daemon=True)
@@ -359,13 +363,34 @@ class PlacementJob:
         return self
 
     def _run(self) -> None:
+        plan = self.plan
+        small = [f for f in plan.files if f.size <= PROGRESS_THRESHOLD]
+        large = [f for f in plan.files if f.size > PROGRESS_THRESHOLD]
         try:
-            place(self.plan, self.root, progress=self.progress, stop=self._stop)
+            for files in (small, large):
+                place(
+                    PlacementPlan(plan.mode, plan.source_dir, plan.engine_subdir, files),
+                    self.root,
+                    progress=self.progress,
+                    stop=self._stop,
+                )
+                self._small.set()
         except BaseException as exc:  # handed to join(); a KeyboardInterrupt from place() too
             self.error = exc
         finally:
+            self._small.set()
             with self._lock:
                 self._placing = False
+
+    def wait_small(self) -> None:
+        """Wait until the small files are placed (see the class).
+
+        Raises:
+            whatever :func:`place` raised so far.
+        """
+        self._small.wait()
+        if self.error is not None:
+            raise self.error
 
     def join(self) -> None:
         """Wait until every file is placed.

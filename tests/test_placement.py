@@ -311,3 +311,29 @@ def test_placement_job_join_raises_the_copy_error(engine, tmp_path):
     with pytest.raises(RenderError, match="placing engine file"):
         job.join()
     assert not job.thread.is_alive()
+
+
+def test_placement_job_places_small_files_first(engine, tmp_path, monkeypatch):
+    """wait_small() returns once the files up to PROGRESS_THRESHOLD are placed, while a large one is still being
+    copied (render validates the repository then: it reads the engine's config.json, not the rank files)."""
+    (engine / "rank0.engine").write_bytes(os.urandom(1 << 20))
+    monkeypatch.setattr(placement, "PROGRESS_THRESHOLD", 1 << 19)
+    release = threading.Event()
+    real_copy = placement.copy_file
+
+    def copy_file(src, dst, **kwargs):
+        if src.name == "rank0.engine":
+            assert release.wait(60)
+        return real_copy(src, dst, **kwargs)
+
+    monkeypatch.setattr(placement, "copy_file", copy_file)
+    plan = plan_placement("trtllm", engine, "copy")
+    plan.files.reverse()  # the large file first in the plan: still placed after the small ones
+    job = placement.PlacementJob(plan, tmp_path / "root").start()
+    job.wait_small()
+    folder = tmp_path / "root" / "tensorrt_llm" / "1"
+    assert (folder / "config.json").read_bytes() == (engine / "config.json").read_bytes()
+    assert job.thread.is_alive()
+    release.set()
+    job.join()
+    assert (folder / "rank0.engine").read_bytes() == (engine / "rank0.engine").read_bytes()

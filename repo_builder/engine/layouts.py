@@ -104,6 +104,25 @@ def _looks_like_encoder(architecture: str) -> bool:
     return any(h in low for h in _ENCODER_HINTS)
 
 
+def _sections(
+    directory: Path, cfg: dict[str, Any], names: tuple[str, str], *, limits_in: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two top-level sections ``names`` of a layout as objects ({} when absent); the one named ``limits_in``
+    must give ``max_batch_size`` and ``max_input_len``.
+
+    Raises:
+        EngineError: a section is not an object, or a limit is missing (names the section).
+    """
+    first, second = (cfg.get(name) or {} for name in names)
+    if not isinstance(first, dict) or not isinstance(second, dict):
+        raise EngineError(f"{names[0]} and {names[1]} must be objects", path=directory / "config.json")
+    limits = first if limits_in == names[0] else second
+    missing = [k for k in ("max_batch_size", "max_input_len") if limits.get(k) is None]
+    if missing:
+        raise EngineError(f"{limits_in} lacks {', '.join(missing)}", path=directory / "config.json")
+    return first, second
+
+
 def parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     """The pre-0.8 layout (``builder_config`` + ``plugin_config``): world size = tensor_parallel x
     pipeline_parallel, max_seq_len = max_input_len + max_output_len (else max_position_embeddings).
@@ -111,13 +130,7 @@ def parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     Raises:
         EngineError: a section is not an object, or max_batch_size / max_input_len is missing.
     """
-    b = cfg.get("builder_config") or {}
-    p = cfg.get("plugin_config") or {}
-    if not isinstance(b, dict) or not isinstance(p, dict):
-        raise EngineError("builder_config and plugin_config must be objects", path=directory / "config.json")
-    missing = [k for k in ("max_batch_size", "max_input_len") if b.get(k) is None]
-    if missing:
-        raise EngineError(f"builder_config lacks {', '.join(missing)}", path=directory / "config.json")
+    b, p = _sections(directory, cfg, ("builder_config", "plugin_config"), limits_in="builder_config")
     max_input = int(b["max_input_len"])
     max_output = _int(b.get("max_output_len"))
     architecture = str(b.get("name") or "unknown")
@@ -180,15 +193,9 @@ def parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     Raises:
         EngineError: a section is not an object, or max_batch_size / max_input_len is missing.
     """
-    pre = cfg.get("pretrained_config") or {}
-    build = cfg.get("build_config") or {}
-    if not isinstance(pre, dict) or not isinstance(build, dict):
-        raise EngineError("pretrained_config and build_config must be objects", path=directory / "config.json")
+    pre, build = _sections(directory, cfg, ("pretrained_config", "build_config"), limits_in="build_config")
     plugin = build.get("plugin_config") or {}
     lora = build.get("lora_config") or {}
-    missing = [k for k in ("max_batch_size", "max_input_len") if build.get(k) is None]
-    if missing:
-        raise EngineError(f"build_config lacks {', '.join(missing)}", path=directory / "config.json")
     mapping = pre.get("mapping") or {}
     tp = _int(mapping.get("tp_size"), 1) or 1
     pp = _int(mapping.get("pp_size"), 1) or 1

@@ -7,7 +7,8 @@ Pipeline of :func:`render_repository` (``docs/design.md``)::
     -> temp dir beside the output (same filesystem); engine files placed from a thread   [write.write_repository]
        meanwhile: inspect_tokenizer -> resolve -> render every template to text -> parse each with protobuf
        text_format, scan for "${" -> vendor the runtime -> lock file                     [plan.PreparedRender.finish]
-    -> write the files -> wait for the engine files -> validate the temp dir -> atomic rename
+    -> write the files -> validate the temp dir (once the engine's small files are placed) -> wait for the large
+       engine files -> atomic rename
 
 Bad input that needs no tokenizer (mode, output, values, engine) is refused before anything is written. A
 failure after that (a tokenizer, a contradiction found by resolve, a template bug, a failed copy, a signal)

@@ -21,7 +21,7 @@ from ..contract import MODEL_NAMES, ProfileContract, load_contract
 from ..engine import EngineInfo
 from ..errors import ParameterError, RenderError
 from ..lockfile import LOCK_NAME, build_lock, dumps
-from ..pbtxt import backend_json, parse_model_config
+from ..pbtxt import backend_json
 from ..placement import PLACEMENT_MODES, PlacementPlan, plan_placement
 from .options import RenderOptions
 from .output import check_output
@@ -131,7 +131,10 @@ class PreparedRender:
             values["tensorrt_llm_model_name"] = names["tensorrt_llm"]
             render_contract = _prefixed_contract(self.contract, names)
 
-        configs = render_configs(profile, values, engine_kind=kind, contract=render_contract, names=names)
+        parsed: dict[str, Any] = {}
+        configs = render_configs(
+            profile, values, engine_kind=kind, contract=render_contract, names=names, parsed=parsed
+        )
 
         files: dict[str, bytes] = {f"{names[m]}/config.pbtxt": text.encode("utf-8") for m, text in configs.items()}
         python_models = dict(PYTHON_MODEL_KINDS)
@@ -148,7 +151,7 @@ class PreparedRender:
                 step["model"] = "tensorrt_llm"
         files[f"{names['tensorrt_llm_bls']}/1/wiring.json"] = (json.dumps(wiring, indent=2) + "\n").encode()
         # The BLS runs postprocessing's code in-process (bls_local_postprocessing) with postprocessing's own config.
-        post_config = backend_json(parse_model_config(configs["postprocessing"], path="postprocessing/config.pbtxt"))
+        post_config = backend_json(parsed["postprocessing"])
         files[f"{names['tensorrt_llm_bls']}/1/postprocessing_config.json"] = (
             json.dumps(post_config, indent=2, sort_keys=True) + "\n"
         ).encode()
@@ -182,7 +185,7 @@ class PreparedRender:
             engine_files=[f.target for f in placement.files],
             tp_size=engine.tp_size if kind == "trtllm" else 1,
             pp_size=engine.pp_size if kind == "trtllm" else 1,
-            python_instances={names[m]: n for m, n in _python_instances(configs).items()},
+            python_instances={names[m]: n for m, n in _python_instances(parsed).items()},
         )
         files[LOCK_NAME] = dumps(lock)
         return RenderPlan(
@@ -316,13 +319,8 @@ def _prefixed_contract(contract: ProfileContract, names: Mapping[str, str]) -> P
     return contract.model_copy(update={"models": models})
 
 
-def _python_instances(configs: Mapping[str, str]) -> dict[str, int]:
+def _python_instances(parsed: Mapping[str, Any]) -> dict[str, int]:
     """{model: Python-backend stub processes} of the rendered ``backend: "python"`` configs (for the lock file)."""
     from ..pbtxt import python_instances
 
-    out = {}
-    for model, text in configs.items():
-        cfg = parse_model_config(text, path=f"{model}/config.pbtxt")
-        if cfg.backend == "python":
-            out[model] = python_instances(cfg)
-    return out
+    return {model: python_instances(cfg) for model, cfg in parsed.items() if cfg.backend == "python"}

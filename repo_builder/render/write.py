@@ -3,11 +3,11 @@
 :func:`write_repository` creates a temp dir beside the output (same filesystem), starts placing the engine
 files there in a background thread (:class:`repo_builder.placement.PlacementJob`) and, meanwhile, finishes
 the plan in this thread (tokenizer inspection, resolve, templates: render's fixed ~0.25 s, which so hides
-behind a ``copy`` of a large engine), writes the rendered files, waits for the engine files, validates the
-temp dir and renames it into place. A failure on either side, or a signal, stops the copy, removes the temp
-dir (and the parent folders it created) and leaves an existing repository untouched; with ``force`` the old
-repository is moved aside and deleted only after the new one has been renamed into place.
-:func:`diff_against` is the dry run's unified diff.
+behind a ``copy`` of a large engine), writes the rendered files, validates the temp dir once the engine's
+small files (its config) are there, waits for the large ones and renames it into place. A failure on either
+side, or a signal, stops the copy, removes the temp dir (and the parent folders it created) and leaves an
+existing repository untouched; with ``force`` the old repository is moved aside and deleted only after the
+new one has been renamed into place. :func:`diff_against` is the dry run's unified diff.
 """
 
 from __future__ import annotations
@@ -229,8 +229,7 @@ def write_repository(
                 raise RenderError("the plan's engine placement is not the one being placed (a repo-builder bug)")
             diff = diff_against(plan, out) if existed else ""
             _write_files(plan, tmp)
-            job.join()
-            job = None
+            job.wait_small()  # validation reads the engine's config file, not its large files
             from ..validate import validate_repository
 
             problems = validate_repository(tmp, served_at=plan.serve_root)
@@ -240,6 +239,8 @@ def write_repository(
                     + "\n".join(str(p) for p in problems),
                     path=out,
                 )
+            job.join()
+            job = None
             with signals.deferred(reraise=False):  # the swap is two renames: a signal waits until both are done
                 if existed:
                     old = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-old-", dir=out.parent))
