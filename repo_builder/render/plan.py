@@ -21,7 +21,7 @@ from ..contract import MODEL_NAMES, ProfileContract, load_contract
 from ..engine import EngineInfo
 from ..errors import ParameterError, RenderError
 from ..lockfile import LOCK_NAME, build_lock, dumps
-from ..pbtxt import backend_json
+from ..pbtxt import backend_json, parse_model_config
 from ..placement import PLACEMENT_MODES, PlacementPlan, plan_placement
 from .options import RenderOptions
 from .output import check_output
@@ -131,10 +131,9 @@ class PreparedRender:
             values["tensorrt_llm_model_name"] = names["tensorrt_llm"]
             render_contract = _prefixed_contract(self.contract, names)
 
-        parsed: dict[str, Any] = {}
-        configs = render_configs(
-            profile, values, engine_kind=kind, contract=render_contract, names=names, parsed=parsed
-        )
+        configs = render_configs(profile, values, engine_kind=kind, contract=render_contract, names=names)
+        # each text is parsed once per process (repo_builder.pbtxt caches): these calls cost a copy each
+        parsed = {m: parse_model_config(text, path=f"{names[m]}/config.pbtxt") for m, text in configs.items()}
 
         files: dict[str, bytes] = {f"{names[m]}/config.pbtxt": text.encode("utf-8") for m, text in configs.items()}
         python_models = dict(PYTHON_MODEL_KINDS)

@@ -175,7 +175,6 @@ def render_configs(
     engine_kind: str,
     contract: ProfileContract | None = None,
     names: Mapping[str, str] | None = None,
-    parsed: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """Render, tidy and parse the ``config.pbtxt`` of every model of ``profile``.
 
@@ -184,7 +183,6 @@ def render_configs(
         engine_kind: ``trtllm``, ``hf`` or ``synthetic`` (reserved template variable ``engine_kind``).
         names: {model role: model name in the repository} when they differ (several LLMs in one repository);
             the template variable ``model_name`` and the ensemble's step models follow it.
-        parsed: when given, filled with {model role: the parsed ``ModelConfig``} (each text is parsed once).
     Returns:
         {model role (preprocessing, tensorrt_llm, ...): config.pbtxt text}.
     Raises:
@@ -225,8 +223,6 @@ def render_configs(
         rel = f"{(names or {}).get(model, model)}/config.pbtxt"
         for ph in find_placeholders(text):
             raise TemplateError(f"line {ph.line}: unfilled placeholder ${{{ph.name}}} in {rel}", path=path)
-        config = parse_model_config(text, path=f"{rel} (rendered from {path})")
-        if parsed is not None:
-            parsed[model] = config
+        parse_model_config(text, path=f"{rel} (rendered from {path})")
         out[model] = text
     return out
