@@ -13,20 +13,12 @@ from typing import Any
 import numpy as np
 
 from . import errors
-from .errors import ModelLoadError
+from .errors import EngineLoadError  # noqa: F401  (re-exported: the engines import it from here)
 from .limits import LIMITS, check
 from .triton_io import IOSpec
 
 # --------------------------------------------------------------------------------------------------
 # Model config I/O
-
-
-class EngineLoadError(ModelLoadError):
-    """The engine directory or a model parameter is unusable; raised from ``initialize``.
-
-    The message names the path or parameter key and says how to fix it (Triton shows it as the model's
-    load error).
-    """
 
 
 class RequestError(errors.RequestError):
