@@ -69,9 +69,11 @@ def _load_values_file(values_file: str | Path) -> dict[str, Any]:
     """
     import yaml
 
+    from ..yamlio import safe_load
+
     path = Path(values_file)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ParameterError(f"cannot read the values file: {exc.strerror or exc}", path=path) from exc
     except yaml.YAMLError as exc:
