@@ -456,3 +456,25 @@ def test_coalescing_with_stop_string_and_sequences():
         if o:
             per_seq.setdefault(int(o["sequence_index"][0, 0]), []).append(o["text_output"][0, 0].decode())
     assert {k: "".join(v) for k, v in per_seq.items()} == {0: "abab", 1: "abab"}
+
+
+def test_client_cancellation_polled_by_count_and_time(monkeypatch):
+    from repo_builder.runtime import bls
+
+    polls = []
+
+    def cancelled():
+        polls.append(1)
+        return True
+
+    monkeypatch.setattr(bls, "CANCEL_POLL_SECONDS", 0.0)
+    models = FakeModels()
+    sent = []
+    make_core(models).run(request("abc", 40, stream=True), lambda o, f: sent.append((o, f)), cancelled=cancelled)
+    assert len(polls) == 1 and models.streams[0].cancelled
+    assert len(texts(sent)) == bls.CANCEL_POLL_EVERY - 1 and sent[-1] == (None, True)
+    # polls are an IPC round trip each: never more often than CANCEL_POLL_SECONDS
+    monkeypatch.setattr(bls, "CANCEL_POLL_SECONDS", 1e9)
+    polls.clear()
+    make_core(FakeModels()).run(request("abc", 40, stream=True), lambda o, f: None, cancelled=cancelled)
+    assert polls == []

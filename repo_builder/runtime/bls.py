@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -75,6 +76,7 @@ __all__ = [
     "BATCH_INDEX",
     "BEAM_WIDTH",
     "CANCEL_POLL_EVERY",
+    "CANCEL_POLL_SECONDS",
     "ENGINE_STEP_MODEL",
     "EXCLUDE_INPUT",
     "MAX_TOKENS",
@@ -108,6 +110,9 @@ __all__ = [
 #: How often (in engine responses) a streaming request polls the client-side cancellation flag;
 #: polling is an IPC round trip in the Python backend, so it is not done per token.
 CANCEL_POLL_EVERY = 16
+#: ... and not more often than this (seconds): with a fast engine 16 responses take a few ms, and a
+#: client's cancellation is still noticed within this time.
+CANCEL_POLL_SECONDS = 0.05
 
 
 #: A step model failed; the message starts with the step model's name.
@@ -237,7 +242,8 @@ class BLSCore:
             send: the response callback.
             requested_outputs: outputs the client asked for (None = all the BLS declares).
             request_id: the client's request id, used in the engine request id for tracing.
-            cancelled: polled every ``CANCEL_POLL_EVERY`` engine responses; True stops the request.
+            cancelled: polled every ``CANCEL_POLL_EVERY`` engine responses, at most every
+                ``CANCEL_POLL_SECONDS``; True stops the request.
         Raises:
             BLSRequestError: the request is invalid (nothing was sent).
             BLSStepError: a step model failed (earlier streamed responses may have been sent).
@@ -349,16 +355,19 @@ class BLSCore:
         coalesce = self.settings.coalesce and can_merge(engine_outputs)
         stopped_all = False
         count = 0
+        polled = time.monotonic()
         batches_fn = getattr(stream, "batches", None) if coalesce else None
         responses: Iterator[Any] = batches_fn() if batches_fn is not None else ([r] for r in stream)
         for batch in responses:
             count += len(batch)
             if cancelled is not None and count >= CANCEL_POLL_EVERY:
-                count = 0
-                if cancelled():
-                    stream.cancel()
-                    stopped_all = True
-                    break
+                now = time.monotonic()
+                if now - polled >= CANCEL_POLL_SECONDS:
+                    count, polled = 0, now
+                    if cancelled():
+                        stream.cancel()
+                        stopped_all = True
+                        break
             for run in _sequence_runs(batch) if len(batch) > 1 else (batch,):
                 penv = postprocess(merge_responses(run) if len(run) > 1 else run[0])
                 if text_work:
