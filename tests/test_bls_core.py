@@ -56,6 +56,8 @@ class FakeModels:
         self.engine_name = engine_name
         self.fail = fail
         self.calls = []
+        self.request_ids = []
+        self.engine_outputs = None
         self.streams = []
         self.honour_cancel = True
 
@@ -82,6 +84,7 @@ class FakeModels:
                 "DETOKENIZER_KEY": np.array([[7]], np.uint64),
                 "OUT_END_ID": np.array([[0]], np.int32),
                 "OUT_PAD_ID": np.array([[0]], np.int32),
+                "OUT_RETURN_PERF_METRICS": np.array([[True]]),  # what the ensemble's stream key needs
             }
             return {k: v for k, v in res.items() if k in outputs}
         if kind == "postprocessing":
@@ -118,6 +121,8 @@ class FakeModels:
 
     def stream(self, model, inputs, outputs, request_id):
         self._check(model, inputs)
+        self.engine_outputs = list(outputs)
+        self.request_ids.append(request_id)
         streaming = bool(inputs["streaming"].reshape(-1)[0]) if "streaming" in inputs else False
         s = FakeStream(self._engine_responses(inputs, outputs, streaming), self)
         self.streams.append(s)
@@ -188,6 +193,39 @@ def test_engine_model_name_parameter():
     models = FakeModels(engine_name="my_engine")
     run(make_core(models, engine_model="my_engine"), request())
     assert [m for m, _ in models.calls] == ["preprocessing", "my_engine", "postprocessing"]
+
+
+def test_engine_perf_metrics_only_when_the_client_asks():
+    # preprocessing answers OUT_RETURN_PERF_METRICS=true (the ensemble keys streams on arrival_time_ns); the
+    # BLS keys its own streams and passes the client's return_perf_metrics, like NVIDIA's BLS
+    for extra, expected in (({}, None), ({"return_perf_metrics": True}, True), ({"return_perf_metrics": False}, False)):
+        models = FakeModels()
+        run(make_core(models), request(stream=True, **extra))
+        engine_inputs = next(i for m, i in models.calls if m == "tensorrt_llm")
+        got = engine_inputs.get("return_perf_metrics")
+        assert (None if got is None else bool(got.reshape(-1)[0])) is expected, extra
+
+
+def test_engine_asked_only_for_outputs_someone_reads():
+    models = FakeModels()
+    sent = run(make_core(models), request("abc", 3, stream=True), requested=["text_output"])
+    assert models.engine_outputs == ["output_ids", "sequence_length"]  # no stream-key hints, no perf metrics
+    assert texts(sent) == ["a", "b", "c"]
+    run(make_core(models), request("abc", 3, stream=True, num_return_sequences=2), requested=["text_output"])
+    assert "sequence_index" in models.engine_outputs  # postprocessing keeps one state per sequence
+    run(make_core(models), request("abc", 3), requested=["text_output", "arrival_time_ns", "batch_index"])
+    assert {"arrival_time_ns", "batch_index"} <= set(models.engine_outputs)  # the client asked for them
+
+
+def test_request_ids_are_unique_per_process_and_request():
+    models = FakeModels()
+    core = make_core(models)
+    core.run(request(stream=True), lambda o, f: None, request_id="same")
+    core.run(request(stream=True), lambda o, f: None, request_id="same")
+    a, b = models.request_ids
+    assert a != b and a.startswith("same:") and b.startswith("same:")
+    # the process tag keeps two BLS instances (processes) from producing the same id for one client id
+    assert a.split(":")[1].split("-")[0] == b.split(":")[1].split("-")[0] != ""
 
 
 # --------------------------------------------------------------------------------------- responses
@@ -358,6 +396,8 @@ class BatchingModels(FakeModels):
 
     def stream(self, model, inputs, outputs, request_id):
         self._check(model, inputs)
+        self.engine_outputs = list(outputs)
+        self.request_ids.append(request_id)
         streaming = bool(inputs["streaming"].reshape(-1)[0])
         s = BatchingStream(self._engine_responses(inputs, outputs, streaming), self, self.sizes)
         self.streams.append(s)
@@ -416,3 +456,25 @@ def test_coalescing_with_stop_string_and_sequences():
         if o:
             per_seq.setdefault(int(o["sequence_index"][0, 0]), []).append(o["text_output"][0, 0].decode())
     assert {k: "".join(v) for k, v in per_seq.items()} == {0: "abab", 1: "abab"}
+
+
+def test_client_cancellation_polled_by_count_and_time(monkeypatch):
+    from repo_builder.runtime import bls
+
+    polls = []
+
+    def cancelled():
+        polls.append(1)
+        return True
+
+    monkeypatch.setattr(bls, "CANCEL_POLL_SECONDS", 0.0)
+    models = FakeModels()
+    sent = []
+    make_core(models).run(request("abc", 40, stream=True), lambda o, f: sent.append((o, f)), cancelled=cancelled)
+    assert len(polls) == 1 and models.streams[0].cancelled
+    assert len(texts(sent)) == bls.CANCEL_POLL_EVERY - 1 and sent[-1] == (None, True)
+    # polls are an IPC round trip each: never more often than CANCEL_POLL_SECONDS
+    monkeypatch.setattr(bls, "CANCEL_POLL_SECONDS", 1e9)
+    polls.clear()
+    make_core(FakeModels()).run(request("abc", 40, stream=True), lambda o, f: None, cancelled=cancelled)
+    assert polls == []

@@ -33,6 +33,8 @@ at commit c2e65b8; string stop words from v0.19.0), see ../shared/docs/upstream-
 from __future__ import annotations
 
 import itertools
+import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -40,12 +42,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from .bls_request import (
+    ARRIVAL_TIME_NS,
     BATCH_INDEX,
     BEAM_WIDTH,
     EXCLUDE_INPUT,
     MAX_TOKENS,
     NUM_DRAFT_TOKENS,
     NUM_RETURN_SEQUENCES,
+    RETURN_PERF_METRICS,
     SEQUENCE_INDEX,
     STOP_WORDS,
     STREAM,
@@ -72,6 +76,7 @@ __all__ = [
     "BATCH_INDEX",
     "BEAM_WIDTH",
     "CANCEL_POLL_EVERY",
+    "CANCEL_POLL_SECONDS",
     "ENGINE_STEP_MODEL",
     "EXCLUDE_INPUT",
     "MAX_TOKENS",
@@ -105,6 +110,9 @@ __all__ = [
 #: How often (in engine responses) a streaming request polls the client-side cancellation flag;
 #: polling is an IPC round trip in the Python backend, so it is not done per token.
 CANCEL_POLL_EVERY = 16
+#: ... and not more often than this (seconds): with a fast engine 16 responses take a few ms, and a
+#: client's cancellation is still noticed within this time.
+CANCEL_POLL_SECONDS = 0.05
 
 
 #: A step model failed; the message starts with the step model's name.
@@ -149,6 +157,16 @@ class StepCaller(Protocol):
 Sender = Callable[[Mapping[str, np.ndarray] | None, bool], None]
 
 _request_ids = itertools.count(1)
+#: Makes the BLS's engine/postprocessing request ids unique across processes (several BLS instances share
+#: one postprocessing model when ``bls_local_postprocessing`` is off, and its stream state is keyed by the id).
+_PROCESS_TAG = os.urandom(4).hex()
+
+#: Ensemble tensors that postprocessing reads only to tell streams apart (``postprocessing.py``: the
+#: ensemble key is request id + ``arrival_time_ns``, rows by ``batch_index``, sequences by
+#: ``sequence_index``). The BLS sends one row per engine call under a request id of its own, so it asks the
+#: engine for them only when the client requests them, or ``sequence_index`` when several sequences share
+#: the call (``num_return_sequences`` > 1). Each one less is a tensor less in every engine response.
+_STREAM_HINTS = (ARRIVAL_TIME_NS, BATCH_INDEX, SEQUENCE_INDEX)
 
 
 def _encode_like(texts: Sequence[str], like: np.ndarray) -> np.ndarray:
@@ -180,16 +198,28 @@ class BLSCore:
         self._pre = [(s, list(s.output_map)) for s in wiring.pre_steps]
         self._post = [(s, list(s.output_map)) for s in wiring.post_steps]
         self._text_outputs = wiring.text_outputs
-        self._engine_outputs_cache: dict[frozenset[str], list[str]] = {}
+        self._engine_outputs_cache: dict[tuple[frozenset[str], bool], list[str]] = {}
+        engine = wiring.engine_step
+        # The engine's return_perf_metrics comes from preprocessing (true for the ensemble's stream key);
+        # the BLS passes the client's own flag instead (NVIDIA's BLS sends the request's return_perf_metrics).
+        src = engine.input_map.get(RETURN_PERF_METRICS)
+        self._perf_source = src if src is not None and src not in wiring.inputs else None
 
     def _model_name(self, step: Step) -> str:
         return self.settings.engine_model if step.model == ENGINE_STEP_MODEL else step.model
 
-    def _engine_outputs(self, wanted: frozenset[str]) -> list[str]:
-        got = self._engine_outputs_cache.get(wanted)
+    def _engine_outputs(self, wanted: frozenset[str], several_sequences: bool) -> list[str]:
+        """Engine outputs to request: those behind ``wanted`` (client outputs) and the post steps' inputs,
+        without the stream hints (:data:`_STREAM_HINTS`) nobody needs for this request."""
+        key = (wanted, several_sequences)
+        got = self._engine_outputs_cache.get(key)
         if got is None:
-            got = self.wiring.engine_outputs_for(wanted)
-            self._engine_outputs_cache[wanted] = got
+            skip = {h for h in _STREAM_HINTS if h not in wanted}
+            if several_sequences:
+                skip.discard(SEQUENCE_INDEX)
+            omap = self.wiring.engine_step.output_map
+            got = [o for o in self.wiring.engine_outputs_for(wanted) if omap[o] not in skip]
+            self._engine_outputs_cache[key] = got
         return got
 
     def run(
@@ -212,7 +242,8 @@ class BLSCore:
             send: the response callback.
             requested_outputs: outputs the client asked for (None = all the BLS declares).
             request_id: the client's request id, used in the engine request id for tracing.
-            cancelled: polled every ``CANCEL_POLL_EVERY`` engine responses; True stops the request.
+            cancelled: polled every ``CANCEL_POLL_EVERY`` engine responses, at most every
+                ``CANCEL_POLL_SECONDS``; True stops the request.
         Raises:
             BLSRequestError: the request is invalid (nothing was sent).
             BLSStepError: a step model failed (earlier streamed responses may have been sent).
@@ -223,7 +254,7 @@ class BLSCore:
             req = set(requested_outputs)
             outs = tuple(o for o in outs if o in req)
         names = tuple(outs)
-        rid_base = f"{request_id}:" if request_id else "bls-"
+        rid_base = f"{request_id}:{_PROCESS_TAG}-" if request_id else f"bls-{_PROCESS_TAG}-"
         rows: list[Mapping[str, np.ndarray]]
         if plan.batch_size > 1:
             rows = [
@@ -274,12 +305,15 @@ class BLSCore:
         env: dict[str, Any] = dict(inputs)
         for step, outputs in self._pre:
             step.scatter(self.caller.call(step.model, step.gather(env), outputs, rid), env)
-        wanted = set(names)
-        if plan.stream:
-            wanted.add(SEQUENCE_INDEX)
+        if self._perf_source is not None:
+            asked = inputs.get(RETURN_PERF_METRICS)
+            if asked is None:
+                env.pop(self._perf_source, None)
+            else:
+                env[self._perf_source] = asked
         engine = self.wiring.engine_step
         engine_inputs = engine.gather(env)
-        engine_outputs = self._engine_outputs(frozenset(wanted))
+        engine_outputs = self._engine_outputs(frozenset(names), plan.num_sequences > 1)
         model = self.settings.engine_model
         exclude = self.settings.exclude_input_default if plan.exclude_input is None else plan.exclude_input
         # an echoed prompt is not searched for stop strings; streamed responses never carry the prompt
@@ -321,16 +355,19 @@ class BLSCore:
         coalesce = self.settings.coalesce and can_merge(engine_outputs)
         stopped_all = False
         count = 0
+        polled = time.monotonic()
         batches_fn = getattr(stream, "batches", None) if coalesce else None
         responses: Iterator[Any] = batches_fn() if batches_fn is not None else ([r] for r in stream)
         for batch in responses:
             count += len(batch)
             if cancelled is not None and count >= CANCEL_POLL_EVERY:
-                count = 0
-                if cancelled():
-                    stream.cancel()
-                    stopped_all = True
-                    break
+                now = time.monotonic()
+                if now - polled >= CANCEL_POLL_SECONDS:
+                    count, polled = 0, now
+                    if cancelled():
+                        stream.cancel()
+                        stopped_all = True
+                        break
             for run in _sequence_runs(batch) if len(batch) > 1 else (batch,):
                 penv = postprocess(merge_responses(run) if len(run) > 1 else run[0])
                 if text_work:

@@ -28,6 +28,11 @@ NUM_RETURN_SEQUENCES = "num_return_sequences"
 NUM_DRAFT_TOKENS = "num_draft_tokens"
 SEQUENCE_INDEX = "sequence_index"
 BATCH_INDEX = "batch_index"
+#: The client's switch for the engine's perf-metric outputs; also the engine input's name (contract).
+RETURN_PERF_METRICS = "return_perf_metrics"
+#: Engine output (perf metric) that postprocessing reads only to key ensemble streams; the BLS keys its
+#: streams by a request id unique to this process, so it never needs it.
+ARRIVAL_TIME_NS = "arrival_time_ns"
 
 
 #: A bad request to the BLS: the message names the request field (``"max_tokens: must be > 0 ..."``).

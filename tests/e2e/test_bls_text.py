@@ -195,8 +195,8 @@ def test_stop_string_cuts_the_stream_and_stops_the_engine(server, stream, prompt
     assert not errors
     assert "".join(texts(got["stopme"])) == full[: pos + len(stop)]  # the stop string is kept (NVIDIA's rule)
     assert len(got["stopme"]) < 80  # the stream ended at the stop string, not at max_tokens
-    # the BLS sent the engine a stop request for its request id ("<client id>:<n>")
-    pattern = re.compile(r"request 'stopme:\d+' stopped by a stop request after (\d+) generated token")
+    # the BLS sent the engine a stop request for its request id ("<client id>:<process tag>-<n>")
+    pattern = re.compile(r"request 'stopme:[0-9a-f]+-\d+' stopped by a stop request after (\d+) generated token")
     found = None
     for _ in range(100):
         found = pattern.search(server.log_tail(400))

@@ -53,9 +53,9 @@ def fronts(served):
 
 
 def stopped_after(server, rid: str, timeout_s: float = 60.0) -> int:
-    """Tokens the engine had generated when it stopped request ``rid`` (the BLS adds ``:<n>`` to the id)."""
+    """Tokens the engine had generated when it stopped request ``rid`` (the BLS adds ``:<tag>-<n>`` to the id)."""
     pattern = re.compile(
-        rf"request '{re.escape(rid)}(?::\d+)?' (?:stopped by a stop request|cancelled by the "
+        rf"request '{re.escape(rid)}(?::[0-9a-f]+-\d+)?' (?:stopped by a stop request|cancelled by the "
         rf"client) after (\d+) generated token"
     )
     deadline = time.monotonic() + timeout_s
