@@ -58,7 +58,8 @@ from .triton_io import RequestError
 def _flag(array: np.ndarray | None, b: int) -> Any:
     if array is None:
         return None
-    a = np.asarray(array).reshape(np.asarray(array).shape[0] if np.asarray(array).ndim else 1, -1)
+    a = np.asarray(array)
+    a = a.reshape(a.shape[0] if a.ndim else 1, -1)
     row = a[b] if a.shape[0] > b else a[0]
     return row[0].item() if row.size else None
 
@@ -118,9 +119,16 @@ class Postprocessor:
             if seq_len.size != batch * beam:
                 raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
             seq_len = seq_len.reshape(batch, beam)
+        # every row is checked before any state changes; ids as Python lists (one tolist per sequence)
+        row_ids: list[list[list[int]]] = []
+        vocab = self.vocab_size
         for b in range(batch):
+            row_ids.append([])
             for k in range(beam):
-                check_token_ids("TOKENS_BATCH", t[b, k, : max(0, min(int(seq_len[b, k]), length))], self.vocab_size)
+                ids = t[b, k, : max(0, min(int(seq_len[b, k]), length))].tolist()
+                if ids and (min(ids) < 0 or max(ids) >= vocab):
+                    check_token_ids("TOKENS_BATCH", t[b, k, : len(ids)], vocab)  # raises, naming the id
+                row_ids[b].append(ids)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 
@@ -142,8 +150,7 @@ class Postprocessor:
             row = b if row is None else int(row)
             flush = bool(_flag(inputs.get("FLUSH"), b))
             for k in range(beam):
-                n = max(0, min(int(seq_len[b, k]), length))
-                ids = [int(x) for x in t[b, k, :n].tolist()]
+                ids = row_ids[b][k]
                 if stream_key is not None:
                     text = self.streams.add((*stream_key, row, index, k), ids)
                     if flush:  # the caller's last response: emit the held tail, free the state
