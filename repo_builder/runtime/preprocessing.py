@@ -83,30 +83,34 @@ _SEQUENCE_ID_MASK = (1 << 63) - 1
 
 
 class FirstUseIds:
-    """Request ids this process has certainly never claimed before: a Bloom filter of fixed size.
+    """Request ids this process has certainly never claimed before: a blocked Bloom filter of fixed size.
 
     ``claim(request_id)`` is true only when no earlier call claimed the same id (no false "fresh": each id is
     fresh at most once per process); hash collisions only ever answer "seen" (then the request asks the
     engine for perf metrics, which is slower, never wrong). 2^27 bits = 16 MiB of zero pages, touched as
-    ids arrive; 4 probes: about 1 false "seen" in 200 after 10 million distinct ids, 1 in 8 after 30
-    million (the process then slowly falls back to perf metrics for every request).
+    ids arrive; 4 probes inside one 64-byte block (one page touched per id): about 1 false "seen" in 100
+    after 10 million distinct ids, 1 in 6 after 30 million (the process then falls back to perf metrics
+    for more and more requests).
     """
 
     BITS = 1 << 27
     PROBES = 4
+    _BLOCK_BYTES = 64
 
     def __init__(self) -> None:
         self._bits = memoryview(np.zeros(self.BITS >> 3, dtype=np.uint8))
+        self._blocks = (self.BITS >> 3) // self._BLOCK_BYTES
 
     def claim(self, request_id: str) -> bool:
         """True (and remembered) when ``request_id`` was never claimed in this process."""
         h = hash(request_id) & 0xFFFFFFFFFFFFFFFF  # per-process salted SipHash of the id
-        mask = self.BITS - 1
-        first, step = h & mask, (h >> 27) | 1
+        base = (h % self._blocks) * self._BLOCK_BYTES
+        h >>= 24
         bits, fresh = self._bits, False
-        for i in range(self.PROBES):
-            j = (first + i * step) & mask
-            byte, bit = j >> 3, 1 << (j & 7)
+        for _ in range(self.PROBES):
+            j = h & 511  # bit within the 512-bit block
+            h >>= 9
+            byte, bit = base + (j >> 3), 1 << (j & 7)
             if not bits[byte] & bit:
                 fresh = True
                 bits[byte] |= bit
