@@ -23,6 +23,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: typer's rich help formatter imports rich.markdown/pretty/syntax (~0.1 s of the 0.3 s a
+    # `--help` costs); measured with scripts/bench_startup.py, docs/performance.md.
+    rich_markup_mode=None,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import RepoBuilderError
 from .paths import templates_dir
+from .yamlio import safe_load
 
 TritonDType = Literal[
     "TYPE_BOOL",
@@ -166,6 +167,6 @@ def load_contract(profile: str) -> ProfileContract:
             f"unknown profile '{profile}'", key="profile", hint=f"choose one of {', '.join(list_profiles())}"
         )
     try:
-        return ProfileContract.model_validate(yaml.safe_load(path.read_text()))
+        return ProfileContract.model_validate(safe_load(path.read_text()))
     except (yaml.YAMLError, ValueError) as exc:
         raise RepoBuilderError(f"malformed tensor contract: {exc}", path=path) from exc

@@ -21,8 +21,9 @@ so rendering the same inputs twice gives the same bytes.
 ``launch`` is what a launcher or a deployment needs without reading the engine: the MPI world size (tp x pp),
 the model(s) ranks > 0 load, and the number of Python-backend stub processes per model (each needs a
 ``/dev/shm`` region). Lock files written before ``tp_size``/``pp_size``/``python_instances`` existed lack
-them; :func:`read_launch` says so with ``None``. A repository serving several LLMs (``render --model``) has an
-``llms`` list too (:func:`build_multi_lock`, :func:`lock_llms`).
+them (``None``). :func:`read_launch` checks the block of a lock file repo-builder wrote,
+:func:`read_launch_block` (the launcher's) any lock file's, leniently. A repository serving several LLMs
+(``render --model``) has an ``llms`` list too (:func:`build_multi_lock`, :func:`lock_llms`).
 
 :func:`read_lock` checks the file against :class:`LockFile` (a pydantic model; unknown keys are kept, so a
 newer repo-builder's lock file still reads) and names the key path of the first problems.
@@ -36,11 +37,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, TypeGuard
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import RenderError
+from .errors import RenderError, RepoBuilderError
 
 LOCK_NAME = "repo-builder.lock.json"
 
@@ -75,14 +76,28 @@ class LockValue(_Open):
     origin: Literal["default", "engine", "tokenizer", "user"]
 
 
-class LockLaunch(_Open):
-    """The ``launch`` block the launcher reads."""
+_Name = Annotated[str, Field(min_length=1)]
 
-    world_size: int = Field(ge=1)
-    tensorrt_llm_model_names: list[str] = Field(min_length=1)
+
+class LaunchBlock(_Open):
+    """The ``launch`` block as a launcher reads it: every key optional (a hand-made lock file may hold only
+    some, e.g. ``{"launch": {"world_size": 2}}``), each key that is there checked. See :func:`read_launch_block`."""
+
+    world_size: int | None = Field(None, ge=1)
+    tensorrt_llm_model_names: list[_Name] | None = None
     tp_size: int | None = Field(None, ge=1)
     pp_size: int | None = Field(None, ge=1)
-    python_instances: dict[str, int] | None = None
+    python_instances: dict[str, Annotated[int, Field(ge=0)]] | None = None
+
+
+class LockLaunch(LaunchBlock):
+    """The ``launch`` block as repo-builder writes it: world size and the models of ranks > 0 required.
+
+    Lock files written before ``tp_size``/``pp_size``/``python_instances`` existed lack them (None).
+    """
+
+    world_size: int = Field(ge=1)
+    tensorrt_llm_model_names: list[_Name] = Field(min_length=1)
 
 
 class LockFile(_Open):
@@ -366,84 +381,80 @@ def require_lock(repo: str | Path) -> dict[str, Any]:
     return lock
 
 
-@dataclass(frozen=True)
-class LaunchFacts:
-    """The lock file's ``launch`` block, checked.
-
-    Attributes:
-        world_size: MPI ranks (tp x pp).
-        tensorrt_llm_model_names: models ranks > 0 load.
-        tp_size, pp_size: tensor / pipeline parallel sizes, or None in lock files that predate them.
-        python_instances: {model: Python-backend stub processes}, or None in lock files that predate it.
-    """
-
-    world_size: int
-    tensorrt_llm_model_names: tuple[str, ...]
-    tp_size: int | None = None
-    pp_size: int | None = None
-    python_instances: Mapping[str, int] | None = None
+_Block = TypeVar("_Block", bound=LaunchBlock)
 
 
-def _positive_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def _checked_launch(
+    launch: Any, model: type[_Block], *, path: str | Path | None, error: type[RepoBuilderError]
+) -> _Block:
+    """``launch`` validated as ``model``; the first problem raised as ``error`` naming ``launch.<key>``."""
+    hint = "re-render the repository with `repo-builder render --force`"
+    if not isinstance(launch, dict):
+        raise error(f"'launch' must be an object, got {launch!r}", path=path, key="launch", hint=hint)
+    try:
+        block = model.model_validate(launch)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(x) for x in first.get("loc", ())]
+        msg = "missing" if first.get("type") == "missing" else str(first.get("msg", "invalid"))
+        got = "" if first.get("type") == "missing" else f", got {first.get('input')!r}"
+        inner = "".join(f"{x}: " for x in loc[1:])  # e.g. the model of a python_instances entry
+        raise error(
+            f"{inner}{msg}{got}",
+            path=path,
+            key=f"launch.{loc[0]}" if loc else "launch",
+            hint=hint,
+        ) from None
+    tp, pp, ws = block.tp_size, block.pp_size, block.world_size
+    if tp is not None and pp is not None and ws is not None and tp * pp != ws:
+        raise error(f"tp_size {tp} x pp_size {pp} != world_size {ws}", path=path, key="launch.world_size", hint=hint)
+    return block
 
 
-def read_launch(lock: Mapping[str, Any], *, path: str | Path | None = None) -> LaunchFacts:
-    """The ``launch`` block of a lock dict as :class:`LaunchFacts`.
+def read_launch(lock: Mapping[str, Any], *, path: str | Path | None = None) -> LockLaunch:
+    """The ``launch`` block of a lock dict repo-builder wrote, checked (:class:`LockLaunch`; used by deploy).
 
     Raises:
         RenderError: the block is missing or a field has the wrong type (names ``launch.<field>``), or
             ``tp_size x pp_size != world_size``.
     """
-    launch = lock.get("launch")
-    if not isinstance(launch, dict):
+    if "launch" not in lock:
         raise RenderError(
             "lock file has no 'launch' object",
             path=path,
             key="launch",
             hint="re-render the repository with `repo-builder render --force`",
         )
-    ws = launch.get("world_size")
-    if not _positive_int(ws):
-        raise RenderError(f"world_size must be a positive integer, got {ws!r}", path=path, key="launch.world_size")
-    names = launch.get("tensorrt_llm_model_names")
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-        raise RenderError(
-            f"tensorrt_llm_model_names must be a non-empty list of names, got {names!r}",
-            path=path,
-            key="launch.tensorrt_llm_model_names",
-        )
-    sizes = {}
-    for key in ("tp_size", "pp_size"):
-        value = launch.get(key)
-        if value is not None and not _positive_int(value):
-            raise RenderError(f"{key} must be a positive integer, got {value!r}", path=path, key=f"launch.{key}")
-        sizes[key] = value
-    if sizes["tp_size"] is not None and sizes["pp_size"] is not None and sizes["tp_size"] * sizes["pp_size"] != ws:
-        raise RenderError(
-            f"tp_size {sizes['tp_size']} x pp_size {sizes['pp_size']} != world_size {ws}",
-            path=path,
-            key="launch.world_size",
-            hint="re-render the repository",
-        )
-    instances = launch.get("python_instances")
-    if instances is not None:
-        if not isinstance(instances, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
-            for k, v in instances.items()
-        ):
-            raise RenderError(
-                f"python_instances must map model names to counts, got {instances!r}",
-                path=path,
-                key="launch.python_instances",
-            )
-    return LaunchFacts(
-        world_size=ws,
-        tensorrt_llm_model_names=tuple(names),
-        tp_size=sizes["tp_size"],
-        pp_size=sizes["pp_size"],
-        python_instances=dict(instances) if instances is not None else None,
-    )
+    return _checked_launch(lock["launch"], LockLaunch, path=path, error=RenderError)
+
+
+def read_launch_block(repo: str | Path, *, error: type[RepoBuilderError] = RenderError) -> LaunchBlock | None:
+    """The ``launch`` block of ``repo``'s lock file, leniently (the launcher's reader).
+
+    Only ``launch`` is checked (:class:`LaunchBlock`: every key optional): the rest of the file may be
+    anything, so hand-made and partial lock files (``{"launch": {"world_size": 2}}``) still launch, where
+    :func:`read_lock` (the whole :class:`LockFile` schema) would refuse them.
+
+    Returns:
+        the block, or None when there is no lock file or it has no ``launch`` key.
+
+    Raises:
+        ``error`` (default :class:`RenderError`; the launcher passes ``LaunchError``), naming the lock file:
+        it is unreadable, not JSON, not a JSON object, or ``launch`` is malformed (names ``launch.<key>``).
+    """
+    path = Path(repo) / LOCK_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise error(f"lock file is not readable JSON: {why}", path=path, hint="re-render the repository") from None
+    if not isinstance(data, dict):
+        raise error("malformed lock file: not a JSON object", path=path, hint="re-render the repository")
+    if "launch" not in data or data["launch"] is None:
+        return None
+    return _checked_launch(data["launch"], LaunchBlock, path=path, error=error)
 
 
 def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -35,6 +35,7 @@ from .contract import MODEL_NAMES
 from .errors import ParameterError, RepoBuilderError
 from .paths import templates_dir
 from .runtime.params import parse_bool
+from .yamlio import safe_load
 
 ParamType = Literal["int", "float", "bool", "str", "path", "enum", "dtype", "int_list", "int_list_groups", "int_tuples"]
 Kind = Literal["structural", "runtime", "derived", "build_time"]
@@ -369,7 +370,7 @@ class Schema(BaseModel):
 @cache
 def _load(path: str) -> Schema:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = safe_load(Path(path).read_text())
         return Schema.model_validate(data)
     except (OSError, yaml.YAMLError, ValueError) as exc:
         raise RepoBuilderError(f"malformed parameter schema: {exc}", path=path) from exc

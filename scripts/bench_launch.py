@@ -106,7 +106,7 @@ class Ports:
 
 
 def _request(port: int, method: str, path: str) -> tuple[int, bytes] | None:
-    from repo_builder.server.process import http_request
+    from repo_builder.server.probe import http_request
 
     return http_request("127.0.0.1", port, method, path)
 
@@ -124,6 +124,7 @@ def run_bare(repo: Path, ports: tuple[int, int, int], poll_s: float, timeout_s: 
         TritonServer,
         procs,  # noqa: F401  (submodule)
     )
+    from repo_builder.server.launch_processes import LaunchProcesses
 
     http_port, grpc_port, metrics_port = ports
     server = TritonServer(
@@ -135,15 +136,10 @@ def run_bare(repo: Path, ports: tuple[int, int, int], poll_s: float, timeout_s: 
     expected = set(server.repository.model_names) if server.repository else set()
     log = open(log_dir / f"bare-{server.launch_id}.log", "wb")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-        close_fds=True,
-    )
+    bare = LaunchProcesses(server.launch_id)  # the launcher's own Popen (new session), none of its checks
+    bare.spawn(argv, env, log)
+    proc = bare.proc
+    assert proc is not None
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -249,7 +245,7 @@ def main() -> int:
     ap.add_argument("--json", help="write raw times and summaries here")
     args = ap.parse_args()
 
-    from repo_builder.server.process import POLL_S
+    from repo_builder.server.launch_processes import POLL_S
 
     work = Path(tempfile.mkdtemp(prefix="rb-bench-launch-", dir=args.workdir))
     info = machine()

@@ -191,6 +191,33 @@ def test_malformed_lock_is_refused(tiny: Path) -> None:
         scan_repository(tiny)
 
 
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('{"launch": {"world_size": true}}', "launch.world_size"),
+        ('{"launch": {"world_size": 2, "tensorrt_llm_model_names": [""]}}', "launch.tensorrt_llm_model_names"),
+        ('{"launch": {"world_size": 4, "tp_size": 2, "pp_size": 1}}', "launch.world_size"),
+        ('{"launch": [1]}', "launch"),
+        ("{not json", None),
+        ("[]", None),
+    ],
+)
+def test_bad_lock_file_is_refused_naming_the_file_and_key(tiny: Path, text: str, key: str | None) -> None:
+    (tiny / "repo-builder.lock.json").write_text(text)
+    with pytest.raises(LaunchError) as err:
+        scan_repository(tiny)
+    assert err.value.path == tiny / "repo-builder.lock.json" and err.value.key == key
+
+
+def test_partial_hand_made_lock_file_is_read_leniently(tiny: Path) -> None:
+    # no tool/version/files: the strict LockFile schema refuses it, the launcher's reader only checks `launch`
+    (tiny / "repo-builder.lock.json").write_text('{"launch": {"world_size": 2, "note": "by hand"}}')
+    info = scan_repository(tiny)
+    assert (info.lock_world_size, info.lock_model_names) == (2, None)
+    (tiny / "repo-builder.lock.json").write_text('{"tool": "repo-builder"}')
+    assert scan_repository(tiny).lock_path is None
+
+
 def test_oversubscribe_added_when_ranks_exceed_cores(tiny: Path) -> None:
     assert not plan(tiny, cpu=2, world_size=2).oversubscribe
     p = plan(tiny, cpu=2, world_size=3)
@@ -434,3 +461,27 @@ def test_engine_dir_missing_here_is_a_note(tiny: Path, tmp_path: Path) -> None:
     add_trtllm_model(tiny, tmp_path / "not-here")
     p = plan(tiny)
     assert p.world_size == 1 and any("not a directory here" in n for n in p.notes)
+
+
+def test_launch_option_defaults_have_one_home() -> None:
+    # server/options.DEFAULTS is read by LaunchConfig and by the typer options of `launch` (and `stop --timeout`)
+    import inspect
+
+    from repo_builder.commands import serve as commands
+    from repo_builder.server.options import DEFAULTS
+
+    fields = LaunchConfig.model_fields
+    assert set(DEFAULTS) == set(fields) - {"model_repo", "server_args"}
+    params = inspect.signature(commands.launch).parameters
+    for name, value in DEFAULTS.items():
+        assert fields[name].default == value, name
+        assert params[name].default.default == value, name
+    assert inspect.signature(commands.stop).parameters["timeout"].default.default == DEFAULTS["stop_timeout"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "repo_builder", "launch", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert f"[default: {DEFAULTS['http_port']}]" in shown.stdout and f"[default: {DEFAULTS['timeout']}]" in shown.stdout

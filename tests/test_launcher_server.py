@@ -137,7 +137,7 @@ def test_world_size_two_ranks(repo_copy, mpirun, tmp_path: Path) -> None:
         assert len(procs.shm_files(prefixes[0])) == 2
         assert len(procs.shm_files(prefixes[1])) == 1
         assert infer(server.http_url) == [4, 6, 8]
-        assert server.pids[0] == server._launcher_pid and procs.proc_info(server.pids[0]).comm == "mpirun"
+        assert server.pids[0] == server.processes.launcher_pid and procs.proc_info(server.pids[0]).comm == "mpirun"
     assert_all_gone(repo, prefixes)
 
 

@@ -130,7 +130,7 @@ def test_no_chat_template_is_a_clear_400():
 
 
 def test_sampling_fields_map_onto_ensemble_inputs():
-    from repo_builder.openai.app import sampling_fields
+    from repo_builder.openai.jobs import sampling_fields
 
     def fields(**kw):
         return sampling_fields(parse_request(CompletionRequest, {**COMPLETION, **kw}), lambda name: True)
@@ -196,7 +196,8 @@ def test_chat_prompt_gets_one_bos_through_preprocessing(tmp_path):
     """The text the front end sends, encoded as preprocessing encodes it, is apply_chat_template(tokenize=True)."""
     from transformers import AutoTokenizer
 
-    from repo_builder.openai.app import ServedModel, chat_prompt
+    from repo_builder.openai.jobs import chat_prompt
+    from repo_builder.openai.served import ServedModel
     from repo_builder.runtime.text import encode_prompt
     from repo_builder.testing import packaged_tokenizer
 
@@ -228,7 +229,8 @@ def test_chat_prompt_gets_one_bos_through_preprocessing(tmp_path):
 def test_preprocessing_template_mode_takes_one_user_message(tmp_path):
     from transformers import AutoTokenizer
 
-    from repo_builder.openai.app import ServedModel, chat_prompt
+    from repo_builder.openai.jobs import chat_prompt
+    from repo_builder.openai.served import ServedModel
     from repo_builder.testing import packaged_tokenizer
 
     tok = AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1-instruct", tmp_path / "tok")))
@@ -278,3 +280,69 @@ def test_serving_info_from_the_lock_file(tmp_path):
         3,
     )
     assert (info.llm, info.triton_model("ensemble")) == (None, "ensemble")
+
+
+class _Deltas:
+    """What the renderer needs of a Generation: its text deltas, then the outcome."""
+
+    def __init__(self, parts: list[str]) -> None:
+        self.parts = parts
+
+    async def deltas(self):
+        for part in self.parts:
+            yield part
+
+    def outcome(self, text: str | None = None):
+        from repo_builder.openai.generation import Outcome
+
+        return Outcome(prompt_tokens=5, completion_tokens=len(self.parts), finish_reason="length")
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_one_renderer_builds_both_endpoints_answers_and_streams(endpoint, include_usage):
+    # every SSE event is JSON of OpenAI's chunk shape: text deltas in order, then finish_reason, then usage, [DONE]
+    import asyncio
+    import json
+
+    from repo_builder.openai.jobs import Job
+    from repo_builder.openai.responses import CHAT as CHAT_KIND
+    from repo_builder.openai.responses import COMPLETION as COMPLETION_KIND
+    from repo_builder.openai.responses import Renderer
+
+    chat = endpoint == "chat"
+    options = {"stream": True, **({"stream_options": {"include_usage": True}} if include_usage else {})}
+    req = parse_request(
+        ChatCompletionRequest if chat else CompletionRequest, {**(CHAT if chat else COMPLETION), **options}
+    )
+    job = Job("id-1", req, {}, 2, "max_tokens", "hi", [])
+    parts = ['a "quoted"\n', "é😀"]
+    renderer = Renderer(CHAT_KIND, "m", job) if chat else Renderer(COMPLETION_KIND, "m", job, echo="hi")
+
+    async def collect():
+        return [chunk async for chunk in renderer.stream(_Deltas(parts), job)]
+
+    events = asyncio.run(collect())
+    assert events[-1] == b"data: [DONE]\n\n" and all(e.startswith(b"data: ") and e.endswith(b"\n\n") for e in events)
+    chunks = [json.loads(e[len(b"data: ") :]) for e in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk" if chat else "text_completion"}
+    assert {c["id"] for c in chunks} == {"id-1"} and all(("usage" in c) == include_usage for c in chunks)
+    if include_usage:
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {
+            "prompt_tokens": 5,
+            "completion_tokens": 2,
+            "total_tokens": 7,
+        }
+        chunks = chunks[:-1]
+    *deltas, last = [c["choices"][0] for c in chunks]
+    assert last["finish_reason"] == "length" and all(d["finish_reason"] is None for d in deltas)
+    if chat:
+        assert deltas[0]["delta"] == {"role": "assistant", "content": ""} and last["delta"] == {}
+        assert [d["delta"]["content"] for d in deltas[1:]] == parts
+    else:
+        assert last["text"] == "" and [d["text"] for d in deltas] == ["hi", *parts]  # echo: the prompt first
+    body = renderer("".join(parts), _Deltas(parts).outcome())
+    assert body["object"] == ("chat.completion" if chat else "text_completion") and body["usage"]["total_tokens"] == 7
+    choice = body["choices"][0]
+    text = choice["message"]["content"] if chat else choice["text"]
+    assert text == ("" if chat else "hi") + "".join(parts) and choice["finish_reason"] == "length"

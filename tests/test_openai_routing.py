@@ -44,14 +44,14 @@ def repos(tmp_path_factory) -> dict[str, Path]:
 
 
 def _config(repo: Path, **kw):
-    from repo_builder.openai.app import FrontEndConfig
+    from repo_builder.openai.served import FrontEndConfig
 
     return FrontEndConfig(grpc_url="127.0.0.1:1", repo=repo, **kw)
 
 
 @pytest.mark.parametrize("role", ["ensemble", "tensorrt_llm_bls"])
 def test_each_llm_routes_to_its_own_triton_model_tokenizer_and_limits(repos, role) -> None:
-    from repo_builder.openai.app import load_served_models, routing_table
+    from repo_builder.openai.served import load_served_models, routing_table
 
     config = _config(repos["two"], triton_model=role)
     table = routing_table(config, load_served_models(config))
@@ -64,7 +64,7 @@ def test_each_llm_routes_to_its_own_triton_model_tokenizer_and_limits(repos, rol
 
 
 def test_single_llm_keeps_its_engine_name_and_served_model_name(repos) -> None:
-    from repo_builder.openai.app import load_served_models, routing_table
+    from repo_builder.openai.served import load_served_models, routing_table
 
     config = _config(repos["one"])
     table = routing_table(config, load_served_models(config))
@@ -77,7 +77,7 @@ def test_single_llm_keeps_its_engine_name_and_served_model_name(repos) -> None:
 
 @pytest.mark.parametrize("option", ["served_model_name", "tokenizer_dir"])
 def test_single_model_options_are_refused_for_several_llms(repos, option) -> None:
-    from repo_builder.openai.app import load_served_models
+    from repo_builder.openai.served import load_served_models
 
     value = "x" if option == "served_model_name" else repos["tok1"]
     with pytest.raises(RepoBuilderError) as err:

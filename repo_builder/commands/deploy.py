@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from ..cli import app, report_errors
+from ..server.options import DEFAULTS
 
 deploy_app = typer.Typer(
     help="Generate deployments (Kubernetes manifests, a Slurm batch script) from a rendered repository's lock file.",
@@ -143,9 +144,15 @@ def slurm(
         "here; a nvidia-pytriton binary brings its environment). Default: "
         "/opt/tritonserver/bin/tritonserver, unchecked.",
     ),
-    http_port: int | None = typer.Option(None, "--http-port", help="Rank 0's HTTP port (default 8000)."),
-    grpc_port: int | None = typer.Option(None, "--grpc-port", help="Rank 0's gRPC port (default 8001)."),
-    metrics_port: int | None = typer.Option(None, "--metrics-port", help="Rank 0's metrics port (default 8002)."),
+    http_port: int | None = typer.Option(
+        None, "--http-port", help=f"Rank 0's HTTP port (default {DEFAULTS['http_port']})."
+    ),
+    grpc_port: int | None = typer.Option(
+        None, "--grpc-port", help=f"Rank 0's gRPC port (default {DEFAULTS['grpc_port']})."
+    ),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help=f"Rank 0's metrics port (default {DEFAULTS['metrics_port']})."
+    ),
     ready_timeout: int = typer.Option(1800, "--ready-timeout", help="Seconds the job waits for readiness."),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write the script to this file (mode 755) instead of stdout."

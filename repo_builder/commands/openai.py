@@ -12,6 +12,7 @@ import typer
 
 from ..cli import app, report_errors
 from ..openai import API_KEY_ENV
+from ..server.options import DEFAULTS
 
 
 def openai(
@@ -21,7 +22,9 @@ def openai(
         help="The rendered repository Triton serves (its lock file names the "
         "model, the tokenizer and the engine limits).",
     ),
-    grpc_url: str = typer.Option("localhost:8001", "--grpc-url", help="Triton's gRPC endpoint, HOST:PORT."),
+    grpc_url: str = typer.Option(
+        f"localhost:{DEFAULTS['grpc_port']}", "--grpc-url", help="Triton's gRPC endpoint, HOST:PORT."
+    ),
     port: int = typer.Option(9000, "--port", min=1, max=65535, help="Port of the OpenAI-compatible HTTP API."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 = every interface)."),
     served_model_name: str | None = typer.Option(
@@ -62,8 +65,8 @@ def openai(
         raise RepoBuilderError(
             f"the OpenAI front end needs {exc.name}, which is not installed", hint="pip install 'repo-builder[openai]'"
         ) from None
-    from ..openai.app import FrontEndConfig
     from ..openai.serve import serve
+    from ..openai.served import FrontEndConfig
 
     watch = None
     if watch_pid:

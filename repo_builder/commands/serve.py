@@ -20,6 +20,13 @@ def _help(field: str) -> str:
     return HELP[field]
 
 
+def _launch_fields() -> frozenset[str]:
+    """The launch options with a default (``DEFAULTS``' keys): LaunchConfig fields and ``launch`` parameters both."""
+    from ..server.options import DEFAULTS
+
+    return frozenset(DEFAULTS)
+
+
 def _default(field: str) -> object:
     from ..server.options import DEFAULTS
 
@@ -30,8 +37,10 @@ def _default(field: str) -> object:
 def launch(
     repo: Path | None = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
     model_repo: Path | None = typer.Option(None, "--model_repo", "--model-repo", help=_help("model_repo")),
-    world_size: int | None = typer.Option(None, "--world_size", "--world-size", help=_help("world_size")),
-    tritonserver: str | None = typer.Option(None, "--tritonserver", help=_help("tritonserver")),
+    world_size: int | None = typer.Option(
+        _default("world_size"), "--world_size", "--world-size", help=_help("world_size")
+    ),
+    tritonserver: str | None = typer.Option(_default("tritonserver"), "--tritonserver", help=_help("tritonserver")),
     http_port: int = typer.Option(_default("http_port"), "--http_port", "--http-port", help=_help("http_port")),
     grpc_port: int = typer.Option(_default("grpc_port"), "--grpc_port", "--grpc-port", help=_help("grpc_port")),
     metrics_port: int = typer.Option(
@@ -40,17 +49,22 @@ def launch(
     http_address: str = typer.Option(
         _default("http_address"), "--http-address", "--http_address", help=_help("http_address")
     ),
-    log: bool = typer.Option(False, "--log", help=_help("log")),
-    log_file: Path | None = typer.Option(None, "--log-file", "--log_file", help=_help("log_file")),
-    force: bool = typer.Option(False, "--force", "-f", help=_help("force")),
-    multi_model: bool = typer.Option(False, "--multi-model", "--multi_model", help=_help("multi_model")),
-    no_mpi: bool = typer.Option(False, "--no-mpi", "--no_mpi", help=_help("no_mpi")),
-    oversubscribe: bool = typer.Option(False, "--oversubscribe", help=_help("oversubscribe")),
-    tensorrt_llm_model_name: str | None = typer.Option(
-        None, "--tensorrt_llm_model_name", "--tensorrt-llm-model-name", help=_help("tensorrt_llm_model_name")
+    log: bool = typer.Option(_default("log"), "--log", help=_help("log")),
+    log_file: Path | None = typer.Option(_default("log_file"), "--log-file", "--log_file", help=_help("log_file")),
+    force: bool = typer.Option(_default("force"), "--force", "-f", help=_help("force")),
+    multi_model: bool = typer.Option(
+        _default("multi_model"), "--multi-model", "--multi_model", help=_help("multi_model")
     ),
-    detach: bool = typer.Option(False, "--detach", "-d", help=_help("detach")),
-    pid_file: Path | None = typer.Option(None, "--pid-file", "--pid_file", help=_help("pid_file")),
+    no_mpi: bool = typer.Option(_default("no_mpi"), "--no-mpi", "--no_mpi", help=_help("no_mpi")),
+    oversubscribe: bool = typer.Option(_default("oversubscribe"), "--oversubscribe", help=_help("oversubscribe")),
+    tensorrt_llm_model_name: str | None = typer.Option(
+        _default("tensorrt_llm_model_name"),
+        "--tensorrt_llm_model_name",
+        "--tensorrt-llm-model-name",
+        help=_help("tensorrt_llm_model_name"),
+    ),
+    detach: bool = typer.Option(_default("detach"), "--detach", "-d", help=_help("detach")),
+    pid_file: Path | None = typer.Option(_default("pid_file"), "--pid-file", "--pid_file", help=_help("pid_file")),
     timeout: float = typer.Option(_default("timeout"), "--timeout", help=_help("timeout")),
     stop_timeout: float = typer.Option(_default("stop_timeout"), "--stop-timeout", help=_help("stop_timeout")),
     exit_timeout: int = typer.Option(
@@ -59,8 +73,10 @@ def launch(
     server_arg: list[str] | None = typer.Option(
         None, "--server-arg", help=_help("server_args") + " Repeat for several, e.g. --server-arg=--log-info=false."
     ),
-    hostfile: Path | None = typer.Option(None, "--hostfile", help=_help("hostfile")),
-    openai_port: int | None = typer.Option(None, "--openai_port", "--openai-port", help=_help("openai_port")),
+    hostfile: Path | None = typer.Option(_default("hostfile"), "--hostfile", help=_help("hostfile")),
+    openai_port: int | None = typer.Option(
+        _default("openai_port"), "--openai_port", "--openai-port", help=_help("openai_port")
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Run the preflight checks and print the command; start nothing."
@@ -72,6 +88,7 @@ def launch(
     --exit-timeout seconds) and the exit code is 128 + the signal (130, 143); a model process that dies stops
     the server with exit code 1; otherwise the exit code is the server's.
     """
+    options = dict(locals())
     from pydantic import ValidationError as PydanticValidationError
 
     from ..errors import LaunchError
@@ -86,30 +103,12 @@ def launch(
     if chosen is None:
         raise LaunchError("no model repository given", key="--model_repo", hint="repo-builder launch REPO")
     try:
+        # every LaunchConfig field is a parameter of this function under its own name (DEFAULTS lists them);
+        # tensorrt_llm_model_name stays a comma list: LaunchConfig's before-validator splits it
         config = LaunchConfig(
+            **{name: value for name, value in options.items() if name in _launch_fields()},
             model_repo=chosen,
-            world_size=world_size,
-            tritonserver=tritonserver,
-            http_port=http_port,
-            grpc_port=grpc_port,
-            metrics_port=metrics_port,
-            http_address=http_address,
-            log=log,
-            log_file=log_file,
-            force=force,
-            multi_model=multi_model,
-            no_mpi=no_mpi,
-            oversubscribe=oversubscribe,
-            # a comma list: LaunchConfig's before-validator splits it into list[str]
-            tensorrt_llm_model_name=tensorrt_llm_model_name,  # type: ignore[arg-type]
-            detach=detach,
-            pid_file=pid_file,
-            timeout=timeout,
-            stop_timeout=stop_timeout,
-            exit_timeout=exit_timeout,
             server_args=list(server_arg or []),
-            hostfile=hostfile,
-            openai_port=openai_port,
         )
     except PydanticValidationError as exc:
         err = exc.errors()[0]
@@ -126,7 +125,7 @@ def stop(
     pid_file: Path | None = typer.Option(
         None, "--pid-file", "--pid_file", help="Pid file written by `repo-builder launch --detach`."
     ),
-    timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for a graceful stop before SIGKILL."),
+    timeout: float = typer.Option(_default("stop_timeout"), "--timeout", help=_help("stop_timeout")),
 ) -> None:
     """Stop a server started with `repo-builder launch --detach`: SIGTERM to every rank, SIGKILL after --timeout,
     then remove its /dev/shm regions and the pid file."""

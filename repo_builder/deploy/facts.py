@@ -207,7 +207,7 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
         world_size=launch.world_size,
         tp_size=launch.tp_size,
         pp_size=launch.pp_size,
-        tensorrt_llm_models=launch.tensorrt_llm_model_names,
+        tensorrt_llm_models=tuple(launch.tensorrt_llm_model_names),
         models=models,
         python_instances=instances,
         llms=tuple(str(llm["name"]) for llm in llms if llm.get("name")),

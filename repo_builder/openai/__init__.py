@@ -3,6 +3,8 @@
 * :mod:`.protocol`: pydantic request/response models and the OpenAI error shape (no serving code);
 * :mod:`.backend`: Triton over gRPC (one ``ModelStreamInfer`` stream per request, grpc.aio);
 * :mod:`.app`: the FastAPI app factory (``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/health``);
+* :mod:`.served` (models served, routing table), :mod:`.jobs` (request -> ensemble inputs),
+  :mod:`.generation` (deltas, usage, disconnect), :mod:`.responses` (bodies and SSE chunks);
 * :mod:`.serve`: running it with uvicorn; :mod:`.launch`: starting it beside tritonserver (``launch --openai_port``).
 
 This module imports nothing heavy: ``repo-builder --help`` reads :data:`API_KEY_ENV` from here.

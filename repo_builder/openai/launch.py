@@ -49,7 +49,7 @@ class FrontEnd:
     def argv(self) -> list[str]:
         cfg = self.server.config
         ranks = self.server.rank_pids()
-        watch = ":".join(map(str, ranks[0])) if 0 in ranks else str(self.server._launcher_pid)
+        watch = ":".join(map(str, ranks[0])) if 0 in ranks else str(self.server.processes.launcher_pid)
         return [
             sys.executable,
             "-m",
@@ -79,9 +79,9 @@ class FrontEnd:
 
     @property
     def url(self) -> str:
-        from ..server.process import _connect_host
+        from ..server.probe import connect_host
 
-        return f"http://{_connect_host(self.server.config.http_address)}:{self.port}"
+        return f"http://{connect_host(self.server.config.http_address)}:{self.port}"
 
     def wait_ready(self, timeout_s: float, interrupted: Callable[[], bool] = lambda: False) -> float:
         """Wait until ``GET /health`` answers 200.
@@ -89,11 +89,11 @@ class FrontEnd:
         Raises:
             LaunchError: the process exited or did not become ready in ``timeout_s`` (the log tail is shown).
         """
-        from ..server.process import _connect_host, http_request
+        from ..server.probe import connect_host, http_request
 
         assert self.proc is not None
         t0 = time.monotonic()
-        host = _connect_host(self.server.config.http_address)
+        host = connect_host(self.server.config.http_address)
         while time.monotonic() - t0 < timeout_s and not interrupted():
             code = self.proc.poll()
             if code is not None:

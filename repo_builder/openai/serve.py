@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ..errors import RepoBuilderError
-from .app import FrontEndConfig
+from .served import FrontEndConfig
 
 #: Seconds uvicorn waits for open streams on shutdown before closing them.
 GRACEFUL_S = 5

@@ -9,8 +9,10 @@ Public API (stable; other modules and tests use it)::
 
 Modules: :mod:`.binary` (finding tritonserver, nvidia-pytriton environment), :mod:`.config` (options,
 repository scan, world-size resolution), :mod:`.command` (rank and mpirun argv), :mod:`.preflight` (ports,
-/dev/shm, other servers), :mod:`.process` (``TritonServer``), :mod:`.procs` (/proc helpers), :mod:`.run`
-(foreground/detached launch and stop used by the CLI), :mod:`.options` (help texts).
+/dev/shm, other servers), :mod:`.process` (``TritonServer``: start, wait-for-ready, wait, stop, pid files),
+:mod:`.launch_processes` (which processes are ours, SIGTERM/SIGKILL, /dev/shm clean-up), :mod:`.probe` (HTTP
+health/model-state probes), :mod:`.server_log` (log tail, load errors, follower), :mod:`.procs` (/proc helpers),
+:mod:`.run` (foreground/detached launch and stop used by the CLI), :mod:`.options` (help texts and defaults).
 
 Names are imported lazily so that ``repo_builder.server.options`` stays cheap for the CLI.
 """

@@ -7,17 +7,16 @@ the field descriptions. Flag names follow NVIDIA's ``scripts/launch_triton_serve
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
+from ..lockfile import LOCK_NAME, read_launch_block
 from ..pbtxt import model_config_pb2 as pbtxt_model_config_pb2
 from .options import DEFAULTS, HELP
 
-LOCK_FILE = "repo-builder.lock.json"
 DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
 
 
@@ -27,27 +26,29 @@ class LaunchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     model_repo: Path = Field(description=HELP["model_repo"])
-    world_size: int | None = Field(None, ge=1, description=HELP["world_size"])
-    tritonserver: str | None = Field(None, description=HELP["tritonserver"])
+    world_size: int | None = Field(DEFAULTS["world_size"], ge=1, description=HELP["world_size"])
+    tritonserver: str | None = Field(DEFAULTS["tritonserver"], description=HELP["tritonserver"])
     http_port: int = Field(DEFAULTS["http_port"], ge=1, le=65535, description=HELP["http_port"])
     grpc_port: int = Field(DEFAULTS["grpc_port"], ge=1, le=65535, description=HELP["grpc_port"])
     metrics_port: int = Field(DEFAULTS["metrics_port"], ge=1, le=65535, description=HELP["metrics_port"])
     http_address: str = Field(DEFAULTS["http_address"], description=HELP["http_address"])
-    log: bool = Field(False, description=HELP["log"])
-    log_file: Path | None = Field(None, description=HELP["log_file"])
-    force: bool = Field(False, description=HELP["force"])
-    multi_model: bool = Field(False, description=HELP["multi_model"])
-    no_mpi: bool = Field(False, description=HELP["no_mpi"])
-    oversubscribe: bool = Field(False, description=HELP["oversubscribe"])
-    tensorrt_llm_model_name: list[str] | None = Field(None, description=HELP["tensorrt_llm_model_name"])
-    detach: bool = Field(False, description=HELP["detach"])
-    pid_file: Path | None = Field(None, description=HELP["pid_file"])
+    log: bool = Field(DEFAULTS["log"], description=HELP["log"])
+    log_file: Path | None = Field(DEFAULTS["log_file"], description=HELP["log_file"])
+    force: bool = Field(DEFAULTS["force"], description=HELP["force"])
+    multi_model: bool = Field(DEFAULTS["multi_model"], description=HELP["multi_model"])
+    no_mpi: bool = Field(DEFAULTS["no_mpi"], description=HELP["no_mpi"])
+    oversubscribe: bool = Field(DEFAULTS["oversubscribe"], description=HELP["oversubscribe"])
+    tensorrt_llm_model_name: list[str] | None = Field(
+        DEFAULTS["tensorrt_llm_model_name"], description=HELP["tensorrt_llm_model_name"]
+    )
+    detach: bool = Field(DEFAULTS["detach"], description=HELP["detach"])
+    pid_file: Path | None = Field(DEFAULTS["pid_file"], description=HELP["pid_file"])
     timeout: float = Field(DEFAULTS["timeout"], gt=0, description=HELP["timeout"])
     stop_timeout: float = Field(DEFAULTS["stop_timeout"], gt=0, description=HELP["stop_timeout"])
     exit_timeout: int = Field(DEFAULTS["exit_timeout"], ge=0, description=HELP["exit_timeout"])
     server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
-    hostfile: Path | None = Field(None, description=HELP["hostfile"])
-    openai_port: int | None = Field(None, ge=1, le=65535, description=HELP["openai_port"])
+    hostfile: Path | None = Field(DEFAULTS["hostfile"], description=HELP["hostfile"])
+    openai_port: int | None = Field(DEFAULTS["openai_port"], ge=1, le=65535, description=HELP["openai_port"])
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod
@@ -149,7 +150,8 @@ def scan_repository(repo: Path) -> RepositoryInfo:
 
     Raises:
         LaunchError: the repository does not exist, holds no ``config.pbtxt``, a config does not parse, or the
-            lock file is not valid JSON / has a malformed ``launch`` block.
+            lock file is not valid JSON / has a malformed ``launch`` block
+            (:func:`repo_builder.lockfile.read_launch_block`, names ``launch.<key>``).
     """
     from google.protobuf import text_format
 
@@ -194,44 +196,16 @@ def scan_repository(repo: Path) -> RepositoryInfo:
             key="--model_repo",
             hint="pass the folder that contains the model folders",
         )
-    info = RepositoryInfo(path=repo, models=models, engine_world_sizes=engine_ws, warnings=warnings)
-    lock_path = repo / LOCK_FILE
-    if lock_path.is_file():
-        try:
-            lock = json.loads(lock_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise LaunchError(
-                f"lock file is not valid JSON: {exc}", path=lock_path, hint="re-render the repository"
-            ) from exc
-        launch = lock.get("launch") if isinstance(lock, dict) else None
-        if launch is not None:
-            if not isinstance(launch, dict):
-                raise LaunchError("'launch' must be an object", path=lock_path, key="launch")
-            ws = launch.get("world_size")
-            if ws is not None and (not isinstance(ws, int) or isinstance(ws, bool) or ws < 1):
-                raise LaunchError(
-                    f"world_size must be a positive integer, got {ws!r}",
-                    path=lock_path,
-                    key="launch.world_size",
-                    hint="re-render the repository",
-                )
-            names = launch.get("tensorrt_llm_model_names")
-            if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
-                raise LaunchError(
-                    f"tensorrt_llm_model_names must be a list of strings, got {names!r}",
-                    path=lock_path,
-                    key="launch.tensorrt_llm_model_names",
-                )
-            info = RepositoryInfo(
-                path=repo,
-                models=models,
-                lock_world_size=ws,
-                lock_model_names=names or None,
-                lock_path=lock_path,
-                engine_world_sizes=engine_ws,
-                warnings=warnings,
-            )
-    return info
+    launch = read_launch_block(repo, error=LaunchError)
+    return RepositoryInfo(
+        path=repo,
+        models=models,
+        lock_world_size=launch.world_size if launch else None,
+        lock_model_names=(launch.tensorrt_llm_model_names or None) if launch else None,
+        lock_path=repo / LOCK_NAME if launch else None,
+        engine_world_sizes=engine_ws,
+        warnings=warnings,
+    )
 
 
 @dataclass(frozen=True)
@@ -284,7 +258,7 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
                 hint=f"drop --world_size or pass --world_size {repo.lock_world_size}; re-render if the engine changed",
             )
     elif repo.lock_world_size is not None:
-        world_size, origin = repo.lock_world_size, f"{LOCK_FILE} launch.world_size"
+        world_size, origin = repo.lock_world_size, f"{LOCK_NAME} launch.world_size"
     elif engine is not None:
         world_size, origin = engine[0], f"engine {engine[1]}"
     else:
@@ -312,7 +286,7 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
     if config.tensorrt_llm_model_name:
         names, names_key = list(config.tensorrt_llm_model_name), "--tensorrt_llm_model_name"
     elif repo.lock_model_names:
-        names, names_key = list(repo.lock_model_names), f"{LOCK_FILE} launch.tensorrt_llm_model_names"
+        names, names_key = list(repo.lock_model_names), f"{LOCK_NAME} launch.tensorrt_llm_model_names"
     elif repo.trtllm_backend_models:
         names, names_key = repo.trtllm_backend_models, "backend tensorrtllm models"
     else:

@@ -1,34 +1,62 @@
 """Help text and defaults of every launch option, shared by :class:`~repo_builder.server.config.LaunchConfig`
 and the CLI.
 
-Kept free of heavy imports (only ``typing``) so ``repo-builder --help`` does not pay for pydantic.
+Kept free of heavy imports (only ``typing`` and ``pathlib``) so ``repo-builder --help`` does not pay for pydantic.
 """
 
+from pathlib import Path
 from typing import TypedDict
 
 
 class LaunchDefaults(TypedDict):
-    """Types of :data:`DEFAULTS` (ports and seconds as LaunchConfig declares them)."""
+    """Types of :data:`DEFAULTS` (as :class:`~repo_builder.server.config.LaunchConfig` declares them)."""
 
+    world_size: int | None
+    tritonserver: str | None
     http_port: int
     grpc_port: int
     metrics_port: int
     http_address: str
+    log: bool
+    log_file: Path | None
+    force: bool
+    multi_model: bool
+    no_mpi: bool
+    oversubscribe: bool
+    tensorrt_llm_model_name: list[str] | None
+    detach: bool
+    pid_file: Path | None
     timeout: float
     stop_timeout: float
     exit_timeout: int
+    hostfile: Path | None
+    openai_port: int | None
 
 
-#: Defaults of the launch options that have one other than None/False/empty: read by
-#: :class:`~repo_builder.server.config.LaunchConfig` and by the CLI's ``typer.Option`` declarations alike.
+#: The default of every launch option but ``model_repo`` (required) and ``server_args`` (empty list): the one
+#: home read by :class:`~repo_builder.server.config.LaunchConfig`, by the CLI's ``typer.Option`` declarations of
+#: ``repo-builder launch`` / ``stop`` (so ``--help`` shows them) and by ``deploy``'s help texts.
 DEFAULTS: LaunchDefaults = {
+    "world_size": None,
+    "tritonserver": None,
     "http_port": 8000,
     "grpc_port": 8001,
     "metrics_port": 8002,
     "http_address": "127.0.0.1",
+    "log": False,
+    "log_file": None,
+    "force": False,
+    "multi_model": False,
+    "no_mpi": False,
+    "oversubscribe": False,
+    "tensorrt_llm_model_name": None,
+    "detach": False,
+    "pid_file": None,
     "timeout": 600.0,
     "stop_timeout": 30.0,
     "exit_timeout": 5,
+    "hostfile": None,
+    "openai_port": None,
 }
 
 HELP: dict[str, str] = {

@@ -21,7 +21,8 @@ from pathlib import Path
 from ..errors import LaunchError
 from .config import LaunchConfig
 from .preflight import servers_on_repository
-from .process import LaunchInterrupted, TritonServer, default_pid_file, log_follower
+from .process import LaunchInterrupted, TritonServer, default_pid_file
+from .server_log import log_follower
 
 
 def _exit_code(code: int | None, fallback: int) -> int:
@@ -185,10 +186,12 @@ def stop(
     *,
     pid_file: Path | None = None,
     model_repo: Path | None = None,
-    timeout: float = 30.0,
+    timeout: float | None = None,
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run ``repo-builder stop``: stop a ``--detach`` launch cleanly and remove its pid file.
+
+    ``timeout``: seconds of graceful stop before SIGKILL; None = the launch's own ``stop_timeout``.
 
     Raises:
         LaunchError: neither a pid file nor a repository was given, or there is no pid file for it.
@@ -209,7 +212,7 @@ def stop(
             )
             raise LaunchError("no detached launch recorded for this repository", path=model_repo, hint=hint)
     server = TritonServer.attach(pid_file)
-    running = server.is_running() or bool(server._our_processes())
+    running = server.is_running() or bool(server.processes.ours())
     t0 = time.monotonic()
     server.stop(timeout)
     for path in {str(pid_file), *server.pid_files}:

@@ -1,12 +1,18 @@
-"""Helpers shared by the end-to-end text tests: HTTP /generate and a gRPC stream collector."""
+"""Helpers shared by the end-to-end tests: HTTP /generate, a gRPC stream collector, the OpenAI front end."""
 
 from __future__ import annotations
 
 import json
 import queue
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -77,3 +83,71 @@ class Stream:
 
 def texts(results: list[Any]) -> list[str]:
     return [r.as_numpy("text_output").reshape(-1)[0].decode() for r in results]
+
+
+# ---------------------------------------------------------------------------------------------- OpenAI front end
+def wait_healthy(base: str, proc: subprocess.Popen, *, timeout_s: float = 300.0, log: Path | None = None) -> None:
+    """Poll ``GET {base}/health`` until it answers 200; fail when ``proc`` exits first or ``timeout_s`` passes
+    (the message quotes ``log`` when given)."""
+    import httpx
+
+    def output() -> str:
+        return log.read_text(errors="replace") if log is not None and log.exists() else ""
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, f"{proc.args[3]} exited with {proc.returncode}: {output()}"
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{base}/health was not 200 after {timeout_s:.0f} s: {output()}"
+        time.sleep(0.3)
+
+
+@contextmanager
+def openai_front_ends(
+    repo: Path, grpc_url: str, options: Sequence[Sequence[str]], *, log_dir: Path | None = None
+) -> Iterator[list[str]]:
+    """One standalone ``repo-builder openai --repo REPO --grpc-url URL --port <free port> OPTIONS`` per entry of
+    ``options``, all started before any is waited for; yields their base URLs (``http://127.0.0.1:PORT``) once
+    each answers ``/health``, and terminates them afterwards. Output goes to ``log_dir/front<i>.log`` if given."""
+    from conftest import free_ports
+
+    procs: list[subprocess.Popen] = []
+    logs: list[Path | None] = []
+    bases: list[str] = []
+    try:
+        for i, (extra, port) in enumerate(zip(options, free_ports(len(options)))):
+            log = None if log_dir is None else log_dir / f"front{i}.log"
+            out: IO[bytes] | None = None if log is None else open(log, "wb")
+            try:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "repo_builder", "openai", "--repo", str(repo), "--grpc-url", grpc_url]
+                        + ["--port", str(port), *extra],
+                        stdout=out,
+                        stderr=None if out is None else subprocess.STDOUT,
+                    )
+                )
+            finally:
+                if out is not None:
+                    out.close()
+            logs.append(log)
+            bases.append(f"http://127.0.0.1:{port}")
+        for base, proc, log in zip(bases, procs, logs):
+            wait_healthy(base, proc, log=log)
+        yield bases
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+@contextmanager
+def openai_front_end(repo: Path, grpc_url: str, *options: str, log_dir: Path | None = None) -> Iterator[str]:
+    """:func:`openai_front_ends` for one front end: yields its base URL."""
+    with openai_front_ends(repo, grpc_url, [options], log_dir=log_dir) as (base,):
+        yield base

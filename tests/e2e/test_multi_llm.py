@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -148,46 +147,11 @@ def test_each_llm_answers_with_its_own_weights_and_tokenizer(server, llms, entry
 @pytest.fixture(scope="module", params=["ensemble", "tensorrt_llm_bls"])
 def front_end(request, server, repo, tmp_path_factory):
     """`repo-builder openai --repo REPO --triton-model ROLE` in front of the module's tritonserver."""
-    import httpx
-    from conftest import free_ports
+    from e2e_support import openai_front_end
 
-    (port,) = free_ports(1)
-    log = tmp_path_factory.mktemp("openai") / "front.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "repo_builder",
-                "openai",
-                "--repo",
-                str(repo),
-                "--grpc-url",
-                server.grpc_url,
-                "--port",
-                str(port),
-                "--triton-model",
-                request.param,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            assert proc.poll() is None, f"openai exited with {proc.returncode}: {log.read_text()}"
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"the OpenAI front end did not become ready: {log.read_text()}")
+    log_dir = tmp_path_factory.mktemp("openai")
+    with openai_front_end(repo, server.grpc_url, "--triton-model", request.param, log_dir=log_dir) as base:
         yield {"base": base, "role": request.param}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_openai_lists_both_llms_and_routes_each_to_its_own_model(front_end, server, llms) -> None:

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -28,6 +27,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("fastapi")
 
 from conftest import free_ports  # noqa: E402
+from e2e_support import wait_healthy  # noqa: E402
 
 KEY = "sk-test-openai-front-end"
 N = 12
@@ -100,19 +100,12 @@ def launched(tiny, render_repo_module, tmp_path_factory):
         str(log),
         "--quiet",
     ]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = tmp_path_factory.mktemp("launch-out") / "stdout.log"
+    with open(output, "wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
     try:
-        while True:
-            assert proc.poll() is None, f"launch exited with {proc.returncode}: {proc.stdout.read()}"
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the OpenAI front end did not become ready"
-            time.sleep(0.5)
+        wait_healthy(base, proc, log=output)
         yield {"base": base, "proc": proc, "repo": repo, "log": log, "http": http, "port": port}
     finally:
         if proc.poll() is None:

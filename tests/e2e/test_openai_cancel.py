@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 import uuid
 
@@ -24,7 +22,7 @@ pytestmark = pytest.mark.server
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from conftest import free_ports  # noqa: E402
+from e2e_support import openai_front_ends  # noqa: E402
 
 MAX = 1000
 MODELS = ["ensemble", "tensorrt_llm_bls"]
@@ -50,44 +48,8 @@ def served(tmp_path_factory, render_repo_module, serve_module):
 def fronts(served):
     """{triton model: base URL} of one standalone `repo-builder openai` per model."""
     server, repo = served
-    procs, urls = [], {}
-    try:
-        for model, port in zip(MODELS, free_ports(len(MODELS))):
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "repo_builder",
-                        "openai",
-                        "--repo",
-                        str(repo),
-                        "--grpc-url",
-                        server.grpc_url,
-                        "--port",
-                        str(port),
-                        "--triton-model",
-                        model,
-                    ]
-                )
-            )
-            urls[model] = f"http://127.0.0.1:{port}"
-        for model, url in urls.items():
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert all(p.poll() is None for p in procs), "a front end exited"
-                assert time.monotonic() < deadline, f"front end for {model} not ready"
-                time.sleep(0.3)
-        yield urls
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=30)
+    with openai_front_ends(repo, server.grpc_url, [("--triton-model", model) for model in MODELS]) as bases:
+        yield dict(zip(MODELS, bases))
 
 
 def stopped_after(server, rid: str, timeout_s: float = 60.0) -> int:

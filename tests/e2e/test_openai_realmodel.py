@@ -10,9 +10,6 @@ tokenizer's apply_chat_template(tokenize=True) ids.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
@@ -24,7 +21,7 @@ httpx = pytest.importorskip("httpx")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("fastapi")
 
-from conftest import free_ports  # noqa: E402
+from e2e_support import openai_front_end  # noqa: E402
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 MAX_TOKENS = 32
@@ -43,40 +40,11 @@ def smollm2(request):
 @pytest.fixture(scope="module")
 def served(smollm2, render_repo_module, serve_module):
     repo = render_repo_module(smollm2, smollm2, streaming=True, name="smollm2")
-    with serve_module(repo) as server:
-        (port,) = free_ports(1)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "repo_builder",
-                "openai",
-                "--repo",
-                str(repo),
-                "--grpc-url",
-                server.grpc_url,
-                "--port",
-                str(port),
-                "--served-model-name",
-                "smollm2",
-            ]
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                assert proc.poll() is None, "repo-builder openai exited"
-                try:
-                    if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline
-                time.sleep(0.3)
-            yield server, base
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with (
+        serve_module(repo) as server,
+        openai_front_end(repo, server.grpc_url, "--served-model-name", "smollm2") as base,
+    ):
+        yield server, base
 
 
 def ensemble_text(server, prompt: str) -> str:
