@@ -103,3 +103,37 @@ def test_first_use_key_and_arrival_key_of_one_id_do_not_meet():
             inputs = {**_chunk([b[i]]), "ARRIVAL_TIME_NS": np.array([[123456789]], np.int64)}
             second += text(p.process(inputs, request_id="X"))
     assert "".join(first) == llama.decode(a) and "".join(second) == llama.decode(b)
+
+
+def test_preprocessing_adapter_sends_sequence_id_where_the_backend_takes_response_parameters(monkeypatch):
+    """The model.py adapter probes ``InferenceResponse(parameters=)`` once: with it (python_backend r25.02+)
+    every response carries a fresh ``sequence_id`` and no perf metrics are asked for; without it (Triton 2.51,
+    the plain fake) no parameters are sent and a repeated id asks for perf metrics."""
+    import sys
+
+    from _text_support import model_config
+    from engine_fakes import FakeRequest, FakeResponse
+    from test_preprocessing_model import LLAMA, load_model_py
+
+    class ResponseWithParameters(FakeResponse):
+        def __init__(self, output_tensors=None, error=None, parameters=None):
+            super().__init__(output_tensors, error)
+            self.parameters = parameters
+
+    cfg = {"model_config": model_config("trtllm-1.2", "preprocessing", {"tokenizer_dir": LLAMA}, as_json=True)}
+    good = {"QUERY": q("Deep learning"), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}
+
+    module = load_model_py("preprocessing", monkeypatch)
+    plain = module.TritonPythonModel()
+    plain.initialize(cfg)
+    first, again = plain.execute([FakeRequest(good, "id-1"), FakeRequest(good, "id-1")])
+    assert not hasattr(first, "parameters")
+    assert [bool(r.tensors["OUT_RETURN_PERF_METRICS"][0, 0]) for r in (first, again)] == [False, True]
+
+    monkeypatch.setattr(sys.modules["triton_python_backend_utils"], "InferenceResponse", ResponseWithParameters)
+    keyed = module.TritonPythonModel()
+    keyed.initialize(cfg)
+    responses = keyed.execute([FakeRequest(good, "id-1"), FakeRequest(good, "id-1"), FakeRequest(good, "")])
+    ids = [r.parameters["sequence_id"] for r in responses]
+    assert len(set(ids)) == 3 and all(0 < i < 2**63 for i in ids)
+    assert not any(bool(r.tensors["OUT_RETURN_PERF_METRICS"][0, 0]) for r in responses)
