@@ -78,10 +78,6 @@ class KeySource:
             return keys
 
 
-#: ``sequence_id`` values set on preprocessing's responses are Triton INT64 parameters: keep them positive.
-_SEQUENCE_ID_MASK = (1 << 63) - 1
-
-
 class FirstUseIds:
     """Request ids this process has certainly never claimed before: a blocked Bloom filter of fixed size.
 
@@ -127,7 +123,7 @@ class EnsembleStreamKeys:
 
     * ``response_parameters`` (the Python backend's ``InferenceResponse`` takes ``parameters``:
       python_backend r25.02+, i.e. the 25.x TRT-LLM containers): preprocessing answers with the
-      response parameter ``sequence_id`` = a fresh key; the ensemble (core r24.07+, #369) then runs
+      string response parameter ``sequence_id`` = a fresh key; the ensemble (core r24.07+, #369) then runs
       tensorrt_llm and postprocessing with that correlation id, which postprocessing keys on. The engine
       is asked for no perf metrics the client did not ask for (NVIDIA's backend ignores correlation ids:
       its tensorrt_llm model has no sequence batcher).
@@ -381,7 +377,8 @@ class Preprocessor:
         if "OUT_RETURN_PERF_METRICS" in self.out_dtypes:  # trtllm-0.5 has no perf metrics to ask for
             perf = self.stream_keys.perf_metrics_needed(request_id)
         if self.stream_keys.response_parameters:
-            self.response_parameters = {"sequence_id": (keys[0] & _SEQUENCE_ID_MASK) or 1}
+            # a string: no integer range to respect (python_backend sends parameters as JSON)
+            self.response_parameters = {"sequence_id": f"rb-{keys[0]:016x}"}
         produced = {
             "INPUT_ID": input_id,
             "REQUEST_INPUT_LEN": np.array([[len(ids)] for ids in ids_rows]),
