@@ -44,6 +44,10 @@ _POLL_INTERVAL = 0.1  # seconds between two reads of the destination's size for 
 PYTHON_ENGINE_SUBDIR = "engine"
 
 
+class PlacementCancelled(Exception):
+    """Placing stopped because :meth:`PlacementJob.cancel` asked it to (the caller removes what was placed)."""
+
+
 @dataclass(frozen=True)
 class PlacedFile:
     """One engine file: absolute ``source`` and ``target`` relative to the repository root."""
@@ -130,21 +134,26 @@ def _advise_sequential(fd: int) -> None:
             pass
 
 
-def _kernel_copy(fsrc, fdst, size: int, advance: Callable[[int], None]) -> None:
+def _kernel_copy(fsrc, fdst, size: int, advance: Callable[[int], None], stop: threading.Event | None = None) -> None:
     """Copy ``size`` bytes between open files with copy_file_range, then sendfile, then read/write.
 
     Each kernel call asks for the whole rest of the file (at most :data:`_CHUNK` bytes); ``advance(n)``
     gets the bytes each call moved. Falls back to the next method only if the first call fails with
-    EXDEV/ENOSYS/EINVAL/EOPNOTSUPP/EBADF (other filesystem, no kernel support).
+    EXDEV/ENOSYS/EINVAL/EOPNOTSUPP/EBADF (other filesystem, no kernel support). ``stop`` is looked at before
+    every call; a signal delivered to the copying thread makes the running call return early
+    (:meth:`PlacementJob.cancel`).
 
     Raises:
         OSError: the copy failed, or the source ended before ``size`` bytes (EIO, "short copy").
+        PlacementCancelled: ``stop`` was set.
     """
     in_fd, out_fd = fsrc.fileno(), fdst.fileno()
     _advise_sequential(in_fd)
     done = 0
     method = "copy_file_range" if hasattr(os, "copy_file_range") else "sendfile"
     while done < size:
+        if stop is not None and stop.is_set():
+            raise PlacementCancelled(f"cancelled after {done} of {size} bytes")
         want = min(_CHUNK, size - done)
         try:
             if method == "copy_file_range":
@@ -172,15 +181,18 @@ def _kernel_copy(fsrc, fdst, size: int, advance: Callable[[int], None]) -> None:
         raise OSError(errno.EIO, f"short copy: {done} of {size} bytes")
 
 
-def copy_file(src: Path, dst: Path, *, advance: Callable[[int], None] = lambda n: None) -> None:
+def copy_file(
+    src: Path, dst: Path, *, advance: Callable[[int], None] = lambda n: None, stop: threading.Event | None = None
+) -> None:
     """Copy one file's bytes and permission bits (like ``cp``); ``advance(n)`` is called per kernel call.
 
     Raises:
         OSError: from opening, copying or chmod (the caller names the file).
+        PlacementCancelled: ``stop`` was set (see :func:`_kernel_copy`).
     """
     size = src.stat().st_size
     with open(src, "rb") as fsrc, open(dst, "wb") as fdst:
-        _kernel_copy(fsrc, fdst, size, advance)
+        _kernel_copy(fsrc, fdst, size, advance, stop)
     shutil.copymode(src, dst)
 
 
@@ -224,6 +236,7 @@ def place(
     progress: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
     progress_threshold: int | None = None,
+    stop: threading.Event | None = None,
 ) -> None:
     """Place the engine files of ``plan`` under ``repo_root`` (does nothing when ``dry_run``).
 
@@ -233,8 +246,10 @@ def place(
             every 0.1 s during each copy and once after each file (the last call has copied == total).
         progress_threshold: files over this many bytes get progress (default :data:`PROGRESS_THRESHOLD`,
             64 MiB).
+        stop: when set (by another thread), placing stops before the next file or kernel copy call.
 
     Raises:
+        PlacementCancelled: ``stop`` was set.
         RenderError: a hardlink across filesystems (names the file and suggests ``copy``), or any
             other OS error while placing (names the file).
     """
@@ -279,6 +294,8 @@ def place(
 
     try:
         for item in plan.files:
+            if stop is not None and stop.is_set():
+                raise PlacementCancelled("cancelled")
             dst = root / item.target
             dst.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -289,11 +306,11 @@ def place(
                             report(base + min(n, cap))
 
                         with watch_size(dst, on_size):
-                            copy_file(item.source, dst)
+                            copy_file(item.source, dst, stop=stop)
                         copied += item.size
                         report(copied)
                     else:
-                        copy_file(item.source, dst)
+                        copy_file(item.source, dst, stop=stop)
                 elif plan.mode == "hardlink":
                     os.link(item.source, dst)
                 elif plan.mode == "symlink":
@@ -311,3 +328,88 @@ def place(
     finally:
         if bar is not None:
             bar.stop()
+
+
+class PlacementJob:
+    """:func:`place` in a background thread, so a render copies the engine while it renders the rest.
+
+    ``start()`` starts the thread; ``join()`` waits for it and raises what :func:`place` raised there.
+    Files of at most :data:`PROGRESS_THRESHOLD` bytes (an engine's ``config.json``, a checkpoint's small files)
+    are placed first: ``wait_small()`` returns once they are, so that the repository can be validated while the
+    large files are still being copied.
+    ``cancel(kick)`` asks it to stop and waits until it has: :func:`place` stops before the next file or
+    kernel call, and ``kick(thread id)``, called every ``interval`` seconds while the thread still runs, may
+    deliver a signal to it so that a long ``copy_file_range`` call returns early (the render does that with
+    ``SIGUSR1``, see ``repo_builder.render.write``; without a kick the running call finishes first). The
+    thread id is only handed to ``kick`` while the thread is inside :func:`place` (never after it ended).
+    """
+
+    def __init__(self, plan: PlacementPlan, repo_root: str | Path, *, progress: bool = False) -> None:
+        self.plan = plan
+        self.root = Path(repo_root)
+        self.progress = progress
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._small = threading.Event()
+        self._lock = threading.Lock()
+        self._placing = False
+        self.thread = threading.Thread(target=self._run, name="repo-builder-placement", daemon=True)
+
+    def start(self) -> PlacementJob:
+        """Start placing; returns self."""
+        with self._lock:
+            self._placing = True
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        plan = self.plan
+        small = [f for f in plan.files if f.size <= PROGRESS_THRESHOLD]
+        large = [f for f in plan.files if f.size > PROGRESS_THRESHOLD]
+        try:
+            for files in (small, large):
+                place(
+                    PlacementPlan(plan.mode, plan.source_dir, plan.engine_subdir, files),
+                    self.root,
+                    progress=self.progress,
+                    stop=self._stop,
+                )
+                self._small.set()
+        except BaseException as exc:  # handed to join(); a KeyboardInterrupt from place() too
+            self.error = exc
+        finally:
+            self._small.set()
+            with self._lock:
+                self._placing = False
+
+    def wait_small(self) -> None:
+        """Wait until the small files are placed (see the class).
+
+        Raises:
+            whatever :func:`place` raised so far.
+        """
+        self._small.wait()
+        if self.error is not None:
+            raise self.error
+
+    def join(self) -> None:
+        """Wait until every file is placed.
+
+        Raises:
+            whatever :func:`place` raised (RenderError naming the file, ...).
+        """
+        self.thread.join()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def cancel(self, kick: Callable[[int], None] | None = None, interval: float = 0.05) -> None:
+        """Stop placing and wait until the thread has ended (its error, if any, is dropped)."""
+        self._stop.set()
+        while self.thread.is_alive():
+            with self._lock:
+                ident = self.thread.ident if self._placing else None
+                if kick is not None and ident is not None:
+                    kick(ident)
+            self.thread.join(interval)
+        self.error = None

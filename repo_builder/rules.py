@@ -113,31 +113,48 @@ def rank_files(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding("engine_dir", exc.message, blame="engine")
 
 
-@rule
-def batch_size(ctx: RuleContext) -> Iterator[Finding]:
-    """B08: a Triton batch above the engine's runs at most the engine's batch at once (a warning)."""
-    tmbs = ctx.v("triton_max_batch_size")
-    if isinstance(tmbs, int) and tmbs > ctx.engine.max_batch_size:
-        n = ctx.engine.max_batch_size
-        yield Finding(
-            "triton_max_batch_size",
-            f"{tmbs} is above the engine's max_batch_size {n}: the engine runs "
-            f"at most {n} requests at once; a larger batch needs `{BUILD} --max_batch_size` (B08)",
-            severity="warning",
-        )
+@dataclass(frozen=True)
+class EngineLimit:
+    """A row of :data:`ENGINE_LIMITS`: parameter ``key`` may not exceed the engine's ``field``.
+
+    ``message`` is formatted with ``value`` (the parameter's), ``limit`` (the engine's) and ``build``
+    (``trtllm-build``); ``severity`` and ``blame`` go to the :class:`Finding`.
+    """
+
+    key: str
+    field: str
+    message: str
+    severity: Severity = "error"
+    blame: Blame = "parameter"
+
+
+#: Parameters bounded by an engine build setting (B08: a larger Triton batch still runs at most the engine's
+#: batch at once, a warning; B07: the backend refuses to load with a beam width above the engine's).
+ENGINE_LIMITS = (
+    EngineLimit(
+        "triton_max_batch_size",
+        "max_batch_size",
+        "{value} is above the engine's max_batch_size {limit}: the engine runs at most {limit} requests at once; "
+        "a larger batch needs `{build} --max_batch_size` (B08)",
+        severity="warning",
+    ),
+    EngineLimit(
+        "max_beam_width",
+        "max_beam_width",
+        "{value} is above the engine's max_beam_width {limit} (rebuild with `{build} --max_beam_width {value}`) (B07)",
+        blame="engine",
+    ),
+)
 
 
 @rule
-def beam_width(ctx: RuleContext) -> Iterator[Finding]:
-    """B07: the backend refuses to load with a beam width above the engine's."""
-    beam = ctx.v("max_beam_width")
-    if isinstance(beam, int) and beam > ctx.engine.max_beam_width:
-        yield Finding(
-            "max_beam_width",
-            f"{beam} is above the engine's max_beam_width {ctx.engine.max_beam_width} "
-            f"(rebuild with `{BUILD} --max_beam_width {beam}`) (B07)",
-            blame="engine",
-        )
+def engine_limits(ctx: RuleContext) -> Iterator[Finding]:
+    """B07, B08: every row of :data:`ENGINE_LIMITS`."""
+    for row in ENGINE_LIMITS:
+        value, limit = ctx.v(row.key), getattr(ctx.engine, row.field)
+        if isinstance(value, int) and value > limit:
+            text = row.message.format(value=value, limit=limit, build=BUILD)
+            yield Finding(row.key, text, severity=row.severity, blame=row.blame)
 
 
 @rule
@@ -315,22 +332,24 @@ def attention_window(ctx: RuleContext) -> Iterator[Finding]:
 
 
 # ------------------------------------------------------------------------------------------- streaming
+#: Settings that work with beam width 1 only (B30: TRT-LLM streams only with beam width 1; accumulation too):
+#: (parameter, message formatted with ``beam``); warnings, since a request may still ask for beam width 1.
+BEAM_ONE_ONLY = (
+    (
+        "decoupled_mode",
+        "streaming with max_beam_width {beam}: streaming requests must use beam_width 1 (beam search is only "
+        "returned whole) (B30)",
+    ),
+    ("accumulate_tokens", "with max_beam_width {beam}: accumulation works with beam_width 1 only (B30)"),
+)
+
+
 @rule
 def streaming_beam(ctx: RuleContext) -> Iterator[Finding]:
-    """B30: TRT-LLM streams only with beam width 1; accumulation too."""
-    if ctx.v("decoupled_mode") and ctx.beam > 1:
-        yield Finding(
-            "decoupled_mode",
-            f"streaming with max_beam_width {ctx.beam}: streaming requests must use "
-            "beam_width 1 (beam search is only returned whole) (B30)",
-            severity="warning",
-        )
-    if ctx.v("accumulate_tokens") and ctx.beam > 1:
-        yield Finding(
-            "accumulate_tokens",
-            f"with max_beam_width {ctx.beam}: accumulation works with beam_width 1 only (B30)",
-            severity="warning",
-        )
+    """B30: every row of :data:`BEAM_ONE_ONLY` that is on while max_beam_width > 1."""
+    for key, message in BEAM_ONE_ONLY:
+        if ctx.v(key) and ctx.beam > 1:
+            yield Finding(key, message.format(beam=ctx.beam), severity="warning")
 
 
 @rule
@@ -462,21 +481,26 @@ def lora(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+#: Companion models repo-builder's BLS does not drive: (parameter, message formatted with ``value``).
+BLS_COMPANIONS = (
+    (
+        "tensorrt_llm_draft_model_name",
+        "'{value}': repo-builder's BLS has no draft-model loop (it refuses num_draft_tokens > 0); for "
+        "draft/target speculative decoding use tensorrtllm_backend's own tensorrt_llm_bls, or engine-side modes "
+        "(decoding_mode medusa, eagle, lookahead)",
+    ),
+    (
+        "multimodal_encoders_name",
+        "'{value}': repo-builder renders text-only repositories (no multimodal_encoders model, and multimodal "
+        "serving is end of life in TRT-LLM 1.2)",
+    ),
+)
+
+
 @rule
 def bls_companions(ctx: RuleContext) -> Iterator[Finding]:
     """Draft-model speculative decoding and multimodal encoders through the BLS are not implemented."""
-    draft = ctx.v("tensorrt_llm_draft_model_name")
-    if draft:
-        yield Finding(
-            "tensorrt_llm_draft_model_name",
-            f"'{draft}': repo-builder's BLS has no draft-model loop (it "
-            "refuses num_draft_tokens > 0); for draft/target speculative decoding use tensorrtllm_backend's "
-            "own tensorrt_llm_bls, or engine-side modes (decoding_mode medusa, eagle, lookahead)",
-        )
-    encoders = ctx.v("multimodal_encoders_name")
-    if encoders:
-        yield Finding(
-            "multimodal_encoders_name",
-            f"'{encoders}': repo-builder renders text-only repositories (no "
-            "multimodal_encoders model, and multimodal serving is end of life in TRT-LLM 1.2)",
-        )
+    for key, message in BLS_COMPANIONS:
+        value = ctx.v(key)
+        if value:
+            yield Finding(key, message.format(value=value))

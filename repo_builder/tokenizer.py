@@ -223,7 +223,7 @@ def inspect_tokenizer_files(path: Path) -> TokenizerInfo | None:
     if "auto_map" in config or "auto_map" in _json(path / "config.json"):
         return None
     cls = config.get("tokenizer_class") or ("PreTrainedTokenizerFast" if (path / "tokenizer.json").is_file() else None)
-    if cls not in _FILE_CLASSES:
+    if not isinstance(cls, str) or cls not in _FILE_CLASSES:  # a hand-edited file may hold any JSON value
         return None
     specials = {**_json(path / "special_tokens_map.json"), **config}
     text = {name: _token_text(specials.get(name)) for name in ("bos_token", "eos_token", "pad_token", "unk_token")}

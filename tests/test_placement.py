@@ -269,3 +269,71 @@ def test_copy_error_names_the_file_and_stops_the_watcher(engine, tmp_path, monke
         place(plan_placement("trtllm", engine, "copy"), tmp_path / "root", progress=True, progress_threshold=1 << 20)
     assert str(engine / "rank0.engine") in str(err.value) and "Input/output error" in str(err.value)
     assert not any(t.name.startswith("repo-builder-progress") for t in threading.enumerate())
+
+
+def test_placement_job_cancel_kicks_the_copying_thread(engine, tmp_path, monkeypatch):
+    """PlacementJob.cancel() sets the stop flag and hands the copying thread's id to ``kick`` while the thread
+    is inside a kernel copy call; the call returns early (as after a signal), the copy stops there."""
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no os.copy_file_range on this platform")
+    (engine / "rank0.engine").write_bytes(os.urandom(1 << 20))
+    real_copy = os.copy_file_range
+    in_call = threading.Event()
+    kicked = threading.Event()
+    kicks: list[int] = []
+
+    def blocking_copy(src_fd, dst_fd, count, *args):
+        if count < 1 << 20:  # config.json
+            return real_copy(src_fd, dst_fd, count, *args)
+        in_call.set()
+        kicked.wait(60)  # a long kernel call, until a signal would interrupt it
+        return real_copy(src_fd, dst_fd, 4096, *args)  # interrupted: part of the file
+
+    def kick(ident: int) -> None:
+        kicks.append(ident)
+        kicked.set()
+
+    monkeypatch.setattr(os, "copy_file_range", blocking_copy)
+    job = placement.PlacementJob(plan_placement("trtllm", engine, "copy"), tmp_path / "root").start()
+    assert in_call.wait(60)
+    ident = job.thread.ident
+    job.cancel(kick=kick)
+    assert not job.thread.is_alive() and kicks and set(kicks) == {ident}
+    job.join()  # the cancellation is not an error of the caller's
+    assert (tmp_path / "root" / "tensorrt_llm" / "1" / "rank0.engine").stat().st_size == 4096
+
+
+def test_placement_job_join_raises_the_copy_error(engine, tmp_path):
+    job = placement.PlacementJob(plan_placement("trtllm", engine, "hardlink"), tmp_path / "root")
+    (tmp_path / "root" / "tensorrt_llm" / "1").mkdir(parents=True)
+    (tmp_path / "root" / "tensorrt_llm" / "1" / "config.json").write_text("{}")  # in the way of the link
+    job.start()
+    with pytest.raises(RenderError, match="placing engine file"):
+        job.join()
+    assert not job.thread.is_alive()
+
+
+def test_placement_job_places_small_files_first(engine, tmp_path, monkeypatch):
+    """wait_small() returns once the files up to PROGRESS_THRESHOLD are placed, while a large one is still being
+    copied (render validates the repository then: it reads the engine's config.json, not the rank files)."""
+    (engine / "rank0.engine").write_bytes(os.urandom(1 << 20))
+    monkeypatch.setattr(placement, "PROGRESS_THRESHOLD", 1 << 19)
+    release = threading.Event()
+    real_copy = placement.copy_file
+
+    def copy_file(src, dst, **kwargs):
+        if src.name == "rank0.engine":
+            assert release.wait(60)
+        return real_copy(src, dst, **kwargs)
+
+    monkeypatch.setattr(placement, "copy_file", copy_file)
+    plan = plan_placement("trtllm", engine, "copy")
+    plan.files.reverse()  # the large file first in the plan: still placed after the small ones
+    job = placement.PlacementJob(plan, tmp_path / "root").start()
+    job.wait_small()
+    folder = tmp_path / "root" / "tensorrt_llm" / "1"
+    assert (folder / "config.json").read_bytes() == (engine / "config.json").read_bytes()
+    assert job.thread.is_alive()
+    release.set()
+    job.join()
+    assert (folder / "rank0.engine").read_bytes() == (engine / "rank0.engine").read_bytes()

@@ -28,8 +28,8 @@ def work(tmp_path):
 
 
 def _failing_place(monkeypatch):
-    """Placement that writes one engine file and then fails, as a full disk would."""
-    import repo_builder.render as render_mod
+    """Placement that writes one engine file and then fails, as a full disk would (in the copy thread)."""
+    import repo_builder.placement as placement_mod
 
     def place(plan, root, **kwargs):
         first = plan.files[0]
@@ -38,7 +38,7 @@ def _failing_place(monkeypatch):
         target.write_bytes(b"partial")
         raise RenderError("simulated failure while placing engine files", path=first.source)
 
-    monkeypatch.setattr(render_mod, "place", place)
+    monkeypatch.setattr(placement_mod, "place", place)
 
 
 def test_failure_mid_render_leaves_no_repository_and_no_temp_dir(work, engine, monkeypatch):
@@ -66,12 +66,12 @@ def test_failed_forced_render_keeps_the_old_repository(work, engine, monkeypatch
 
 
 def test_interrupt_mid_render_cleans_up(work, engine, monkeypatch):
-    import repo_builder.render as render_mod
+    import repo_builder.placement as placement_mod
 
     def place(plan, root, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(render_mod, "place", place)
+    monkeypatch.setattr(placement_mod, "place", place)
     with pytest.raises(KeyboardInterrupt):
         render_repository(engine, asset(TOK), work / "repo")
     assert list(work.iterdir()) == []
@@ -153,3 +153,64 @@ def test_dry_run_diff_lists_removed_files(work, engine):
     (out / "extra.txt").write_text("hand-made\n")
     result = render_repository(engine, asset(TOK), out, dry_run=True)
     assert "--- a/extra.txt\n+++ /dev/null" in result.diff
+
+
+def _placing_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "repo-builder-placement"]
+
+
+def test_engine_copy_runs_while_the_tokenizer_is_inspected(work, engine, monkeypatch):
+    """The engine files are placed from a thread that starts before the slow part of the plan."""
+    import threading
+
+    import repo_builder.placement as placement_mod
+    import repo_builder.tokenizer as tokenizer_mod
+
+    started = threading.Event()
+    real_place, real_inspect = placement_mod.place, tokenizer_mod.inspect_tokenizer
+
+    def place(plan, root, **kwargs):
+        assert threading.current_thread() is not threading.main_thread()
+        started.set()
+        return real_place(plan, root, **kwargs)
+
+    def inspect_tokenizer(*args, **kwargs):
+        assert started.wait(60), "the engine copy had not started when the tokenizer was inspected"
+        return real_inspect(*args, **kwargs)
+
+    monkeypatch.setattr(placement_mod, "place", place)
+    monkeypatch.setattr(tokenizer_mod, "inspect_tokenizer", inspect_tokenizer)
+    result = render_repository(engine, asset(TOK), work / "repo")
+    assert result.written
+    placed = work / "repo" / "tensorrt_llm" / "1" / "rank0.engine"
+    assert placed.read_bytes() == (engine / "rank0.engine").read_bytes()
+    assert _placing_threads() == []
+
+
+def test_a_bad_value_found_while_copying_stops_the_copy_and_leaves_nothing(work, engine, monkeypatch):
+    """resolve's cross-check fails in the main thread while the copy runs: the copy is cancelled (its thread
+    ends), the temp dir is removed."""
+    import threading
+
+    import repo_builder.placement as placement_mod
+    from repo_builder.errors import EngineError
+
+    placing = threading.Event()
+    stopped = []
+
+    def place(plan, root, *, stop, **kwargs):
+        first = plan.files[0]
+        (root / first.target).parent.mkdir(parents=True, exist_ok=True)
+        (root / first.target).write_bytes(b"partial")
+        placing.set()
+        stopped.append(stop.wait(60))  # a copy that only ends when cancelled
+        raise placement_mod.PlacementCancelled("cancelled")
+
+    monkeypatch.setattr(placement_mod, "place", place)
+    with pytest.raises(EngineError, match="max_beam_width"):
+        render_repository(engine, asset(TOK), work / "a" / "repo", user_values={"max_beam_width": "8"})
+    assert placing.is_set() and stopped == [True]
+    assert list(work.iterdir()) == []
+    assert _placing_threads() == []

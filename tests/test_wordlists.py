@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _assets import HF_TOKENIZERS
 from _text_support import sentencepiece
 from _text_support import tokenizer as load
 
 from repo_builder.runtime.triton_io import RequestError
-from repo_builder.runtime.wordlists import WordEncoder, parse_token_ids
+from repo_builder.runtime.wordlists import MAX_WORDS, WordEncoder, parse_token_ids
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +201,7 @@ def test_duplicates_across_words_and_extra_ids_kept_once(llama):
 
 
 def test_word_list_size_limits_name_the_field(llama):
-    from repo_builder.runtime.wordlists import MAX_WORD_BYTES, MAX_WORDS
+    from repo_builder.runtime.wordlists import MAX_WORD_BYTES
 
     with pytest.raises(RequestError) as err:
         llama.word_list([["x"] * (MAX_WORDS + 1)], "stop_words")
@@ -211,3 +212,84 @@ def test_word_list_size_limits_name_the_field(llama):
     with pytest.raises(RequestError) as err:
         llama.embedding_bias([["x"] * (MAX_WORDS + 1)], [[1.0] * (MAX_WORDS + 1)], batch=1)
     assert err.value.field == "embedding_bias_words"
+
+
+def _varied_words(specials: list[str]) -> list[str]:
+    """Words that probe the joined encoding: spaces and newlines at either end, digits, contractions, CJK,
+    emoji, byte-fallback characters, bracketed text, special-token texts alone and inside words."""
+    import random
+
+    rng = random.Random(15)
+    alphabet = list("abcXYZ019 ',.-_\n\t") + ["日本", "語", "🙂", "é", "ï", "İ", "▁", "Ġ", "[INST]", "'s", "  "]
+    words = ["Hello", " Hello", "Hello ", "\n", " ", "  x  ", "don't", "a, b", "12345", "\n\nEnd", "日本語"]
+    words += specials + [f"x{s}y" for s in specials] + [f" {s}" for s in specials]
+    words += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6))) for _ in range(600)]
+    words += [f"stopword{i} phrase" for i in range(300)]
+    return words
+
+
+@pytest.mark.parametrize("name", ["smollm2", *HF_TOKENIZERS])
+def test_joined_encoding_gives_the_ids_of_one_encode_per_text(name, request):
+    """The joined Rust encode (many texts behind a special token, split at its id) is in use for every
+    tokenizer the tests cover, and every text gets exactly the ids that one ``tokenizer.encode`` per text
+    gives: LLaMA/Mistral SentencePiece (Metaspace, prepend_scheme first), GPT-2, Llama 3, Qwen 3, SmolLM2."""
+    if name == "smollm2":
+        from repo_builder.runtime.text import load_tokenizer
+
+        tok = load_tokenizer(request.getfixturevalue("smollm2_dir"))
+    else:
+        tok = load(name)
+    enc = WordEncoder(tok, cache_size=0, row_cache_words=0)
+    assert enc.joined, name
+    specials = [str(s) for s in tok.all_special_tokens]
+    words = _varied_words(specials)
+    bodies = words + [" " + w for w in words]
+    got = enc._after_anchor_many(bodies)
+    assert len(got) == len(bodies)
+    anchor = tok.encode("\n", add_special_tokens=False)
+    for body, ids in zip(bodies, got):
+        full = tok.encode("\n" + body, add_special_tokens=False)  # one encode per text: the reference
+        want = tuple(full[len(anchor) :]) if len(full) > len(anchor) and full[: len(anchor)] == anchor else None
+        assert ids == want, (body, ids, want)
+    # and the whole word list equals the one built one word at a time
+    one = WordEncoder(tok, cache_size=0, row_cache_words=0)
+    expected: list[list[int]] = []
+    for w in words:
+        for seq in one.text_variants(w):
+            if seq and seq not in expected:
+                expected.append(seq)
+    assert sequences(enc.word_list([words], "stop_words")) == expected
+
+
+def test_repeated_lists_come_from_the_row_cache(llama):
+    enc = WordEncoder(llama.tokenizer)
+    words = [f"w{i} end" for i in range(50)]
+    first = enc.word_list([words], "stop_words", extra_ids=[7])
+    calls = []
+    enc._after_anchor_many = lambda bodies: calls.append(bodies)  # type: ignore[method-assign]
+    again = enc.word_list([list(words)], "bad_words", extra_ids=[7])
+    assert calls == [] and again.tolist() == first.tolist()
+    with pytest.raises(RequestError):  # limits still apply to a cached row
+        enc.word_list([words + ["x"] * MAX_WORDS], "stop_words")
+
+
+# ---- engine-side indexes: same answers as a scan over every word ------------------------------------------
+
+
+def test_stop_and_bad_word_indexes_equal_a_scan_over_every_word():
+    import random
+
+    from repo_builder.runtime.wordlists import BadWordIndex, StopWordIndex
+
+    rng = random.Random(15)
+    for _ in range(200):
+        words = [[rng.randrange(6) for _ in range(rng.randint(0, 3))] for _ in range(rng.randint(0, 12))]
+        history = [rng.randrange(6) for _ in range(rng.randint(0, 5))]
+        stops = StopWordIndex(words)
+        scan_stop = any(w and len(w) <= len(history) and history[-len(w) :] == w for w in words)
+        assert stops.ends_with_any(history) == scan_stop and bool(stops) == any(words)
+        scan_bad = set()
+        for w in words:
+            if w and (len(w) == 1 or (len(w) - 1 <= len(history) and history[-(len(w) - 1) :] == w[:-1])):
+                scan_bad.add(w[-1])
+        assert set(BadWordIndex(words).banned(history)) == scan_bad

@@ -132,19 +132,19 @@ def render(
     tokenizer_dir is the --tokenizer-dir path; it must exist at the same path for the server.
     """
     from ..errors import RenderError
-    from ..render import render_multi_repository, render_repository
+    from ..render import RenderOptions, render_multi_repository, render_repository
 
-    common: dict[str, Any] = dict(
+    options = RenderOptions(
         profile=profile,
         user_values=_parse_sets(set_),
         values_file=values,
         engine_mode=engine_mode,
         streaming=streaming,
         force=force,
+        delete_unlisted=delete_unlisted,
         dry_run=dry_run,
         serve_path=serve_path,
         progress=not dry_run,
-        delete_unlisted=delete_unlisted,
     )
     if model:
         if engine_dir is not None or tokenizer_dir is not None:
@@ -153,7 +153,7 @@ def render(
                 key="--model",
                 hint="give every LLM as --model NAME=ENGINE_DIR,TOKENIZER_DIR",
             )
-        result = render_multi_repository([_parse_model(m) for m in model], output, **common)
+        result = render_multi_repository([_parse_model(m) for m in model], output, options)
     else:
         if engine_dir is None or tokenizer_dir is None:
             missing = [
@@ -165,7 +165,7 @@ def render(
                 hint="give --engine-dir and --tokenizer-dir, or --model NAME=ENGINE_DIR,TOKENIZER_DIR "
                 "for each of several LLMs",
             )
-        result = render_repository(engine_dir, tokenizer_dir, output, **common)
+        result = render_repository(engine_dir, tokenizer_dir, output, options)
     err = _console(stderr=True)
     for warning in result.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}")

@@ -15,6 +15,7 @@ import numpy as np
 
 from .engine_request import GenerationRequest, ModelIO, ParsedRequest
 from .triton_io import IOSpec
+from .wordlists import StopWordIndex
 
 # --------------------------------------------------------------------------------------------------
 # Sequences and the backend protocol
@@ -49,7 +50,7 @@ class Sequence:
         "first_scheduled_ns",
         "first_token_ns",
         "last_token_ns",
-        "_max_stop",
+        "_stops",
     )
 
     def __init__(self, req: GenerationRequest, group: RequestGroup) -> None:
@@ -63,7 +64,7 @@ class Sequence:
         self.first_scheduled_ns = 0
         self.first_token_ns = 0
         self.last_token_ns = 0
-        self._max_stop = max((len(w) for w in req.stop_words), default=0)
+        self._stops = StopWordIndex(req.stop_words)
 
     def accept(self, token: int, log_prob: float) -> None:
         """Apply the stop rules to a new token (end_id, stop words, length) and record it."""
@@ -77,18 +78,10 @@ class Sequence:
             return
         self.tokens.append(int(token))
         self.log_probs.append(float(log_prob))
-        if self._max_stop and self._ends_with_stop_word():
+        if self._stops and self._stops.ends_with_any(self.tokens):
             self.finished = "stop_words"
         elif len(self.tokens) >= req.max_new_tokens:
             self.finished = "length"
-
-    def _ends_with_stop_word(self) -> bool:
-        toks = self.tokens
-        for word in self.req.stop_words:
-            n = len(word)
-            if n <= len(toks) and toks[-n:] == word:
-                return True
-        return False
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,20 +13,12 @@ from typing import Any
 import numpy as np
 
 from . import errors
-from .errors import ModelLoadError
+from .errors import EngineLoadError  # noqa: F401  (re-exported: the engines import it from here)
 from .limits import LIMITS, check
 from .triton_io import IOSpec
 
 # --------------------------------------------------------------------------------------------------
 # Model config I/O
-
-
-class EngineLoadError(ModelLoadError):
-    """The engine directory or a model parameter is unusable; raised from ``initialize``.
-
-    The message names the path or parameter key and says how to fix it (Triton shows it as the model's
-    load error).
-    """
 
 
 class RequestError(errors.RequestError):
@@ -222,11 +214,10 @@ def parse_word_list(arr: np.ndarray | None, field_name: str) -> list[list[int]]:
         a = a[0]
     if a.ndim != 2 or a.shape[0] != 2:
         raise RequestError(field_name, f"expected shape [2, N] (ids row, offsets row), got {list(a.shape)}")
-    ids = [int(x) for x in a[0]]
+    ids = a[0].tolist()
     words: list[list[int]] = []
     start = 0
-    for off in a[1]:
-        off = int(off)
+    for off in a[1].tolist():
         if off < 0:
             break
         if off < start or off > len(ids):

@@ -7,6 +7,7 @@ these are raised inside tritonserver, and each model's ``model.py`` turns them i
   and the message names the client-facing field (``max_tokens: must be > 0, got 0``).
 * :class:`ModelLoadError`: a model cannot start (a parameter of its ``config.pbtxt``, a missing tokenizer or
   engine folder, a malformed ``wiring.json``); raised from ``initialize`` and shown as the model's load error.
+  :class:`EngineLoadError` is the Python engines' kind of it (reference and synthetic engine).
 * :class:`StepError`: a model the BLS calls answered with an error; the message starts with that model's name.
 """
 
@@ -41,6 +42,14 @@ class RequestError(ServingError, ValueError):
 
 class ModelLoadError(ServingError, RuntimeError):
     """A model cannot start; the message names the parameter key, file or path and how to fix it."""
+
+
+class EngineLoadError(ModelLoadError):
+    """The engine directory or a model parameter of a Python engine is unusable; raised from ``initialize``.
+
+    The message names the path or parameter key and says how to fix it (Triton shows it as the model's
+    load error).
+    """
 
 
 class StepError(ServingError, RuntimeError):

@@ -27,6 +27,7 @@ import numpy as np
 from .engine_outputs import Sequence
 from .engine_request import EngineLoadError, GenerationRequest, ModelIO
 from .params import ModelParams
+from .wordlists import BadWordIndex
 
 
 def _import_torch() -> Any:
@@ -48,6 +49,16 @@ class _SeqState:
         self.logits: Any = None
         self.generator: Any = None
         self.counts: dict[int, int] = {}
+
+
+def _bad_word_index(req: GenerationRequest) -> BadWordIndex:
+    """The request's bad words indexed once (kept on the request object), so a step costs the same for 10 or
+    10,000 bad words."""
+    state = vars(req)
+    index = state.get("_bad_word_index")
+    if index is None:
+        index = state["_bad_word_index"] = BadWordIndex(req.bad_words)
+    return index
 
 
 class _NotBatchable(Exception):
@@ -264,12 +275,9 @@ class ReferenceBackend:
         if req.embedding_bias is not None:
             logits += torch.from_numpy(np.asarray(req.embedding_bias, dtype=np.float32))
         if req.bad_words:
-            history = req.prompt + generated
-            for word in req.bad_words:
-                prefix = word[:-1]
-                if not prefix or (len(prefix) <= len(history) and history[-len(prefix) :] == prefix):
-                    if 0 <= word[-1] < logits.shape[0]:
-                        logits[word[-1]] = float("-inf")
+            banned = [t for t in _bad_word_index(req).banned(req.prompt + generated) if 0 <= t < logits.shape[0]]
+            if banned:
+                logits[banned] = float("-inf")
         sp = req.sampling
         if req.end_id is not None and len(generated) < sp.min_tokens and 0 <= req.end_id < logits.shape[0]:
             logits[req.end_id] = float("-inf")

@@ -2,7 +2,8 @@
 
 It stands in the ``tensorrt_llm`` slot with the same tensor contract and scheduler as the CPU reference
 engine (:mod:`.engine_core`), so a benchmark measures everything around the engine: Triton, the
-ensemble or BLS, tokenization, detokenization, the client. The engine dir holds ``synthetic_engine.json``::
+ensemble or BLS, tokenization, detokenization, the client. The engine dir holds ``synthetic_engine.json``
+(format and reader: :mod:`.synthetic_spec`)::
 
     {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
 
@@ -15,7 +16,6 @@ possible). Sampling parameters, penalties and bad words are accepted and ignored
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
@@ -24,13 +24,9 @@ from pathlib import Path
 from .engine_outputs import Sequence
 from .engine_request import EngineLoadError, ModelIO
 from .params import ModelParams
+from .synthetic_spec import FIRST_TOKEN, SPEC_DEFAULTS, SPEC_FILE, read_spec  # noqa: F401  (re-exported)
 
-SPEC_FILE = "synthetic_engine.json"
-FIRST_TOKEN = 3  # ids 0-2 are <unk>/<s>/</s> in LLaMA-style vocabularies
 _MASK = (1 << 64) - 1
-#: Keys of synthetic_engine.json and their defaults (tokens / requests); the one definition, also used by
-#: ``repo_builder.engine`` at render time.
-SPEC_DEFAULTS = {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
 
 
 def prompt_seed(prompt: Iterable[int], seed: int | None = None) -> int:
@@ -67,45 +63,6 @@ def synthetic_token_ids(
         state, tok = next_token(state, vocab_size, end_id)
         out.append(tok)
     return out
-
-
-def read_spec(engine_dir: str | Path) -> dict[str, int]:
-    """Read and check ``<engine_dir>/synthetic_engine.json``; missing keys take ``SPEC_DEFAULTS``.
-
-    Raises:
-        EngineLoadError: missing file, bad JSON, unknown key, or a value that is not a positive integer
-            (``vocab_size`` must exceed 3; ``max_input_len`` must be below ``max_seq_len``).
-    """
-    path = Path(engine_dir) / SPEC_FILE
-    if not path.is_file():
-        raise EngineLoadError(
-            f"tensorrt_llm: engine_dir '{engine_dir}' has no {SPEC_FILE}; a synthetic engine "
-            f'dir needs one like {{"vocab_size": 32000, "max_batch_size": 64, '
-            f'"max_input_len": 1024, "max_seq_len": 2048}}'
-        )
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise EngineLoadError(f"tensorrt_llm: {path}: not valid JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise EngineLoadError(f"tensorrt_llm: {path}: expected a JSON object")
-    unknown = sorted(set(raw) - set(SPEC_DEFAULTS))
-    if unknown:
-        raise EngineLoadError(f"tensorrt_llm: {path}: unknown key(s) {unknown}; known: {sorted(SPEC_DEFAULTS)}")
-    spec: dict[str, int] = {}
-    for key, default in SPEC_DEFAULTS.items():
-        value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise EngineLoadError(f"tensorrt_llm: {path}: '{key}' must be a positive integer, got {value!r}")
-        spec[key] = value
-    if spec["vocab_size"] <= FIRST_TOKEN:
-        raise EngineLoadError(f"tensorrt_llm: {path}: 'vocab_size' must be > {FIRST_TOKEN}")
-    if spec["max_input_len"] >= spec["max_seq_len"]:
-        raise EngineLoadError(
-            f"tensorrt_llm: {path}: 'max_input_len' ({spec['max_input_len']}) must be below "
-            f"'max_seq_len' ({spec['max_seq_len']})"
-        )
-    return spec
 
 
 class SyntheticBackend:

@@ -23,6 +23,17 @@ token ids, used as given (ids must lie in ``[0, len(tokenizer))``). Any other te
 
 The request's further end-of-sequence ids (the ``stop_token_ids`` parameter) are appended to every
 stop list as one-token sequences.
+
+Cost (docs/performance.md §6): linear in the number of words. With a fast tokenizer the texts of one request
+are encoded in few Rust calls: up to :data:`JOIN_SEGMENTS` anchored texts are joined into one text, each
+behind a special token (the EOS text), and the ids are split at that token's id. Added tokens are cut out of
+the text before normalization and pre-tokenization, so every segment is encoded on its own; the only
+difference to one ``encode`` per text is the position (a SentencePiece ``Metaspace`` with
+``prepend_scheme: first`` adds its ``▁`` to the first segment only), which the anchor absorbs: the ids after
+the anchor are the same. :class:`WordEncoder` checks this on probe texts when it is built and otherwise
+encodes one text per word (``encode_batch_fast``). Results are cached per word (:data:`WORD_CACHE_SIZE`)
+and per whole row (:data:`ROW_CACHE_WORDS` words in all), so a client that sends the same long list with
+every request pays the encoding once.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +55,35 @@ _ANCHOR = "\n"
 MAX_WORDS = 65_536
 #: Most UTF-8 bytes of text one batch row of those fields may hold (all elements together), 4 MiB.
 MAX_WORD_BYTES = 4 * 1024 * 1024
+#: Anchored texts joined into one text for one Rust encode (see the module docstring).
+JOIN_SEGMENTS = 128
+#: Distinct words whose encodings a :class:`WordEncoder` keeps (least recently used dropped first).
+WORD_CACHE_SIZE = 16_384
+#: Words (all rows together) of the whole-row results a :class:`WordEncoder` keeps.
+ROW_CACHE_WORDS = MAX_WORDS
+#: Texts after the anchor on which the joined encoding must equal one encode per text to be used.
+_PROBE_BODIES = (
+    "Hello",
+    " Hello",
+    "Hello world",
+    "\n",
+    " ",
+    "  x  ",
+    "ab  ",
+    "a, b",
+    "12345",
+    "'s",
+    "don't",
+    "\t tab",
+    "x\n",
+    "\u2581",
+    "\u65e5\u672c\u8a9e",
+    "\U0001f642 emoji",
+    "na\u00efve",
+    "[INST]",
+    "stopword1 phrase",
+    "\u0130",
+)
 _IDS_RE = re.compile(r"^\s*\[.*\]\s*$", re.S)
 
 
@@ -98,15 +138,25 @@ def check_word_row(words: Sequence[str], field: str) -> None:
         )
 
 
+#: The token-id sequences of one word: a tuple of tuples (tuples of ints are untracked by the garbage
+#: collector, so thousands of cached words do not trigger full collections).
+Sequences = tuple[tuple[int, ...], ...]
+
+
 class WordEncoder:
     """Encodes stop/bad words and embedding-bias words with one tokenizer (results cached, bounded).
 
+    Thread-safe: the caches are guarded by a lock; the tokenizer is called outside it.
+
     Args:
         tokenizer: a Hugging Face tokenizer (``encode``, ``decode``, ``get_added_vocab``, ``len``).
-        cache_size: number of distinct words whose encodings are kept.
+        cache_size: number of distinct words whose encodings are kept (0: none).
+        row_cache_words: words of whole-row results kept, all rows together (0: none).
     """
 
-    def __init__(self, tokenizer: Any, cache_size: int = 4096) -> None:
+    def __init__(
+        self, tokenizer: Any, cache_size: int = WORD_CACHE_SIZE, row_cache_words: int = ROW_CACHE_WORDS
+    ) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         try:
@@ -114,19 +164,24 @@ class WordEncoder:
         except Exception:
             self._added = {}
         self._anchor_ids = self._enc(_ANCHOR)
-        self._cache: OrderedDict[str, list[list[int]]] = OrderedDict()
+        self._cache: OrderedDict[str, Sequences] = OrderedDict()
         self._cache_size = cache_size
+        self._rows: OrderedDict[tuple[Any, ...], tuple[list[int], list[int]]] = OrderedDict()
+        self._row_words = 0
+        self._row_cache_words = row_cache_words
         self._lock = threading.Lock()
+        is_fast = getattr(tokenizer, "is_fast", False)
+        self._backend = getattr(tokenizer, "backend_tokenizer", None) if is_fast else None
+        self._sep: tuple[str, int, list[int]] | None = None
+        self._sep = self._find_separator()
+
+    @property
+    def joined(self) -> bool:
+        """True when texts are encoded joined behind a special token (checked at construction)."""
+        return self._sep is not None
 
     def _enc(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def _in_context(self, text: str) -> list[int] | None:
-        ids = self._enc(_ANCHOR + text)
-        n = len(self._anchor_ids)
-        if n and ids[:n] == self._anchor_ids and len(ids) > n:
-            return ids[n:]
-        return None
 
     def _plain(self, word: str) -> list[int]:
         ids = self._enc(word)
@@ -137,94 +192,156 @@ class WordEncoder:
                 ids = ids[1:]
         return ids
 
+    def _batch(self) -> Any:
+        """The Rust batch encode (``encode_batch_fast``: no offsets), after one ordinary ``encode`` that puts
+        the Rust tokenizer in the state ``encode()`` uses (no truncation or padding, the tokenizer's
+        ``split_special_tokens``); the batch skips transformers' per-encoding conversion (offsets, masks),
+        which costs more than the encoding itself."""
+        backend = self._backend
+        assert backend is not None  # callers check for a fast tokenizer first
+        self._enc(_ANCHOR)
+        return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+
+    def _after_anchor_each(self, bodies: list[str]) -> list[tuple[int, ...] | None]:
+        """Ids of ``ANCHOR + body`` after the anchor's ids, one ``encode(t, add_special_tokens=False)`` per
+        text (batched in one Rust call on a fast tokenizer); None where the tokenizer merged the anchor with
+        the body, or the body added no id."""
+        texts = [_ANCHOR + b for b in bodies]
+        if self._backend is None or len(texts) < 8:
+            encoded = [self._enc(t) for t in texts]
+        else:
+            encoded = [enc.ids for enc in self._batch()(texts, add_special_tokens=False)]
+        anchor, n = self._anchor_ids, len(self._anchor_ids)
+        return [tuple(ids[n:]) if n and len(ids) > n and ids[:n] == anchor else None for ids in encoded]
+
+    def _after_anchor_joined(self, bodies: list[str]) -> list[tuple[int, ...] | None]:
+        """What :meth:`_after_anchor_each` returns, with up to :data:`JOIN_SEGMENTS` texts per Rust encode
+        (module docstring). A chunk whose separator count is off is encoded one text at a time."""
+        assert self._sep is not None
+        sep, sep_id, anchor = self._sep
+        n = len(anchor)
+        chunks = [bodies[i : i + JOIN_SEGMENTS] for i in range(0, len(bodies), JOIN_SEGMENTS)]
+        texts = [sep + sep.join([_ANCHOR + b for b in chunk]) for chunk in chunks]
+        out: list[tuple[int, ...] | None] = []
+        for chunk, enc in zip(chunks, self._batch()(texts, add_special_tokens=False)):
+            ids = enc.ids
+            if not ids or ids[0] != sep_id or ids.count(sep_id) != len(chunk):
+                out.extend(self._after_anchor_each(chunk))
+                continue
+            ids.append(sep_id)
+            start = 1
+            for _ in chunk:
+                end = ids.index(sep_id, start)
+                if end - start > n and ids[start : start + n] == anchor:
+                    out.append(tuple(ids[start + n : end]))
+                else:
+                    out.append(None)
+                start = end + 1
+        return out
+
+    def _find_separator(self) -> tuple[str, int, list[int]] | None:
+        """The special token to join texts with, its id and the anchor's ids behind it; None when no special
+        token gives exactly :meth:`_after_anchor_each`'s ids on the probe texts (or no fast tokenizer)."""
+        if self._backend is None or not self._anchor_ids:
+            return None
+        names = [getattr(self.tokenizer, "eos_token", None)] + list(getattr(self.tokenizer, "all_special_tokens", []))
+        for name in dict.fromkeys(n for n in names if isinstance(n, str) and n):
+            sep_id = self._added.get(name)
+            if sep_id is None or self._enc(name) != [sep_id]:
+                continue
+            ids = self._enc(name + _ANCHOR)
+            if len(ids) < 2 or ids[0] != sep_id:
+                continue
+            self._sep = (name, int(sep_id), ids[1:])
+            probe = [b for b in _PROBE_BODIES if name not in b]
+            probe = probe * (JOIN_SEGMENTS // len(probe) + 2)  # spans two chunks
+            if self._after_anchor_joined(probe) == self._after_anchor_each(probe):
+                return self._sep
+            self._sep = None
+        return None
+
+    def _after_anchor_many(self, bodies: list[str]) -> list[tuple[int, ...] | None]:
+        """:meth:`_after_anchor_each`'s result, joined where that was checked to give the same ids (a body
+        that holds the separator's text is encoded on its own)."""
+        if self._sep is None or len(bodies) < 8:
+            return self._after_anchor_each(bodies)
+        sep = self._sep[0]
+        alone = [i for i, b in enumerate(bodies) if sep in b]
+        if not alone:
+            return self._after_anchor_joined(bodies)
+        out: list[tuple[int, ...] | None] = [None] * len(bodies)
+        skip = set(alone)
+        joined = [i for i in range(len(bodies)) if i not in skip]
+        for i, ids in zip(joined, self._after_anchor_joined([bodies[i] for i in joined])):
+            out[i] = ids
+        for i, ids in zip(alone, self._after_anchor_each([bodies[i] for i in alone])):
+            out[i] = ids
+        return out
+
+    def _encode_words(self, words: list[str]) -> dict[str, Sequences]:
+        """The variants of distinct non-empty words (module docstring), each text encoded once."""
+        todo = [w for w in words if w not in self._added]
+        spaced_words = [w for w in todo if not w[0].isspace()]
+        encoded = self._after_anchor_many(todo + [" " + w for w in spaced_words])
+        spaced_ids = dict(zip(spaced_words, encoded[len(todo) :]))
+        out: dict[str, Sequences] = {w: ((int(self._added[w]),),) for w in words if w in self._added}
+        for word, glued in zip(todo, encoded):
+            if glued is None:
+                plain = tuple(self._plain(word))
+                out[word] = (plain,) if plain else ()
+                continue
+            spaced = spaced_ids.get(word)
+            out[word] = (glued, spaced) if spaced is not None and spaced != glued else (glued,)
+        return out
+
     def text_variants(self, word: str) -> list[list[int]]:
         """Token-id sequences for the text ``word`` (see module docstring); ``[]`` for an empty word."""
-        return self.text_variants_many([word])[0]
+        return [list(seq) for seq in self.text_variants_many([word])[0]]
 
-    def _enc_many(self, texts: list[str]) -> list[list[int]]:
-        """``encode(t, add_special_tokens=False)`` for every text, in one batched call on a fast tokenizer
-        (the Rust ``encode_batch``: one Python round trip for thousands of words)."""
-        if not texts:
-            return []
-        is_fast = getattr(self.tokenizer, "is_fast", False)
-        backend = getattr(self.tokenizer, "backend_tokenizer", None) if is_fast else None
-        if backend is None or len(texts) < 8:
-            return [self._enc(t) for t in texts]
-        # One ordinary encode first: it puts the Rust tokenizer in the state encode() uses (no truncation or
-        # padding, the tokenizer's split_special_tokens); then the batch skips transformers' per-encoding
-        # conversion (offsets, masks), which costs more than the encoding itself.
-        first = self._enc(texts[0])
-        batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
-        return [first] + [enc.ids for enc in batch(texts[1:], add_special_tokens=False)]
-
-    def text_variants_many(self, words: Sequence[str]) -> list[list[list[int]]]:
-        """:meth:`text_variants` of every word, cost linear in the number of words: cache misses are
-        encoded in one batched tokenizer call; the result list is parallel to ``words``."""
-        results: list[list[list[int]] | None] = [None] * len(words)
-        missing: dict[str, list[int]] = {}  # word -> positions in ``words``
+    def text_variants_many(self, words: Sequence[str]) -> list[Sequences]:
+        """The variants of every word (module docstring), parallel to ``words``; cost linear in the number
+        of words: cache misses are encoded in few batched tokenizer calls."""
+        results: list[Sequences | None] = [None] * len(words)
+        todo: dict[str, None] = {}
         with self._lock:
+            cache = self._cache
             for i, word in enumerate(words):
-                if word == "":
-                    results[i] = []
-                    continue
-                hit = self._cache.get(word)
+                hit = cache.get(word)
                 if hit is not None:
-                    self._cache.move_to_end(word)
+                    cache.move_to_end(word)
                     results[i] = hit
+                elif word:
+                    todo[word] = None
                 else:
-                    missing.setdefault(word, []).append(i)
-        todo = [w for w in missing if w not in self._added]
-        spaced_words = [w for w in todo if not w[0].isspace()]
-        encoded = self._enc_many([_ANCHOR + w for w in todo] + [_ANCHOR + " " + w for w in spaced_words])
-        glued_ids = dict(zip(todo, encoded[: len(todo)]))
-        spaced_ids = dict(zip(spaced_words, encoded[len(todo) :]))
-        n = len(self._anchor_ids)
-
-        def strip_anchor(ids: list[int]) -> list[int] | None:
-            if n and ids[:n] == self._anchor_ids and len(ids) > n:
-                return ids[n:]
-            return None
-
-        fresh: dict[str, list[list[int]]] = {}
-        for word in missing:
-            if word in self._added:
-                variants = [[int(self._added[word])]]
-            else:
-                variants = []
-                glued = strip_anchor(glued_ids[word])
-                if glued is None:
-                    plain = self._plain(word)
-                    if plain:
-                        variants.append(plain)
-                else:
-                    variants.append(glued)
-                    if word in spaced_ids:
-                        spaced = strip_anchor(spaced_ids[word])
-                        if spaced is not None and spaced != glued:
-                            variants.append(spaced)
-            fresh[word] = variants
-            for i in missing[word]:
-                results[i] = variants
-        if fresh:
-            with self._lock:
-                for word, variants in fresh.items():
-                    self._cache[word] = variants
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+                    results[i] = ()
+        if todo:
+            fresh = self._encode_words(list(todo))
+            for i, r in enumerate(results):
+                if r is None:
+                    results[i] = fresh[words[i]]
+            if self._cache_size > 0:
+                with self._lock:
+                    self._cache.update(fresh)
+                    while len(self._cache) > self._cache_size:
+                        self._cache.popitem(last=False)
         return results  # type: ignore[return-value]
 
     def sequences(self, word: str, field: str) -> list[list[int]]:
         """Raw ids (JSON list syntax) or the text variants of one request element."""
-        return self.sequences_many([word], field)[0]
+        return [list(seq) for seq in self.sequences_many([word], field)[0]]
 
-    def sequences_many(self, words: Sequence[str], field: str) -> list[list[list[int]]]:
-        """:meth:`sequences` of every element, text variants encoded in one batch (linear cost)."""
-        out: list[list[list[int]] | None] = [None] * len(words)
+    def sequences_many(self, words: Sequence[str], field: str) -> list[Sequences]:
+        """The sequences of every element (raw ids or text variants), text encoded in few batches.
+
+        Raises:
+            RequestError: an element that is a malformed token-id list or holds ids outside the vocabulary.
+        """
+        out: list[Sequences | None] = [None] * len(words)
         text_pos: list[int] = []
         for i, word in enumerate(words):
             ids = parse_token_ids(word, self.vocab_size, field)
             if ids is not None:
-                out[i] = [ids]
+                out[i] = (tuple(ids),)
             else:
                 text_pos.append(i)
         for i, variants in zip(text_pos, self.text_variants_many([words[i] for i in text_pos])):
@@ -235,7 +352,7 @@ class WordEncoder:
         """Build the ``[batch, 2, N]`` int32 ids/offsets tensor for a batch.
 
         Cost is linear in the number of words (batched encoding, set-based de-duplication that keeps
-        the first occurrence's order); see docs/performance.md for measured times.
+        the first occurrence's order, a cache of recent rows); see docs/performance.md §6.
 
         Args:
             rows: per batch row the words (each element one word or phrase), or None for no words.
@@ -247,32 +364,7 @@ class WordEncoder:
             RequestError: an element that is a malformed token-id list or holds ids outside the vocabulary,
                 or a row over :data:`MAX_WORDS` elements / :data:`MAX_WORD_BYTES` bytes of text.
         """
-        flat_rows: list[tuple[list[int], list[int]]] = []
-        for words in rows:
-            words = list(words or [])
-            check_word_row(words, field)
-            seen: set[tuple[int, ...]] = set()
-            ids: list[int] = []
-            offsets: list[int] = []
-
-            def add(
-                seq: Sequence[int],
-                seen: set[tuple[int, ...]] = seen,
-                ids: list[int] = ids,
-                offsets: list[int] = offsets,
-            ) -> None:
-                key = tuple(seq)
-                if key and key not in seen:
-                    seen.add(key)
-                    ids.extend(key)
-                    offsets.append(len(ids))
-
-            for variants in self.sequences_many(words, field):
-                for seq in variants:
-                    add(seq)
-            for extra in extra_ids:
-                add([int(extra)])
-            flat_rows.append((ids, offsets))
+        flat_rows = [self._row(list(words or []), field, extra_ids) for words in rows]
         longest = max((len(ids) for ids, _ in flat_rows), default=0)
         if longest == 0:
             return np.zeros((len(flat_rows), 2, 0), dtype=np.int32)
@@ -282,6 +374,40 @@ class WordEncoder:
             out[b, 0, : len(ids)] = ids
             out[b, 1, : len(offsets)] = offsets
         return out
+
+    def _row(self, words: list[str], field: str, extra_ids: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Concatenated ids and end offsets of one row's distinct sequences (first occurrence order), from
+        the row cache when the same words and extra ids came lately (callers must not modify them).
+
+        Raises:
+            RequestError: as :meth:`word_list`.
+        """
+        check_word_row(words, field)
+        key = (tuple(words), tuple(int(e) for e in extra_ids))
+        if self._row_cache_words > 0:
+            with self._lock:
+                hit = self._rows.get(key)
+                if hit is not None:
+                    self._rows.move_to_end(key)
+                    return hit
+        seen: set[tuple[int, ...]] = set()
+        ids: list[int] = []
+        offsets: list[int] = []
+        for variants in [*self.sequences_many(words, field), tuple((e,) for e in key[1])]:
+            for seq in variants:
+                if seq and seq not in seen:
+                    seen.add(seq)
+                    ids.extend(seq)
+                    offsets.append(len(ids))
+        if 0 < len(words) <= self._row_cache_words:
+            with self._lock:
+                if key not in self._rows:
+                    self._rows[key] = (ids, offsets)
+                    self._row_words += len(words)
+                while self._row_words > self._row_cache_words:
+                    old, _ = self._rows.popitem(last=False)
+                    self._row_words -= len(old[0])
+        return ids, offsets
 
     def embedding_bias(
         self,
@@ -334,3 +460,81 @@ class WordEncoder:
         if not any_word:
             return np.zeros((batch, 0), dtype=np.float32)
         return bias
+
+
+class StopWordIndex:
+    """Which token-id sequences a generated token sequence ends with, in time independent of their number.
+
+    The sequences are bucketed by their last id, so a new token is compared only with the sequences that end
+    with it (the engine's per-token stop-word test; 10,000 stop words cost what 10 do).
+
+    Args:
+        words: token-id sequences (``stop_words_list`` decoded: lists of ints, kept, not copied); empty ones
+            are ignored.
+    """
+
+    def __init__(self, words: Iterable[Sequence[int]]) -> None:
+        self._by_last: dict[int, list[list[int]]] = {}
+        by_last = self._by_last
+        for word in words:
+            if len(word):
+                seq = word if type(word) is list else list(word)
+                bucket = by_last.get(seq[-1])
+                if bucket is None:
+                    by_last[seq[-1]] = [seq]
+                else:
+                    bucket.append(seq)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_last)
+
+    def ends_with_any(self, tokens: list[int]) -> bool:
+        """True when ``tokens`` (the generated ids so far, a list) ends with one of the sequences."""
+        if not tokens:
+            return False
+        bucket = self._by_last.get(tokens[-1])
+        if bucket is None:
+            return False
+        n_tokens = len(tokens)
+        for word in bucket:
+            n = len(word)
+            if n <= n_tokens and (n == 1 or tokens[-n:] == word):
+                return True
+        return False
+
+
+class BadWordIndex:
+    """The ids to ban at the next step for TensorRT-LLM bad words, in time independent of their number.
+
+    A bad word ``[..., p, t]`` bans ``t`` when the history ends with its prefix ``[..., p]``; a one-token word
+    bans its token always. Prefixes are bucketed by their last id.
+
+    Args:
+        words: token-id sequences (``bad_words_list`` decoded); empty ones are ignored.
+    """
+
+    def __init__(self, words: Iterable[Sequence[int]]) -> None:
+        self.always: list[int] = []
+        self._by_last: dict[int, list[tuple[list[int], int]]] = {}
+        for word in words:
+            if not len(word):
+                continue
+            ids = [int(t) for t in word]
+            if len(ids) == 1:
+                self.always.append(ids[0])
+            else:
+                self._by_last.setdefault(ids[-2], []).append((ids[:-1], ids[-1]))
+
+    def __bool__(self) -> bool:
+        return bool(self.always or self._by_last)
+
+    def banned(self, history: Sequence[int]) -> list[int]:
+        """Ids the next token must not be, given ``history`` (prompt + generated ids)."""
+        out = list(self.always)
+        if history:
+            n_hist = len(history)
+            for prefix, token in self._by_last.get(history[-1], ()):
+                n = len(prefix)
+                if n <= n_hist and (n == 1 or list(history[-n:]) == prefix):
+                    out.append(token)
+        return out

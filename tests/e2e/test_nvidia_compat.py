@@ -399,3 +399,43 @@ def test_prompt_already_starting_with_bos_gets_no_second_bos(unary_12, tok):
     )
     ids = pre.as_numpy("INPUT_ID")[0].tolist()
     assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id
+
+
+# --------------------------------------------------------------- item 13: prompt_embedding_table dtype
+def _ptuning_inputs(dtype, *, int_dtype=np.int32, hidden: int = 64) -> list[Any]:
+    """inflight_batcher_llm_client.py (v0.19.0) with --prompt-embedding-table-path: the task's table as
+    ``[1, task_vocab, hidden]`` in ``--dtype``, ``prompt_vocab_size`` ``[[task_vocab]]``, to tensorrt_llm."""
+    arrays = {
+        "input_ids": np.array([[1, 415, 5565]], np.int32),
+        "input_lengths": np.array([[3]], np.int32),
+        "request_output_len": np.array([[4]], int_dtype),
+        "prompt_embedding_table": np.zeros((1, 4, hidden), dtype),
+        "prompt_vocab_size": np.array([[4]], int_dtype),
+    }
+    return [tensor(grpcclient, k, v) for k, v in arrays.items()]
+
+
+def test_prompt_embedding_table_dtype_is_the_rendered_one_and_named_when_wrong(unary_12):
+    """The table's dtype is the rendered ``prompt_embedding_table_data_type`` (the tiny checkpoint is float32,
+    so TYPE_FP32) on tensorrt_llm, ensemble and BLS alike; another dtype is refused by Triton naming the
+    input and the dtype expected; the right one reaches the CPU engine, which refuses p-tuning naming it."""
+    c = grpcclient.InferenceServerClient(unary_12.grpc_url)
+    for model in ("tensorrt_llm", "ensemble", "tensorrt_llm_bls"):
+        spec = {t["name"]: t for t in c.get_model_metadata(model, as_json=True)["inputs"]}
+        assert spec["prompt_embedding_table"]["datatype"] == "FP32", model
+    with pytest.raises(InferenceServerException) as err:
+        c.infer("tensorrt_llm", _ptuning_inputs(np.float16))  # the client's default --dtype float16
+    assert "'prompt_embedding_table'" in str(err.value) and "expects 'FP32'" in str(err.value)
+    with pytest.raises(InferenceServerException) as err:
+        c.infer("tensorrt_llm", _ptuning_inputs(np.float32))
+    assert "prompt_embedding_table" in str(err.value) and "not supported" in str(err.value)
+
+
+def test_05_has_no_prompt_embedding_table(unary_05):
+    """v0.5.0 declares no p-tuning inputs; a client that sends one is told the input's name."""
+    c = grpcclient.InferenceServerClient(unary_05.grpc_url)
+    names = {t["name"] for t in c.get_model_metadata("tensorrt_llm", as_json=True)["inputs"]}
+    assert "prompt_embedding_table" not in names and "prompt_vocab_size" not in names
+    with pytest.raises(InferenceServerException) as err:
+        c.infer("tensorrt_llm", _ptuning_inputs(np.float16, int_dtype=np.uint32))
+    assert "prompt_embedding_table" in str(err.value) or "prompt_vocab_size" in str(err.value)

@@ -1,0 +1,107 @@
+"""Rendering a Triton model repository: templates, vendoring, engine placement, atomic write, dry run.
+
+Pipeline of :func:`render_repository` (``docs/design.md``)::
+
+    check the mode, the output and the serve path -> validate_user_values (--values file, then --set)
+    -> inspect_engine (+ rank files) -> plan the engine placement                        [plan.prepare_render]
+    -> temp dir beside the output (same filesystem); engine files placed from a thread   [write.write_repository]
+       meanwhile: inspect_tokenizer -> resolve -> render every template to text -> parse each with protobuf
+       text_format, scan for "${" -> vendor the runtime -> lock file                     [plan.PreparedRender.finish]
+    -> write the files -> validate the temp dir (once the engine's small files are placed) -> wait for the large
+       engine files -> atomic rename
+
+Bad input that needs no tokenizer (mode, output, values, engine) is refused before anything is written. A
+failure after that (a tokenizer, a contradiction found by resolve, a template bug, a failed copy, a signal)
+stops the engine copy and removes the temp dir; an existing repository is never modified unless ``force`` is
+set, and then it is moved aside and deleted only after the new one has been renamed into place. ``dry_run``
+goes through the same steps up to the write and returns the plan plus a unified diff against the existing
+repository.
+
+Rooms: :mod:`.options` (:class:`RenderOptions`), :mod:`.templates` (Jinja2 environment, filters, template
+variables, :func:`render_configs`), :mod:`.vendor` (Python model sources, vendored runtime, the BLS's
+wiring), :mod:`.output` (which outputs may be written or replaced), :mod:`.plan` (:class:`RenderPlan`,
+:func:`plan_render`), :mod:`.write` (atomic write with the overlapped copy, signals, dry-run diff),
+:mod:`.multi` (several LLMs in one repository). Import the public names from here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import RepoBuilderError
+from .multi import render_multi_repository
+from .options import RenderOptions
+from .plan import PreparedRender, RenderPlan, plan_render, prepare_render
+from .templates import (
+    RESERVED_TEMPLATE_VARS,
+    TRITON_DTYPES,
+    make_environment,
+    model_template_vars,
+    param_text,
+    render_configs,
+    template_parameter_names,
+    template_path,
+)
+from .vendor import ENGINE_MODEL_KINDS, PYTHON_MODEL_KINDS, RUNTIME_FOLDER, runtime_files, wiring_data
+from .write import RenderResult, diff_against, write_plan, write_repository
+
+
+def render_repository(
+    engine_dir: str | Path,
+    tokenizer_dir: str | Path,
+    output: str | Path,
+    options: RenderOptions | None = None,
+    **fields: Any,
+) -> RenderResult:
+    """Render a Triton model repository for an engine and a tokenizer.
+
+    Args:
+        engine_dir: a TRT-LLM engine dir (``config.json`` + ``rank<N>.engine``), an HF checkpoint (served
+            by the CPU reference engine) or a synthetic engine dir (``synthetic_engine.json``).
+        tokenizer_dir: a local Hugging Face tokenizer directory.
+        output: the repository directory to create.
+        options: how to render (:class:`RenderOptions`: profile, ``--set``/``--values``, engine mode,
+            streaming, force, dry run, serve path, progress); default: all defaults.
+        fields: :class:`RenderOptions` fields replacing those of ``options`` (``engine_mode="reference"``...).
+    Returns:
+        RenderResult.
+    Raises:
+        RepoBuilderError subclasses naming the key or file: EngineError, TokenizerError, ParameterError,
+        TemplateError, RenderError (output exists, placement failed, the rendered repository failed validation);
+        Interrupted (a signal during the write); TypeError: an unknown option.
+    """
+    opts = RenderOptions.of(options, fields)
+    prepared = prepare_render(engine_dir, tokenizer_dir, output, opts)
+    if opts.dry_run:
+        return write_plan(prepared.finish(), dry_run=True)
+    return write_repository(prepared.output, prepared.placement, prepared.finish, progress=opts.progress)
+
+
+__all__ = [
+    "ENGINE_MODEL_KINDS",
+    "PYTHON_MODEL_KINDS",
+    "RESERVED_TEMPLATE_VARS",
+    "RUNTIME_FOLDER",
+    "TRITON_DTYPES",
+    "PreparedRender",
+    "RenderOptions",
+    "RenderPlan",
+    "RenderResult",
+    "RepoBuilderError",
+    "diff_against",
+    "make_environment",
+    "model_template_vars",
+    "param_text",
+    "plan_render",
+    "prepare_render",
+    "render_configs",
+    "render_multi_repository",
+    "render_repository",
+    "runtime_files",
+    "template_parameter_names",
+    "template_path",
+    "wiring_data",
+    "write_plan",
+    "write_repository",
+]
