@@ -105,6 +105,9 @@ class FakeRequest:
     def request_id(self) -> str:
         return self._rid
 
+    def correlation_id(self) -> int:
+        return 0
+
     def get_response_sender(self) -> FakeSender:
         return self.sender
 

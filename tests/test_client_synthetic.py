@@ -61,14 +61,22 @@ def test_streamed_text_equals_whole_text_with_one_response_per_token(server, pro
 
 def test_grpc_output_selection_on_rendered_ensemble(server):
     with LLMClient(server.grpc_url, "grpc", "ensemble") as c:
-        full = c.generate(GenerateRequest("Hi there", max_tokens=3, stream=True, exclude_input_in_output=True))
+        asked = {"return_log_probs": True}
+        full = c.generate(
+            GenerateRequest("Hi there", max_tokens=3, stream=True, exclude_input_in_output=True, extra=asked)
+        )
         only = c.generate(
             GenerateRequest(
-                "Hi there", max_tokens=3, stream=True, exclude_input_in_output=True, outputs=["text_output"]
+                "Hi there",
+                max_tokens=3,
+                stream=True,
+                exclude_input_in_output=True,
+                extra=asked,
+                outputs=["text_output"],
             )
         )
     assert only.text == full.text
-    assert "cum_log_probs" in full.events[0].outputs
+    assert "cum_log_probs" in full.events[0].outputs  # sent because return_log_probs asked for it
     assert list(only.events[0].outputs) == ["text_output"]
 
 

@@ -62,7 +62,7 @@ def test_malformed_word_list_names_the_input():
 # ---------------------------------------------------------------------------------------------- stop rules
 def test_end_id_stops_generation_and_is_not_in_the_output():
     backend = ScriptedBackend({1: [10, 11, 2, 12, 13]})
-    (sink,) = run(backend, req_inputs([1, 4], 8, end_id=[2]))
+    (sink,) = run(backend, req_inputs([1, 4], 8, end_id=[2], return_num_output_tokens=[True]))
     assert final_ids(sink) == [10, 11]
     assert sink.responses[-1][0]["num_output_tokens"][0, 0] == 2
 
@@ -105,14 +105,27 @@ def test_parameter_default_false_is_overridden_by_request():
 
 
 @pytest.mark.parametrize("profile", ["trtllm-1.2", "trtllm-0.5"])
-def test_every_declared_output_is_sent_with_its_dtype(profile):
+def test_every_output_nvidia_sends_when_asked_is_sent_with_its_dtype(profile):
     cfg = engine_model_config(profile)
     io = ModelIO.from_config(cfg)
     backend = ScriptedBackend({1: [10, 11]})
-    (sink,) = run(backend, req_inputs([1], 2, uint=profile == "trtllm-0.5"), io=io)
+    asked = (
+        {}
+        if profile == "trtllm-0.5"
+        else {
+            k: [True]
+            for k in ("return_log_probs", "return_perf_metrics", "return_num_input_tokens", "return_num_output_tokens")
+        }
+    )
+    (sink,) = run(backend, req_inputs([1], 2, uint=profile == "trtllm-0.5", **asked), io=io)
     outputs = sink.responses[-1][0]
-    assert set(outputs) == {o["name"] for o in cfg["output"]}
+    # never sent by the CPU engine: logits (asking is an error), sequence_index (n > 1 is refused),
+    # batch_index (one row), context_phase_params (no context-only requests)
+    never = {"context_logits", "generation_logits", "sequence_index", "batch_index", "context_phase_params"}
+    assert set(outputs) == {o["name"] for o in cfg["output"]} - never
     for o in cfg["output"]:
+        if o["name"] in never:
+            continue
         arr = outputs[o["name"]]
         assert arr.dtype == io.outputs[o["name"]].numpy_dtype, o["name"]
         assert arr.ndim == 1 + len(o["dims"]), o["name"]
@@ -125,7 +138,25 @@ def test_log_probs_are_returned_only_when_asked():
     a, b = run(backend, req_inputs([1], 3, return_log_probs=[True]), req_inputs([1], 3))
     assert a.responses[-1][0]["cum_log_probs"][0, 0] == pytest.approx(-1.5)
     assert a.responses[-1][0]["output_log_probs"][0, 0].tolist() == [-0.5, -0.5, -0.5]
-    assert b.responses[-1][0]["cum_log_probs"][0, 0] == 0.0
+    assert "cum_log_probs" not in b.responses[-1][0] and "output_log_probs" not in b.responses[-1][0]
+
+
+def test_optional_outputs_only_when_the_request_asks_like_nvidias_backend():
+    """tensorrtllm_backend v0.19.0 model_instance_state.cc: perf metrics with return_perf_metrics, token
+    counts with return_num_*_tokens, batch_index only for a request of several rows, never logits."""
+    backend = ScriptedBackend({1: [10, 11], 3: [30, 31]})
+    plain, perf = run(backend, req_inputs([1], 2), req_inputs([1], 2, return_perf_metrics=[True]))
+    assert set(plain.responses[-1][0]) == {"output_ids", "sequence_length"}
+    got = perf.responses[-1][0]
+    assert {"arrival_time_ns", "first_token_time_ns", "kv_cache_reused_blocks", "acceptance_rate"} <= set(got)
+    assert "num_output_tokens" not in got and "context_logits" not in got
+    two_rows = {
+        "input_ids": np.array([[1], [3]], np.int32),
+        "input_lengths": np.array([1, 1], np.int32),
+        "request_output_len": np.array([2, 2], np.int32),
+    }
+    (rows,) = run(backend, two_rows)
+    assert rows.responses[-1][0]["batch_index"].tolist() == [[0], [1]]
 
 
 def test_two_rows_in_one_request_are_padded_into_one_response():
@@ -401,7 +432,7 @@ def test_missing_engine_dir_parameter_is_a_load_error():
 def test_arrival_time_is_the_same_for_every_response_of_a_request_and_unique_per_request():
     """Postprocessing keys streaming state on (request id, arrival_time_ns): it must identify a request."""
     backend = ScriptedBackend({1: [10]})
-    sinks = run(backend, *[req_inputs([1], 3, streaming=[True]) for _ in range(50)])
+    sinks = run(backend, *[req_inputs([1], 3, streaming=[True], return_perf_metrics=[True]) for _ in range(50)])
     per_request = [{int(o["arrival_time_ns"][0, 0]) for o, _, _ in s.responses if o is not None} for s in sinks]
     assert all(len(v) == 1 for v in per_request)
     assert len({next(iter(v)) for v in per_request}) == 50

@@ -5,6 +5,7 @@ one request (:class:`GenerateRequest`), one response (:class:`StreamEvent`) and 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,12 +28,15 @@ _EMPTY_WHEN_REQUIRED = ("bad_words", "stop_words")
 #: Default ports of tritonserver per protocol.
 DEFAULT_URLS: dict[str, str] = {"http": "localhost:8000", "grpc": "localhost:8001"}
 
-_ids = itertools.count(1)
+# A random 48-bit start per process: ids of different client processes (each CLI run, each benchmark) do
+# not repeat at the server, where a repeated id makes the ensemble ask the engine for perf metrics
+# (repo_builder/runtime/preprocessing.py EnsembleStreamKeys).
+_ids = itertools.count(int.from_bytes(os.urandom(6), "little") + 1)
 _ids_lock = threading.Lock()
 
 
 def new_request_id() -> str:
-    """A fresh numeric request id ("1", "2", ...): TensorRT-LLM backends before v0.9 accepted only numbers."""
+    """A fresh numeric request id: TensorRT-LLM backends before v0.9 accepted only numbers (uint64)."""
     with _ids_lock:
         return str(next(_ids))
 

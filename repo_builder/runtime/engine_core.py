@@ -35,9 +35,12 @@ and TRT-LLM 1.2 ``LlmRequest``/sampling layers):
 * ``stop`` = true cancels the in-flight request that has the same Triton request id (it finishes with the
   tokens it has) and is itself answered with an empty final response. A cancelled request
   (``response_sender.is_cancelled()``) is dropped and gets a final flag with no outputs.
-* Every output declared in the model config is sent in every response with data (the ensemble fails
-  with "unexpected deadlock, at least one output is not set" otherwise): outputs that are not computed
-  are zeros of the declared dtype, with a batch dimension and ragged (-1) dims of size 1.
+* Optional outputs are sent only when NVIDIA's backend would send them (``engine_outputs._GATES``):
+  ``output_ids`` and ``sequence_length`` always; log probs with ``return_log_probs``; ``batch_index`` when
+  the request has several rows; perf metrics with ``return_perf_metrics``; ``num_*_tokens`` with
+  ``return_num_*_tokens``; never logits (asking for them is an error naming the input). An ensemble
+  whose step leaves an output out simply omits it from its response (Triton 2.51 / core r24.10, #399;
+  measured). Stats that are not computed (kv-cache, speculative decoding) are zeros of the declared dtype.
 """
 
 from __future__ import annotations
@@ -200,8 +203,14 @@ class TritonEngineModel:
 
     def _tensors(self, request: Any) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
-        for name in self.io.inputs:
-            t = self.pb_utils.get_input_tensor_by_name(request, name)
+        listing = getattr(request, "inputs", None)
+        if callable(listing):  # one listing (get_input_tensor_by_name lists every input on each call)
+            declared = self.io.inputs
+            present = [(t.name(), t) for t in listing()]
+            present = [(n, t) for n, t in present if n in declared]
+        else:  # test doubles
+            present = [(n, self.pb_utils.get_input_tensor_by_name(request, n)) for n in self.io.inputs]
+        for name, t in present:
             if t is None:
                 continue
             try:

@@ -101,6 +101,33 @@ def _filler(spec: IOSpec, batch: int) -> np.ndarray:
     return np.zeros(shape, dtype=spec.numpy_dtype)
 
 
+#: When NVIDIA's backend puts each optional output in a response (tensorrtllm_backend v0.19.0
+#: ``inflight_batcher_llm/src/model_instance_state.cc``, the response loop): log probs only with
+#: ``return_log_probs`` (the executor computes none otherwise), ``batch_index`` only when the request has
+#: more than one row, ``sequence_index`` only with ``num_return_sequences`` > 1, perf metrics only with
+#: ``return_perf_metrics``, logits only when asked for, ``context_phase_params`` only for context-only
+#: requests; TRT-LLM 1.2's ``num_input_tokens``/``num_output_tokens`` with their ``return_num_*`` inputs.
+#: Output name -> the gate (see :func:`_gate_open`); outputs not listed are never sent.
+_GATES = {
+    "output_ids": "always",
+    "sequence_length": "always",
+    "cum_log_probs": "log_probs",
+    "output_log_probs": "log_probs",
+    "batch_index": "batched",
+    "num_input_tokens": "num_input_tokens",
+    "num_output_tokens": "num_output_tokens",
+    "kv_cache_alloc_new_blocks": "perf",
+    "kv_cache_reused_blocks": "perf",
+    "kv_cache_alloc_total_blocks": "perf",
+    "arrival_time_ns": "perf",
+    "first_scheduled_time_ns": "perf",
+    "first_token_time_ns": "perf",
+    "last_token_time_ns": "perf",
+    "acceptance_rate": "perf",
+    "total_accepted_draft_tokens": "perf",
+    "total_draft_tokens": "perf",
+}
+#: outputs computed here; the other gated ones (kv-cache and speculative-decoding stats) are zeros
 _COMPUTED = {
     "output_ids",
     "sequence_length",
@@ -114,22 +141,38 @@ _COMPUTED = {
     "first_token_time_ns",
     "last_token_time_ns",
 }
-_PLANS: dict[int, tuple[ModelIO, list[tuple[str, Any, np.ndarray | None]]]] = {}
+_PLANS: dict[int, tuple[ModelIO, list[tuple[str, str, Any, np.ndarray | None]]]] = {}
 
 
-def _plan(io: ModelIO) -> list[tuple[str, Any, np.ndarray | None]]:
-    """(name, numpy dtype, batch-1 zero filler or None when computed) per declared output, cached per ModelIO."""
+def _plan(io: ModelIO) -> list[tuple[str, str, Any, np.ndarray | None]]:
+    """(name, gate, numpy dtype, batch-1 zero filler or None when computed) per declared output that NVIDIA's
+    backend can send, cached per ModelIO."""
     hit = _PLANS.get(id(io))
     if hit is None or hit[0] is not io:
         plan = [
-            (name, spec.numpy_dtype, None if name in _COMPUTED else _filler(spec, 1))
+            (name, _GATES[name], spec.numpy_dtype, None if name in _COMPUTED else _filler(spec, 1))
             for name, spec in io.outputs.items()
+            if name in _GATES
         ]
-        for _name, _dt, filler in plan:
+        for _name, _gate, _dt, filler in plan:
             if filler is not None:
                 filler.setflags(write=False)
         hit = _PLANS[id(io)] = (io, plan)
     return hit[1]
+
+
+def _gate_open(gate: str, req: GenerationRequest) -> bool:
+    if gate == "always":
+        return True
+    if gate == "log_probs":
+        return req.return_log_probs
+    if gate == "batched":
+        return req.batch_size > 1
+    if gate == "perf":
+        return req.return_perf_metrics
+    if gate == "num_input_tokens":
+        return req.return_num_input_tokens
+    return req.return_num_output_tokens
 
 
 def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool, arrival_ns: int = 0) -> dict[str, np.ndarray]:
@@ -138,12 +181,14 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool, arrival_
     Streaming: each sequence's tokens since its last response (``seq.sent``), never the prompt.
     Otherwise: all generated tokens, after the prompt when ``exclude_input_in_output`` is false.
     Shapes: ``output_ids`` ``[B, 1, T]`` (padded with pad_id, else end_id, else 0), ``sequence_length``
-    ``[B, 1]``, ``cum_log_probs`` ``[B, 1]``, ``output_log_probs`` ``[B, 1, T_gen]`` (zeros unless
-    ``return_log_probs``); ``batch_index``/``sequence_index``/``num_*_tokens``/``*_time_ns`` ``[B, 1]``
-    (``num_output_tokens`` counts the generated tokens of this response when streaming, all of them
-    otherwise, so a client summing a stream's values gets the total -- the OpenAI frontend does);
-    every other declared output is zeros (see module docstring; batch-1 fillers are shared read-only
-    arrays). Dtypes come from the model config.
+    ``[B, 1]``, ``cum_log_probs`` ``[B, 1]``, ``output_log_probs`` ``[B, 1, T_gen]``;
+    ``batch_index``/``num_*_tokens``/``*_time_ns`` ``[B, 1]`` (``num_output_tokens`` counts the generated
+    tokens of this response when streaming, all of them otherwise, so a client summing a stream's values
+    gets the total -- the OpenAI frontend does); kv-cache and speculative-decoding stats are zeros
+    (batch-1 fillers are shared read-only arrays). Only the outputs NVIDIA's backend would send for this
+    request are present (:data:`_GATES`: e.g. no perf metrics unless ``return_perf_metrics``); a missing
+    output is simply absent from the ensemble's response (Triton 2.51 allows it: core #399). Dtypes come
+    from the model config.
     """
     token_rows: list[list[int]] = []
     lp_rows: list[list[float]] = []
@@ -156,7 +201,9 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool, arrival_
             lp_rows.append(s.log_probs)
     batch = len(seqs)
     out: dict[str, np.ndarray] = {}
-    for name, dt, filler in _plan(io):
+    for name, gate, dt, filler in _plan(io):
+        if gate != "always" and not any(_gate_open(gate, s.req) for s in seqs):
+            continue
         if filler is not None:
             out[name] = filler if batch == 1 else _filler(io.outputs[name], batch)
             continue
@@ -175,6 +222,8 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool, arrival_
             for i, (s, lps) in enumerate(zip(seqs, lp_rows)):
                 if s.req.return_log_probs and lps:
                     arr[i, 0, : len(lps)] = lps
+        elif name == "sequence_length" and batch == 1:
+            arr = np.array([[len(token_rows[0])]], dtype=dt)
         else:
             col: list[float]  # one value per sequence (ints, or log-probabilities)
             if name == "sequence_length":

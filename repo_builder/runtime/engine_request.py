@@ -165,6 +165,11 @@ class GenerationRequest:
     streaming: bool = False
     batch_index: int = 0
     request_id: str = ""
+    #: rows of the Triton request this row belongs to (``batch_index`` is only sent when > 1)
+    batch_size: int = 1
+    return_perf_metrics: bool = False
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
 
 
 @dataclass
@@ -391,6 +396,10 @@ def parse_request(
                 streaming=streaming,
                 batch_index=b,
                 request_id=request_id,
+                batch_size=batch,
+                return_perf_metrics=bool(_scalar(tensors, "return_perf_metrics", b, batch) or False),
+                return_num_input_tokens=bool(_scalar(tensors, "return_num_input_tokens", b, batch) or False),
+                return_num_output_tokens=bool(_scalar(tensors, "return_num_output_tokens", b, batch) or False),
             )
         )
     return ParsedRequest(rows=rows, request_id=request_id, streaming=streaming_any)

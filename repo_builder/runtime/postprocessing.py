@@ -19,12 +19,14 @@ Which responses belong to one request decides between two paths:
   ``STREAM`` true -> the response's new tokens go to the incremental detokenizer of (key,
   ``SEQUENCE_INDEX`` or 0, beam); ``STREAM`` false -> decoded whole.
 * Ensemble and BLS: Triton does not let an ensemble step mix inputs from preprocessing with inputs from
-  the decoupled tensorrt_llm model, so the key is the request id (which the ensemble propagates to every
-  step, and which the BLS makes unique per client request) together with the engine's
-  ``ARRIVAL_TIME_NS`` output (repo-builder's preprocessing always asks for perf metrics). Whenever that
-  key is non-empty the incremental path is used (one state per request, batch row -- ``BATCH_INDEX``,
-  else the row's position in the response --, sequence and beam), for streaming and non-streaming requests
-  alike: fed all ids at once it returns the whole text.
+  the decoupled tensorrt_llm model, so the key is what the ensemble passes to every step -- the request
+  id (which the BLS makes unique per client request) and the correlation id (preprocessing's
+  ``sequence_id`` response parameter where the Python backend can send one, else the client's) --
+  together with the engine's ``ARRIVAL_TIME_NS`` output when the engine sent it (preprocessing asks for
+  perf metrics when the request id alone could be ambiguous: ``preprocessing.EnsembleStreamKeys``).
+  Whenever that key is non-empty the incremental path is used (one state per request, batch row --
+  ``BATCH_INDEX``, else the row's position in the response --, sequence and beam), for streaming and
+  non-streaming requests alike: fed all ids at once it returns the whole text.
 * No key at all, or a repository whose engine is not decoupled (parameter ``decoupled_mode`` false: no
   response can be a stream chunk): each response is decoded whole. That also keeps a client that
   reuses request ids (NVIDIA's ``end_to_end_test.py`` sends ``request_id=str(i)`` again and again) from
@@ -56,7 +58,8 @@ from .triton_io import RequestError
 def _flag(array: np.ndarray | None, b: int) -> Any:
     if array is None:
         return None
-    a = np.asarray(array).reshape(np.asarray(array).shape[0] if np.asarray(array).ndim else 1, -1)
+    a = np.asarray(array)
+    a = a.reshape(a.shape[0] if a.ndim else 1, -1)
     row = a[b] if a.shape[0] > b else a[0]
     return row[0].item() if row.size else None
 
@@ -86,11 +89,14 @@ class Postprocessor:
         """Non-streaming text of ``ids``."""
         return self.factory.decode(ids)
 
-    def process(self, inputs: Mapping[str, np.ndarray | None], request_id: str = "") -> dict[str, np.ndarray]:
+    def process(
+        self, inputs: Mapping[str, np.ndarray | None], request_id: str = "", correlation_id: int | str = 0
+    ) -> dict[str, np.ndarray]:
         """One request: input arrays by name -> ``{"OUTPUT": object array of UTF-8 bytes}``.
 
-        ``request_id`` is the Triton request id (``request.request_id()``; the ensemble passes the
-        client's id to every step), part of the ensemble streaming key.
+        ``request_id`` and ``correlation_id`` are the Triton request's (``request.request_id()``,
+        ``request.correlation_id()``; the ensemble passes them to every step), part of the ensemble
+        streaming key.
 
         Raises:
             RequestError: ``TOKENS_BATCH`` missing, of the wrong rank, or holding a token id outside
@@ -113,9 +119,16 @@ class Postprocessor:
             if seq_len.size != batch * beam:
                 raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
             seq_len = seq_len.reshape(batch, beam)
+        # every row is checked before any state changes; ids as Python lists (one tolist per sequence)
+        row_ids: list[list[list[int]]] = []
+        vocab = self.vocab_size
         for b in range(batch):
+            row_ids.append([])
             for k in range(beam):
-                check_token_ids("TOKENS_BATCH", t[b, k, : max(0, min(int(seq_len[b, k]), length))], self.vocab_size)
+                ids = t[b, k, : max(0, min(int(seq_len[b, k]), length))].tolist()
+                if ids and (min(ids) < 0 or max(ids) >= vocab):
+                    check_token_ids("TOKENS_BATCH", t[b, k, : len(ids)], vocab)  # raises, naming the id
+                row_ids[b].append(ids)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 
@@ -128,17 +141,16 @@ class Postprocessor:
             elif key is not None and int(key) != 0:  # BLS: preprocessing's key, streaming as the request says
                 if bool(_flag(stream, b)):
                     stream_key = ("bls", int(key))
-            else:  # ensemble: request id + the engine's arrival time of this request
+            else:  # ensemble: request id + correlation id + the engine's arrival time of this request
                 arrived = int(_flag(arrival, b) or 0)
-                if request_id or arrived:
-                    stream_key = ("ens", request_id, arrived)
+                if request_id or arrived or correlation_id:
+                    stream_key = ("ens", request_id, correlation_id, arrived)
             index = int(_flag(seq_index, b) or 0)
             row = _flag(batch_index, b)
             row = b if row is None else int(row)
             flush = bool(_flag(inputs.get("FLUSH"), b))
             for k in range(beam):
-                n = max(0, min(int(seq_len[b, k]), length))
-                ids = [int(x) for x in t[b, k, :n].tolist()]
+                ids = row_ids[b][k]
                 if stream_key is not None:
                     text = self.streams.add((*stream_key, row, index, k), ids)
                     if flush:  # the caller's last response: emit the held tail, free the state

@@ -51,6 +51,7 @@ FIELDS = {
     "END_ID": "end_id",
     "PAD_ID": "pad_id",
     "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
+    "RETURN_PERF_METRICS": "return_perf_metrics",
 }
 INPUT_NAMES = tuple(FIELDS)
 
@@ -75,6 +76,87 @@ class KeySource:
                 if self._next:
                     keys.append(self._next)
             return keys
+
+
+class FirstUseIds:
+    """Request ids this process has certainly never claimed before: a blocked Bloom filter of fixed size.
+
+    ``claim(request_id)`` is true only when no earlier call claimed the same id (no false "fresh": each id is
+    fresh at most once per process); hash collisions only ever answer "seen" (then the request asks the
+    engine for perf metrics, which is slower, never wrong). 2^27 bits = 16 MiB of zero pages, touched as
+    ids arrive; 4 probes inside one 64-byte block (one page touched per id): about 1 false "seen" in 100
+    after 10 million distinct ids, 1 in 6 after 30 million (the process then falls back to perf metrics
+    for more and more requests).
+    """
+
+    BITS = 1 << 27
+    PROBES = 4
+    _BLOCK_BYTES = 64
+
+    def __init__(self) -> None:
+        self._bits = memoryview(np.zeros(self.BITS >> 3, dtype=np.uint8))
+        self._blocks = (self.BITS >> 3) // self._BLOCK_BYTES
+
+    def claim(self, request_id: str) -> bool:
+        """True (and remembered) when ``request_id`` was never claimed in this process."""
+        h = hash(request_id) & 0xFFFFFFFFFFFFFFFF  # per-process salted SipHash of the id
+        base = (h % self._blocks) * self._BLOCK_BYTES
+        h >>= 24
+        bits, fresh = self._bits, False
+        for _ in range(self.PROBES):
+            j = h & 511  # bit within the 512-bit block
+            h >>= 9
+            byte, bit = base + (j >> 3), 1 << (j & 7)
+            if not bits[byte] & bit:
+                fresh = True
+                bits[byte] |= bit
+        return fresh
+
+
+class EnsembleStreamKeys:
+    """How postprocessing tells this request's engine responses apart from those of other requests.
+
+    In an ensemble, postprocessing only sees tensorrt_llm's outputs and what Triton passes to every step
+    (request id, correlation id, request parameters; core ``src/ensemble_scheduler/ensemble_scheduler.cc``
+    r24.10 ``InitStep``). Measured on Triton 2.51: the ensemble gives every step the client's request id,
+    correlation id (0 unless the client sets one), flags and parameters, nothing per request. So:
+
+    * ``response_parameters`` (the Python backend's ``InferenceResponse`` takes ``parameters``:
+      python_backend r25.02+, i.e. the 25.x TRT-LLM containers): preprocessing answers with the
+      string response parameter ``sequence_id`` = a fresh key; the ensemble (core r24.07+, #369) then runs
+      tensorrt_llm and postprocessing with that correlation id, which postprocessing keys on. The engine
+      is asked for no perf metrics the client did not ask for (NVIDIA's backend ignores correlation ids:
+      its tensorrt_llm model has no sequence batcher).
+    * otherwise (Triton 2.51 here, 23.10 for trtllm-0.5): the key is (request id, the engine's
+      ``arrival_time_ns``), and ``arrival_time_ns`` only comes with perf metrics. A request needs them only
+      when another request with the same id may share postprocessing's state: the first request of a
+      non-empty id in this process (:class:`FirstUseIds`) goes without (postprocessing keys it
+      (id, 0)); a repeated id, an empty id, or any id when preprocessing has more than one instance
+      (the instances do not share what they have seen) asks the engine for perf metrics.
+
+    Known limit of the second mode: reloading preprocessing alone (explicit model control) forgets the
+    ids seen; a request reusing an id served before the reload could then meet that stream's state if
+    postprocessing still holds it (its LRU of ``detokenizer_max_streams``).
+    """
+
+    def __init__(self, instances: int = 1, response_parameters: bool = False) -> None:
+        self.instances = instances
+        self.response_parameters = response_parameters
+        self._seen = FirstUseIds() if instances == 1 and not response_parameters else None
+
+    def perf_metrics_needed(self, request_id: str | None) -> bool:
+        """True when the engine must send ``arrival_time_ns`` for postprocessing to key this request."""
+        if self.response_parameters:
+            return False
+        if request_id is None or request_id == "" or self._seen is None:
+            return True
+        return not self._seen.claim(request_id)
+
+
+def instance_count(config: Mapping[str, Any]) -> int:
+    """Model instances in ``config["instance_group"]`` (count defaults to 1 per group; no group: 1)."""
+    groups = config.get("instance_group") or []
+    return sum(int(g.get("count", 1) or 1) for g in groups) if groups else 1
 
 
 def _rows(array: np.ndarray | None, batch: int) -> list[np.ndarray] | None:
@@ -147,6 +229,13 @@ class Preprocessor:
         self.out_dtypes = output_dtypes(params.config)
         self.words = WordEncoder(tokenizer)
         self.keys = KeySource()
+        self.stream_keys = EnsembleStreamKeys(instance_count(params.config))
+        #: the response parameters of the last :meth:`process` call (the adapter sends them)
+        self.response_parameters: dict[str, Any] = {}
+
+    def use_response_parameters(self, supported: bool) -> None:
+        """Tell the core whether the Python backend can send response parameters (see :class:`EnsembleStreamKeys`)."""
+        self.stream_keys = EnsembleStreamKeys(instance_count(self.params.config), response_parameters=supported)
 
     # ---------------------------------------------------------------------------------------------
 
@@ -166,8 +255,12 @@ class Preprocessor:
             )
         return value
 
-    def process(self, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    def process(self, inputs: Mapping[str, np.ndarray | None], request_id: str | None = None) -> dict[str, np.ndarray]:
         """One request: input arrays by model input name -> output arrays by model output name.
+
+        ``request_id`` is the Triton request id (None: unknown, treated like a repeated id). After the
+        call :attr:`response_parameters` holds the parameters for this request's response
+        (``{"sequence_id": key}`` when :class:`EnsembleStreamKeys` uses response parameters, else ``{}``).
 
         Shapes (batch = rows of ``QUERY``): ``INPUT_ID`` int32 ``[batch, L]`` right-padded with the pad
         id, ``REQUEST_INPUT_LEN`` int32 ``[batch, 1]``, ``BAD_WORDS_IDS``/``STOP_WORDS_IDS`` int32
@@ -177,7 +270,8 @@ class Preprocessor:
         one ``[[pad_id]]``, as NVIDIA's preprocessing v0.11+ does) and ``REQUEST_DECODER_INPUT_LEN`` int32
         ``[batch, 1]``,
         ``OUT_PROMPT_TABLE_EXTRA_IDS`` uint64 ``[batch, L]``, ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``,
-        ``OUT_RETURN_PERF_METRICS`` bool ``[batch, 1]`` (always true).
+        ``OUT_RETURN_PERF_METRICS`` bool ``[batch, 1]`` (the client's ``return_perf_metrics``, or true when
+        postprocessing needs the engine's ``arrival_time_ns`` to key this request: :class:`EnsembleStreamKeys`).
 
         Raises:
             RequestError: naming the client field: empty/non-UTF-8 ``text_input``, ``max_tokens``, ``end_id``,
@@ -275,6 +369,16 @@ class Preprocessor:
                 if extra:
                     extra_ids[b, input_id[b] >= vocab] = extra[0]
 
+        keys = self.keys.take(batch)
+        perf_rows = _rows(inputs.get("RETURN_PERF_METRICS"), batch)
+        perf_asked = [bool(r.size and r.reshape(-1)[0]) for r in perf_rows] if perf_rows else [False] * batch
+        self.response_parameters = {}
+        perf = False
+        if "OUT_RETURN_PERF_METRICS" in self.out_dtypes:  # trtllm-0.5 has no perf metrics to ask for
+            perf = self.stream_keys.perf_metrics_needed(request_id)
+        if self.stream_keys.response_parameters:
+            # a string: no integer range to respect (python_backend sends parameters as JSON)
+            self.response_parameters = {"sequence_id": f"rb-{keys[0]:016x}"}
         produced = {
             "INPUT_ID": input_id,
             "REQUEST_INPUT_LEN": np.array([[len(ids)] for ids in ids_rows]),
@@ -287,9 +391,8 @@ class Preprocessor:
             "OUT_END_ID": np.array([[e] for e in end_ids]),
             "OUT_PAD_ID": np.array([[p] for p in pad_ids]),
             "OUT_PROMPT_TABLE_EXTRA_IDS": extra_ids,
-            "DETOKENIZER_KEY": np.array([[k] for k in self.keys.take(batch)], dtype=np.uint64),
-            # always ask the engine for perf metrics: postprocessing keys ensemble streams on arrival_time_ns
-            "OUT_RETURN_PERF_METRICS": np.ones((batch, 1), dtype=bool),
+            "DETOKENIZER_KEY": np.array([[k] for k in keys], dtype=np.uint64),
+            "OUT_RETURN_PERF_METRICS": np.array([[perf or asked] for asked in perf_asked], dtype=bool),
         }
         outputs = {}
         for name, dtype in self.out_dtypes.items():

@@ -104,6 +104,20 @@ def get_input(pb: Any, request: Any, name: str) -> np.ndarray | None:
     return tensor.as_numpy()
 
 
+def get_inputs(pb: Any, request: Any, names: tuple[str, ...]) -> dict[str, np.ndarray | None]:
+    """The inputs ``names`` of ``request`` as numpy arrays (None when not sent), from one ``request.inputs()``.
+
+    ``pb.get_input_tensor_by_name`` lists all of the request's inputs on every call
+    (triton_python_backend_utils.py of Triton 2.51), so reading n names costs n listings; this lists once.
+    A request without a callable ``inputs`` (test doubles) falls back to :func:`get_input` per name.
+    """
+    listing = getattr(request, "inputs", None)
+    if not callable(listing):
+        return {name: get_input(pb, request, name) for name in names}
+    by_name = {t.name(): t for t in listing()}
+    return {name: (by_name[name].as_numpy() if name in by_name else None) for name in names}
+
+
 def strings(array: np.ndarray | None, field: str) -> list[str] | None:
     """Flatten a TYPE_STRING array into Python strings (bytes decoded as strict UTF-8); None stays None.
 
@@ -163,7 +177,18 @@ def error_response(pb: Any, exc: BaseException) -> Any:
     )
 
 
-def respond_each(pb: Any, requests: Any, input_names: tuple[str, ...], process: Any, model: str) -> list[Any]:
+def response_parameters_supported(pb: Any) -> bool:
+    """True when ``pb.InferenceResponse`` takes ``parameters`` (python_backend r25.02+, not Triton 2.51's)."""
+    try:
+        pb.InferenceResponse(output_tensors=[], parameters={})
+    except TypeError:
+        return False
+    return True
+
+
+def respond_each(
+    pb: Any, requests: Any, input_names: tuple[str, ...], process: Any, model: str, parameters: Any = None
+) -> list[Any]:
     """Serve a batch of requests one by one, so a bad request fails alone.
 
     Args:
@@ -172,6 +197,8 @@ def respond_each(pb: Any, requests: Any, input_names: tuple[str, ...], process: 
         input_names: the inputs to read (absent optional ones arrive as None).
         process: ``process(inputs: dict[str, np.ndarray | None], request) -> dict[str, np.ndarray]``.
         model: the model name for the message of an unexpected failure.
+        parameters: optional ``parameters(request) -> dict`` of response parameters, called after
+            ``process`` (only where the Python backend supports them: :func:`response_parameters_supported`).
     Returns:
         one ``InferenceResponse`` per request: the outputs, or an error naming the request field
         (:class:`RequestError`) or the failure (a bug must not take the other requests down).
@@ -179,11 +206,14 @@ def respond_each(pb: Any, requests: Any, input_names: tuple[str, ...], process: 
     responses = []
     for request in requests:
         try:
-            inputs = {name: get_input(pb, request, name) for name in input_names}
+            inputs = get_inputs(pb, request, input_names)
             outputs = process(inputs, request)
-            responses.append(
-                pb.InferenceResponse(output_tensors=[pb.Tensor(name, array) for name, array in outputs.items()])
-            )
+            tensors = [pb.Tensor(name, array) for name, array in outputs.items()]
+            params = parameters(request) if parameters is not None else None
+            if params:
+                responses.append(pb.InferenceResponse(output_tensors=tensors, parameters=params))
+            else:
+                responses.append(pb.InferenceResponse(output_tensors=tensors))
         except RequestError as exc:
             responses.append(error_response(pb, exc))
         except Exception as exc:  # noqa: BLE001 - reported to the client, the other requests go on

@@ -150,6 +150,43 @@ def test_two_concurrent_streams_get_their_own_text(served, stream):
     assert "".join(got_second["second"]) == tok.decode(expected(prompts[1]), skip_special_tokens=True)
 
 
+@pytest.mark.parametrize("rid", ["dup", ""])
+def test_concurrent_streams_with_one_request_id_get_their_own_text(served, rid):
+    """Equal (or empty) request ids on concurrent streams, twice in a row: preprocessing asks the engine for
+    perf metrics only where the id could be ambiguous (EnsembleStreamKeys), and no text mixes or carries
+    over from an earlier stream of the same id."""
+    server, tok, prompts, expected = served
+    for _round in range(2):
+        streams = [Stream(server) for _ in prompts]
+        try:
+            for s, prompt in zip(streams, prompts):
+                s.send("ensemble", text_inputs(prompt, N_TOKENS, stream=True), rid)
+            got = [s.collect_text({rid}) for s in streams]
+        finally:
+            for s in streams:
+                s.close()
+        for (texts_by_id, errors), prompt in zip(got, prompts):
+            assert not errors
+            assert "".join(texts_by_id[rid]) == tok.decode(expected(prompt), skip_special_tokens=True)
+
+
+def test_perf_metrics_reach_the_client_only_when_asked(served, stream):
+    """NVIDIA's per-response semantics: without return_perf_metrics an ensemble response holds text_output
+    only (no zero-filled logits or perf metrics); with it, the engine's timing comes along."""
+    server, tok, prompts, expected = served
+    asked = [*text_inputs(prompts[0], 8, stream=True), grpc_input("return_perf_metrics", np.array([[True]], bool))]
+    stream.send("ensemble", text_inputs(prompts[0], 8, stream=True), "perf-not-asked")
+    stream.send("ensemble", asked, "perf-asked")
+    got, errors = stream.collect({"perf-not-asked", "perf-asked"})
+    assert not errors
+    names = {rid: {o.name for r in results for o in r.get_response().outputs} for rid, results in got.items()}
+    assert names["perf-not-asked"] == {"text_output"}
+    assert {"text_output", "arrival_time_ns", "first_token_time_ns", "kv_cache_reused_blocks"} <= names["perf-asked"]
+    assert not names["perf-asked"] & {"context_logits", "generation_logits", "cum_log_probs"}
+    arrival = {int(r.as_numpy("arrival_time_ns")[0][0]) for r in got["perf-asked"]}
+    assert len(arrival) == 1 and arrival.pop() > 0
+
+
 @pytest.mark.parametrize(
     "bad,field",
     [

@@ -2,7 +2,7 @@
 
 A thin adapter: all logic is ``repo_builder_runtime.postprocessing.Postprocessor`` (vendored by
 ``repo-builder render``), unit-tested without Triton. Streamed responses of one request (keyed by the
-request id and the engine's ``ARRIVAL_TIME_NS``, or by an explicit ``DETOKENIZER_KEY`` with ``STREAM``)
+request id, correlation id and the engine's ``ARRIVAL_TIME_NS``, or by an explicit ``DETOKENIZER_KEY`` with ``STREAM``)
 get only their new text, so the streamed text concatenates to the non-streaming text (no lost
 SentencePiece spaces, no U+FFFD).
 """
@@ -36,7 +36,7 @@ class TritonPythonModel:
             pb_utils,
             requests,
             INPUT_NAMES,
-            lambda inputs, request: self.core.process(inputs, request.request_id()),
+            lambda inputs, request: self.core.process(inputs, request.request_id(), request.correlation_id()),
             "postprocessing",
         )
 

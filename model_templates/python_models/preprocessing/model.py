@@ -11,18 +11,29 @@ import json
 
 import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.preprocessing import INPUT_NAMES, Preprocessor
-from repo_builder_runtime.triton_io import respond_each
+from repo_builder_runtime.triton_io import respond_each, response_parameters_supported
 
 
 class TritonPythonModel:
-    """One response per request; requests fail independently."""
+    """One response per request; requests fail independently.
+
+    Where the Python backend supports response parameters, each response carries ``sequence_id`` = a
+    fresh key, which the ensemble hands to tensorrt_llm and postprocessing as their correlation id
+    (postprocessing's streaming key, see ``EnsembleStreamKeys``).
+    """
 
     def initialize(self, args):
         self.core = Preprocessor(json.loads(args["model_config"]))
+        self.core.use_response_parameters(response_parameters_supported(pb_utils))
 
     def execute(self, requests):
         return respond_each(
-            pb_utils, requests, INPUT_NAMES, lambda inputs, _: self.core.process(inputs), "preprocessing"
+            pb_utils,
+            requests,
+            INPUT_NAMES,
+            lambda inputs, request: self.core.process(inputs, request.request_id()),
+            "preprocessing",
+            lambda _request: self.core.response_parameters,
         )
 
     def finalize(self):
