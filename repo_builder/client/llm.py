@@ -176,6 +176,10 @@ class LLMClient(HttpTransport, GrpcTransport):
                     key="outputs",
                     hint=f"its outputs are: {', '.join(info.outputs)}",
                 )
+        wants_count = request.outputs is None or "num_output_tokens" in request.outputs
+        if wants_count and "return_num_output_tokens" not in fields and info.accepts("return_num_output_tokens"):
+            # TRT-LLM 1.x sends num_output_tokens only when asked; the counts in results and bench come from it
+            fields["return_num_output_tokens"] = True
         return info, fields, prepare_inputs(info, fields)
 
     def iter_events(

@@ -256,26 +256,31 @@ class GenerateResult:
         return (self.end_ns - self.start_ns) / 1e6
 
     def count_output_tokens(self, count_tokens: Callable[[str], int] | None = None) -> int | None:
-        """Generated tokens, counted from what the server says rather than by re-tokenizing text:
+        """Generated tokens, counted from what the server says (see :meth:`counted_output_tokens`)."""
+        return self.counted_output_tokens(count_tokens)[0]
 
-        1. the sum of ``num_output_tokens`` over the responses (TRT-LLM 1.2 outputs it per response);
-        2. else the returned ``output_ids``, without an echoed prompt (non-streaming responses start with
+    def counted_output_tokens(self, count_tokens: Callable[[str], int] | None = None) -> tuple[int | None, str | None]:
+        """Generated tokens and where the count comes from, preferring what the server says to re-tokenizing:
+
+        1. ``"num_output_tokens"``: their sum over the responses (TRT-LLM 1.2 outputs it per response, when
+           the request sets ``return_num_output_tokens``, which :class:`LLMClient` does);
+        2. ``"output_ids"``: the returned ids, without an echoed prompt (non-streaming responses start with
            the prompt unless ``exclude_input_in_output``; ``sequence_length`` counts the same tokens);
-        3. else ONE tokenization of the whole text with ``count_tokens`` (never per chunk, which would
-           over-count split words). None if none of these exists.
+        3. ``"text"``: ONE tokenization of the whole text with ``count_tokens`` (never per chunk, which would
+           over-count split words). ``(None, None)`` if none of these exists.
         """
         counts = [e.outputs.get("num_output_tokens") for e in self.events if e.has_output]
         if counts and all(c is not None for c in counts):
-            return int(sum(int(np.asarray(c).reshape(-1)[0]) for c in counts))
+            return int(sum(int(np.asarray(c).reshape(-1)[0]) for c in counts)), "num_output_tokens"
         ids = self.token_ids
         if ids is not None:
             p = self.prompt_ids
             if p and not self.stream and ids[: len(p)] == p:
-                return len(ids) - len(p)
-            return len(ids)
+                return len(ids) - len(p), "output_ids"
+            return len(ids), "output_ids"
         if count_tokens is not None:
-            return count_tokens(self.text)
-        return None
+            return count_tokens(self.text), "text"
+        return None, None
 
     def raise_for_error(self) -> GenerateResult:
         """Raise the stored :class:`ClientError`, if any; return self otherwise."""

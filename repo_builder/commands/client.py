@@ -81,14 +81,12 @@ def generate(
     sys.stdout.write("\n")
     sys.stdout.flush()
     ttft = result.ttft_ms
-    tokens = result.count_output_tokens(counter)
-    how = (
-        "returned token ids"
-        if result.token_ids is not None
-        else f"one tokenization of the whole text with {tokenizer_dir}"
-        if counter
-        else None
-    )
+    tokens, source = result.counted_output_tokens(counter)
+    how = {
+        "num_output_tokens": "the server's num_output_tokens",
+        "output_ids": "returned token ids",
+        "text": f"one tokenization of the whole text with {tokenizer_dir}",
+    }.get(source or "")
     err.print(f"request id: {result.request_id}")
     err.print(f"time to first token: {ttft:.1f} ms" if ttft is not None else "time to first token: - (no output)")
     err.print(f"total time: {result.latency_ms:.1f} ms, responses: {len(result.chunk_times_ns)}")

@@ -160,8 +160,11 @@ def test_http_greedy_text_equals_transformers(server, tok, offline, im_end, mode
         status, body = http_generate(server, model, {"text_input": prompt, "max_tokens": max_tokens})
         assert status == 200, body
         assert body["text_output"] == text_of(tok, chat_ids(tok, prompt) + want), (model, prompt)
+        counts = {"return_num_output_tokens": True, "return_num_input_tokens": True}  # sent only when asked
         status, body = http_generate(
-            server, model, {"text_input": prompt, "max_tokens": max_tokens, "exclude_input_in_output": True}
+            server,
+            model,
+            {"text_input": prompt, "max_tokens": max_tokens, "exclude_input_in_output": True, **counts},
         )
         assert status == 200, body
         assert body["text_output"] == text_of(tok, want), (model, prompt)
@@ -212,7 +215,14 @@ def test_generation_stops_at_im_end(server, tok, offline, im_end):
     stop = want.index(im_end)
     for model in MODELS:
         _status, body = http_generate(
-            server, model, {"text_input": prompt, "max_tokens": max_tokens, "exclude_input_in_output": True}
+            server,
+            model,
+            {
+                "text_input": prompt,
+                "max_tokens": max_tokens,
+                "exclude_input_in_output": True,
+                "return_num_output_tokens": True,
+            },
         )
         text = body["text_output"]
         assert "<|im_end|>" not in text and "<|im_start|>" not in text
