@@ -34,6 +34,20 @@ from .errors import RenderError
 
 PLACEMENT_MODES = ("copy", "hardlink", "symlink", "reference")
 PROGRESS_THRESHOLD = 64 * 1024 * 1024  # bytes: files above this get a progress bar
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")  # what interrupts a render (render/write.py handles them)
+
+
+def block_stop_signals() -> None:
+    """Block :data:`STOP_SIGNALS` in the calling (helper) thread, so the kernel delivers them to the main
+    thread: a main thread waiting in ``Thread.join`` is then woken at once (EINTR) and its handler runs before
+    the render moves the repository into place. Without it a signal could land in the copying thread and
+    the main thread would only see it after the copy, possibly during the final renames."""
+    import signal
+
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {getattr(signal, n) for n in STOP_SIGNALS if hasattr(signal, n)})
+
+
 #: bytes asked for per kernel copy call: in practice the whole rest of the file (the kernel caps a call
 #: at ~2 GiB). Tests lower it to check the copy loop.
 _CHUNK = 1 << 62
@@ -209,6 +223,7 @@ def watch_size(path: Path, report: Callable[[int], None], interval: float | None
     wait = _POLL_INTERVAL if interval is None else interval
 
     def poll() -> None:
+        block_stop_signals()
         last = -1
         while not stop.wait(wait):
             try:
@@ -363,6 +378,7 @@ class PlacementJob:
         return self
 
     def _run(self) -> None:
+        block_stop_signals()
         plan = self.plan
         small = [f for f in plan.files if f.size <= PROGRESS_THRESHOLD]
         large = [f for f in plan.files if f.size > PROGRESS_THRESHOLD]

@@ -101,4 +101,4 @@ def test_signal_during_copy_removes_the_temporary_folder(tmp_path, tok, signame,
         pytest.fail("the render never got stopped mid-copy")
     assert proc.returncode == code, err
     assert f"interrupted by {signame}" in err and "Traceback" not in err, err
-    assert list(work.iterdir()) == [], "the signal left files beside the output"
+    assert list(work.iterdir()) == [], f"the signal left files beside the output; stderr: {err}"

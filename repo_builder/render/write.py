@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Interrupted, RenderError
-from ..placement import PlacementJob, PlacementPlan
+from ..placement import STOP_SIGNALS, PlacementJob, PlacementPlan
 from .plan import RenderPlan
 
 
@@ -100,7 +100,7 @@ class _WriteSignals:
     1 GiB copy returned after 0.3 s), so a cancelled copy stops at once instead of after the whole file.
     """
 
-    SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+    SIGNALS = STOP_SIGNALS
     WAKE = "SIGUSR1"
 
     def __init__(self) -> None:
