@@ -22,14 +22,13 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_common import load_average, machine  # noqa: E402
-from bench_server_cpu import ENGINE_MODEL, sample, server_processes  # noqa: E402
+from bench_server_cpu import ENGINE_MODEL, measured_level, server_processes  # noqa: E402
 
 
 def fmt(values: list[float], digits: int = 1) -> str:
@@ -78,7 +77,7 @@ def main() -> int:
 
 def serve(cfg, args: argparse.Namespace, levels: list[int], work: Path, runs: list[dict]) -> None:
     """Launch the server, warm it up, run the interleaved levels into ``runs``; the server stops on exit."""
-    from repo_builder.bench import BenchSettings, run_bench
+    from repo_builder.bench import BenchSettings
     from repo_builder.server import TritonServer
 
     with TritonServer(cfg) as server:
@@ -99,14 +98,8 @@ def serve(cfg, args: argparse.Namespace, levels: list[int], work: Path, runs: li
                 output_dir=str(work / f"c{c}"),
                 warmup=0,
             )
-            before = sample(pids)
-            t0 = time.perf_counter()
-            report = run_bench(settings, progress=False)
-            wall = time.perf_counter() - t0
-            after = sample(pids)
-            lv = report["levels"][0]
+            lv, wall, cpu = measured_level(settings, pids)
             tokens = lv["completed"] * args.output_tokens
-            cpu = {k: after[k] - before.get(k, 0.0) for k in after}
             return {
                 "c": c,
                 "completed": lv["completed"],

@@ -48,11 +48,15 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_common import PROJECT, fmt, load_average, machine, proc_cpu_s, summary  # noqa: E402
+
+if TYPE_CHECKING:
+    from repo_builder.bench import BenchSettings
 
 ENGINE_MODEL = "tensorrt_llm"
 SERVER = "tritonserver"
@@ -180,6 +184,18 @@ def sample(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
+def measured_level(settings: BenchSettings, pids: dict[str, int]) -> tuple[dict, float, dict[str, float]]:
+    """Run one ``repo-builder bench`` level (``settings``: a ``BenchSettings`` of one concurrency) between two
+    CPU samples of ``pids``; returns (the report's level, wall seconds, per-process CPU seconds spent)."""
+    from repo_builder.bench import run_bench
+
+    before = sample(pids)
+    t0 = time.perf_counter()
+    report = run_bench(settings, progress=False)
+    wall = time.perf_counter() - t0
+    return report["levels"][0], wall, cpu_delta(before, sample(pids))
+
+
 def render_repo(work: Path, tokenizer_dir: str, extra: dict) -> Path:
     from repo_builder.render import render_repository
 
@@ -193,7 +209,7 @@ def render_repo(work: Path, tokenizer_dir: str, extra: dict) -> Path:
 def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict[str, int]) -> dict:
     """One measured level: CPU sampled around ``run_bench`` (no warm-up inside the window); ``model`` =
     ``tensorrt_llm`` runs :func:`direct_level` instead."""
-    from repo_builder.bench import BenchSettings, run_bench
+    from repo_builder.bench import BenchSettings
 
     if model == ENGINE_MODEL:
         return direct_level(url, c, args, pids)
@@ -210,14 +226,8 @@ def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict
         tokenizer_dir=args.tokenizer_dir,
         warmup=0,
     )
-    before = sample(pids)
-    t0 = time.perf_counter()
-    report = run_bench(settings, progress=False)
-    wall = time.perf_counter() - t0
-    after = sample(pids)
-    level = report["levels"][0]
+    level, wall, delta = measured_level(settings, pids)
     tokens = level["completed"] * args.output_tokens
-    delta = cpu_delta(before, after)
     return {
         "model": model,
         "concurrency": c,
