@@ -97,13 +97,18 @@ class FakeSender:
 
 
 class FakeRequest:
-    def __init__(self, inputs: dict[str, Any], request_id: str = "") -> None:
+    def __init__(self, inputs: dict[str, Any], request_id: str = "", requested: list[str] | None = None) -> None:
         self.inputs = {k: np.asarray(v) for k, v in inputs.items()}
         self._rid = request_id
+        self._requested = requested
         self.sender = FakeSender()
 
     def request_id(self) -> str:
         return self._rid
+
+    def requested_output_names(self) -> list[str] | None:
+        """Triton lists every output when the caller names none; the fake says None (= all) then."""
+        return self._requested
 
     def correlation_id(self) -> int:
         return 0

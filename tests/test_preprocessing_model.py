@@ -284,7 +284,16 @@ def load_model_py(kind: str, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils())
     monkeypatch.setitem(sys.modules, "repo_builder_runtime", runtime)
-    for sub in ("preprocessing", "postprocessing", "triton_io", "text", "detokenizer", "wordlists", "params"):
+    for sub in (
+        "preprocessing",
+        "postprocessing",
+        "triton_io",
+        "text",
+        "detokenizer",
+        "wordlists",
+        "params",
+        "stream_ledger",
+    ):
         monkeypatch.setitem(
             sys.modules, f"repo_builder_runtime.{sub}", importlib.import_module(f"repo_builder.runtime.{sub}")
         )

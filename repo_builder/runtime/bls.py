@@ -195,15 +195,17 @@ class BLSCore:
         self.wiring = wiring
         self.settings = settings
         self.caller = caller
-        self._pre = [(s, list(s.output_map)) for s in wiring.pre_steps]
         self._post = [(s, list(s.output_map)) for s in wiring.post_steps]
         self._text_outputs = wiring.text_outputs
         self._engine_outputs_cache: dict[tuple[frozenset[str], bool], list[str]] = {}
         engine = wiring.engine_step
         # The engine's return_perf_metrics comes from preprocessing (true for the ensemble's stream key);
-        # the BLS passes the client's own flag instead (NVIDIA's BLS sends the request's return_perf_metrics).
+        # the BLS passes the client's own flag instead (NVIDIA's BLS sends the request's return_perf_metrics)
+        # and does not ask preprocessing for that output, so preprocessing leaves its ensemble stream keys
+        # (first-use ids, the stream ledger) to the ensemble's requests.
         src = engine.input_map.get(RETURN_PERF_METRICS)
         self._perf_source = src if src is not None and src not in wiring.inputs else None
+        self._pre = [(s, [o for o, ens in s.output_map.items() if ens != self._perf_source]) for s in wiring.pre_steps]
 
     def _model_name(self, step: Step) -> str:
         return self.settings.engine_model if step.model == ENGINE_STEP_MODEL else step.model

@@ -36,6 +36,12 @@ Optional ``FLUSH`` (BOOL ``[batch, 1]``; not in the contract yet, for a caller t
 a stream, like the BLS): true on the last response emits the detokenizer's held tail (an incomplete
 character at the end, see detokenizer.py edge 1) and drops the stream's state.
 
+End of an ensemble stream: where preprocessing registered the request in the shared
+:class:`~.stream_ledger.StreamLedger` (:meth:`Postprocessor.use_ledger`), a stream keyed by its request id
+alone (one row, one beam, one sequence) counts its tokens against the request's ``max_tokens``; the
+response that uses the budget up also emits the held tail, drops the state and marks the id ended, so the
+next request with that id needs no perf metrics.
+
 Incremental states live in an LRU of ``detokenizer_max_streams`` streams; ``OUTPUT`` is the text delta
 (B24, B25). Decoding uses ``skip_special_tokens`` (parameter, default true: no ``<s>``/``</s>``/``<|im_end|>``
 in the text, B27).
@@ -43,6 +49,7 @@ in the text, B27).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,6 +58,7 @@ import numpy as np
 from .detokenizer import DetokenizerCache, DetokenizerFactory
 from .limits import check_token_ids
 from .params import ModelParams
+from .stream_ledger import StreamLedger
 from .text import tokenizer_from_params
 from .triton_io import RequestError
 
@@ -84,6 +92,19 @@ class Postprocessor:
         self.engine_streams = bool(params.bool("decoupled_mode", True))
         self.factory = DetokenizerFactory(tokenizer, self.skip_special_tokens)
         self.streams = DetokenizerCache(self.factory, self.max_streams)
+        self.ledger: StreamLedger | None = None
+        #: stream key -> [ledger slot, slot key, tokens left] of the streams counted against their budget
+        self._budgets: OrderedDict[tuple, list[int]] = OrderedDict()
+
+    @property
+    def keys_ensemble_streams(self) -> bool:
+        """True when ensemble streams are keyed by request id and ``ARRIVAL_TIME_NS`` (a ledger helps)."""
+        declared = {i.get("name") for i in self.params.config.get("input") or []}
+        return self.engine_streams and "ARRIVAL_TIME_NS" in declared
+
+    def use_ledger(self, ledger: StreamLedger | None) -> None:
+        """Count registered ensemble streams against their budget (see the module docstring)."""
+        self.ledger = ledger if self.keys_ensemble_streams else None
 
     def decode(self, ids: list[int]) -> str:
         """Non-streaming text of ``ids``."""
@@ -145,6 +166,11 @@ class Postprocessor:
                 arrived = int(_flag(arrival, b) or 0)
                 if request_id or arrived or correlation_id:
                     stream_key = ("ens", request_id, correlation_id, arrived)
+                    # one row, beam and sequence keyed by the id alone: the ledger may end it
+                    counted = not arrived and batch == 1 and beam == 1 and seq_index is None and batch_index is None
+                    if counted and self.ledger is not None:
+                        texts[0, 0] = self._counted(stream_key, request_id, row_ids[0][0]).encode("utf-8")
+                        continue
             index = int(_flag(seq_index, b) or 0)
             row = _flag(batch_index, b)
             row = b if row is None else int(row)
@@ -159,3 +185,28 @@ class Postprocessor:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")
         return {"OUTPUT": texts.reshape(-1)}
+
+    def _counted(self, stream_key: tuple, request_id: str, ids: list[int]) -> str:
+        """The delta of a stream that preprocessing may have registered in the ledger: counted against
+        the request's ``max_tokens``; the response that uses it up ends the stream (held tail emitted,
+        state dropped, id marked ended)."""
+        assert self.ledger is not None
+        key = (*stream_key, 0, 0, 0)
+        budgets = self._budgets
+        left = budgets.get(key)
+        if left is None:
+            if key in self.streams:
+                return self.streams.add(key, ids)  # a stream the ledger does not know: never ended here
+            found = self.ledger.lookup(request_id)
+            if found is None:
+                return self.streams.add(key, ids)
+            left = budgets[key] = list(found)
+            while len(budgets) > self.max_streams:  # streams that stopped short of their budget
+                budgets.popitem(last=False)
+        text = self.streams.add(key, ids)
+        left[2] -= len(ids)
+        if left[2] <= 0:
+            text += self.streams.finish(key)
+            del budgets[key]
+            self.ledger.end(left[0], left[1])
+        return text

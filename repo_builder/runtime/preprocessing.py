@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ import numpy as np
 from .limits import check
 from .params import ModelParams
 from .special_ids import resolve_special_ids
+from .stream_ledger import StreamLedger
 from .text import (
     TokenizerLoadError,
     WordEncoder,
@@ -129,28 +130,40 @@ class EnsembleStreamKeys:
       its tensorrt_llm model has no sequence batcher).
     * otherwise (Triton 2.51 here, 23.10 for trtllm-0.5): the key is (request id, the engine's
       ``arrival_time_ns``), and ``arrival_time_ns`` only comes with perf metrics. A request needs them only
-      when another request with the same id may share postprocessing's state: the first request of a
-      non-empty id in this process (:class:`FirstUseIds`) goes without (postprocessing keys it
-      (id, 0)); a repeated id, an empty id, or any id when preprocessing has more than one instance
-      (the instances do not share what they have seen) asks the engine for perf metrics.
+      when another request with the same id may share postprocessing's state. Keyed (id, 0) without them:
+      the first request of a non-empty id in this process (:class:`FirstUseIds`), and a request whose id's
+      earlier stream postprocessing counted to its end (:class:`~.stream_ledger.StreamLedger`, shared with
+      postprocessing; one row only). A repeated id whose stream may still be in flight, an empty id, or any
+      id when preprocessing has more than one instance (the instances do not share what they have seen)
+      asks the engine for perf metrics.
 
     Known limit of the second mode: reloading preprocessing alone (explicit model control) forgets the
     ids seen; a request reusing an id served before the reload could then meet that stream's state if
     postprocessing still holds it (its LRU of ``detokenizer_max_streams``).
     """
 
-    def __init__(self, instances: int = 1, response_parameters: bool = False) -> None:
+    def __init__(
+        self, instances: int = 1, response_parameters: bool = False, ledger: StreamLedger | None = None
+    ) -> None:
         self.instances = instances
         self.response_parameters = response_parameters
         self._seen = FirstUseIds() if instances == 1 and not response_parameters else None
+        self.ledger = ledger if self._seen is not None else None
 
-    def perf_metrics_needed(self, request_id: str | None) -> bool:
-        """True when the engine must send ``arrival_time_ns`` for postprocessing to key this request."""
+    def perf_metrics_needed(self, request_id: str | None, budget: int | None = None) -> bool:
+        """True when the engine must send ``arrival_time_ns`` for postprocessing to key this request.
+
+        ``budget``: the request's ``max_tokens`` when it has one batch row (the ledger counts only such
+        streams), else None.
+        """
         if self.response_parameters:
             return False
         if request_id is None or request_id == "" or self._seen is None:
             return True
-        return not self._seen.claim(request_id)
+        fresh = self._seen.claim(request_id)
+        if self.ledger is not None and budget is not None:
+            return not self.ledger.begin(request_id, budget, fresh)
+        return not fresh
 
 
 def instance_count(config: Mapping[str, Any]) -> int:
@@ -233,9 +246,18 @@ class Preprocessor:
         #: the response parameters of the last :meth:`process` call (the adapter sends them)
         self.response_parameters: dict[str, Any] = {}
 
-    def use_response_parameters(self, supported: bool) -> None:
-        """Tell the core whether the Python backend can send response parameters (see :class:`EnsembleStreamKeys`)."""
-        self.stream_keys = EnsembleStreamKeys(instance_count(self.params.config), response_parameters=supported)
+    def use_response_parameters(self, supported: bool, ledger: StreamLedger | None = None) -> None:
+        """Tell the core whether the Python backend can send response parameters, and give it the stream
+        ledger it shares with postprocessing, if any (see :class:`EnsembleStreamKeys`)."""
+        self.stream_keys = EnsembleStreamKeys(
+            instance_count(self.params.config), response_parameters=supported, ledger=ledger
+        )
+
+    @property
+    def keys_ensemble_streams(self) -> bool:
+        """True when this model decides the engine's ``return_perf_metrics`` for postprocessing's stream key
+        (trtllm-1.2: ``OUT_RETURN_PERF_METRICS``); trtllm-0.5 has no perf metrics to ask for."""
+        return "OUT_RETURN_PERF_METRICS" in self.out_dtypes
 
     # ---------------------------------------------------------------------------------------------
 
@@ -255,10 +277,18 @@ class Preprocessor:
             )
         return value
 
-    def process(self, inputs: Mapping[str, np.ndarray | None], request_id: str | None = None) -> dict[str, np.ndarray]:
+    def process(
+        self,
+        inputs: Mapping[str, np.ndarray | None],
+        request_id: str | None = None,
+        requested_outputs: Collection[str] | None = None,
+    ) -> dict[str, np.ndarray]:
         """One request: input arrays by model input name -> output arrays by model output name.
 
-        ``request_id`` is the Triton request id (None: unknown, treated like a repeated id). After the
+        ``request_id`` is the Triton request id (None: unknown, treated like a repeated id).
+        ``requested_outputs``: the outputs the caller asked for (``request.requested_output_names()``; None
+        = all). An ensemble asks for ``OUT_RETURN_PERF_METRICS``; the BLS does not (it passes the client's
+        flag to the engine itself), so its requests leave the ensemble's stream keys alone. After the
         call :attr:`response_parameters` holds the parameters for this request's response
         (``{"sequence_id": key}`` when :class:`EnsembleStreamKeys` uses response parameters, else ``{}``).
 
@@ -374,8 +404,8 @@ class Preprocessor:
         perf_asked = [bool(r.size and r.reshape(-1)[0]) for r in perf_rows] if perf_rows else [False] * batch
         self.response_parameters = {}
         perf = False
-        if "OUT_RETURN_PERF_METRICS" in self.out_dtypes:  # trtllm-0.5 has no perf metrics to ask for
-            perf = self.stream_keys.perf_metrics_needed(request_id)
+        if self.keys_ensemble_streams and (requested_outputs is None or "OUT_RETURN_PERF_METRICS" in requested_outputs):
+            perf = self.stream_keys.perf_metrics_needed(request_id, max_tokens[0] if batch == 1 else None)
         if self.stream_keys.response_parameters:
             # a string: no integer range to respect (python_backend sends parameters as JSON)
             self.response_parameters = {"sequence_id": f"rb-{keys[0]:016x}"}

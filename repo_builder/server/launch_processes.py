@@ -7,7 +7,8 @@ Facts this relies on (../shared/docs/feasibility.md §8, §9; tritonserver 2.51.
   "session id == the launcher child's pid"; mpirun's ranks and the Python-backend stubs inherit it.
 * A graceful stop is SIGTERM to the tritonserver *ranks*; mpirun then exits by itself. SIGTERM to mpirun
   kills the ranks at once and leaks their ``/dev/shm`` regions, so it is never the first step.
-* A SIGKILLed server leaves its stub regions in ``/dev/shm``; they are removed by this launch's unique prefix.
+* A SIGKILLed server leaves its stub regions in ``/dev/shm``; they are removed by this launch's unique prefix,
+  and the stream ledgers its models share (``runtime/stream_ledger.py``: named after the tritonserver pid).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from ..runtime.stream_ledger import FILE_PREFIX as LEDGER_PREFIX
 from . import procs
 from .server_log import EXIT_TIMEOUT_EXPIRED, ServerLog
 
@@ -224,4 +226,6 @@ class LaunchProcesses:
             except subprocess.TimeoutExpired:
                 pass
         procs.remove_shm_files(self.shm_prefix)
+        for pid, _start in ranks.values():  # stream ledgers a killed server's models could not remove
+            procs.remove_shm_files(f"{LEDGER_PREFIX}{pid}-")
         return expired

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import asset
-from e2e_support import Stream, grpc_input, http_generate
+from e2e_support import Stream, grpc_input, http_generate, texts
 
 pytestmark = pytest.mark.server
 
@@ -168,6 +168,28 @@ def test_concurrent_streams_with_one_request_id_get_their_own_text(served, rid):
         for (texts_by_id, errors), prompt in zip(got, prompts):
             assert not errors
             assert "".join(texts_by_id[rid]) == tok.decode(expected(prompt), skip_special_tokens=True)
+
+
+def test_a_request_id_reused_after_its_stream_ended_needs_no_perf_metrics(served):
+    """One request id sent again and again, each stream running to max_tokens (as a benchmark's ids do):
+    preprocessing and postprocessing share the stream ledger (two stub processes, one /dev/shm file), so
+    once postprocessing has counted a stream to its end the id is keyed alone again: every response is
+    text_output only (no perf metrics asked of the engine), and each stream's text starts afresh."""
+    server, tok, prompts, expected = served
+    prompt = next((p for p in prompts if len(expected(p)) == N_TOKENS), None)
+    if prompt is None:
+        pytest.skip("every chosen prompt's synthetic ids reach the end id before max_tokens")
+    want = tok.decode(expected(prompt), skip_special_tokens=True)
+    for _round in range(3):
+        s = Stream(server)
+        try:
+            s.send("ensemble", text_inputs(prompt, N_TOKENS, stream=True), "reused-id")
+            got, errors = s.collect({"reused-id"})
+        finally:
+            s.close()
+        assert not errors
+        assert {o.name for r in got["reused-id"] for o in r.get_response().outputs} == {"text_output"}
+        assert "".join(texts(got["reused-id"])) == want
 
 
 def test_perf_metrics_reach_the_client_only_when_asked(served, stream):

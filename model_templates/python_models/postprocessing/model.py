@@ -4,13 +4,15 @@ A thin adapter: all logic is ``repo_builder_runtime.postprocessing.Postprocessor
 ``repo-builder render``), unit-tested without Triton. Streamed responses of one request (keyed by the
 request id, correlation id and the engine's ``ARRIVAL_TIME_NS``, or by an explicit ``DETOKENIZER_KEY`` with ``STREAM``)
 get only their new text, so the streamed text concatenates to the non-streaming text (no lost
-SentencePiece spaces, no U+FFFD).
+SentencePiece spaces, no U+FFFD). The stream ledger shared with preprocessing (``stream_ledger.py``) tells
+when a stream keyed by its request id alone has ended.
 """
 
 import json
 
 import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.postprocessing import Postprocessor
+from repo_builder_runtime.stream_ledger import StreamLedger
 from repo_builder_runtime.triton_io import respond_each
 
 INPUT_NAMES = (
@@ -30,6 +32,10 @@ class TritonPythonModel:
 
     def initialize(self, args):
         self.core = Postprocessor(json.loads(args["model_config"]))
+        self.ledger = None
+        if self.core.keys_ensemble_streams:
+            self.ledger = StreamLedger.open_for(args.get("model_name", ""), args.get("model_repository", ""))
+        self.core.use_ledger(self.ledger)
 
     def execute(self, requests):
         return respond_each(
@@ -41,4 +47,6 @@ class TritonPythonModel:
         )
 
     def finalize(self):
-        pass
+        if self.ledger is not None:
+            self.core.use_ledger(None)
+            self.ledger.close(unlink=True)

@@ -11,6 +11,7 @@ import json
 
 import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.preprocessing import INPUT_NAMES, Preprocessor
+from repo_builder_runtime.stream_ledger import StreamLedger
 from repo_builder_runtime.triton_io import respond_each, response_parameters_supported
 
 
@@ -19,22 +20,29 @@ class TritonPythonModel:
 
     Where the Python backend supports response parameters, each response carries ``sequence_id`` = a
     fresh key, which the ensemble hands to tensorrt_llm and postprocessing as their correlation id
-    (postprocessing's streaming key, see ``EnsembleStreamKeys``).
+    (postprocessing's streaming key, see ``EnsembleStreamKeys``). Elsewhere (Triton 2.51) the stream ledger
+    shared with postprocessing (``stream_ledger.py``) lets a reused request id go without perf metrics once
+    its earlier stream has ended.
     """
 
     def initialize(self, args):
         self.core = Preprocessor(json.loads(args["model_config"]))
-        self.core.use_response_parameters(response_parameters_supported(pb_utils))
+        self.ledger = None
+        supported = response_parameters_supported(pb_utils)
+        if self.core.keys_ensemble_streams and not supported:
+            self.ledger = StreamLedger.open_for(args.get("model_name", ""), args.get("model_repository", ""))
+        self.core.use_response_parameters(supported, self.ledger)
 
     def execute(self, requests):
         return respond_each(
             pb_utils,
             requests,
             INPUT_NAMES,
-            lambda inputs, request: self.core.process(inputs, request.request_id()),
+            lambda inputs, request: self.core.process(inputs, request.request_id(), request.requested_output_names()),
             "preprocessing",
             lambda _request: self.core.response_parameters,
         )
 
     def finalize(self):
-        pass
+        if self.ledger is not None:
+            self.ledger.close(unlink=True)

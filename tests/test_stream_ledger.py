@@ -1,0 +1,160 @@
+"""The stream ledger: a reused request id goes without perf metrics once its earlier stream has ended.
+
+Preprocessing and postprocessing are separate processes in Triton; they share the ledger through a file in
+/dev/shm (repo_builder/runtime/stream_ledger.py). These tests drive the two cores with one ledger file each
+side maps on its own (a second process where it matters), with a real SentencePiece tokenizer whose first
+token of a stream decodes without its leading space: a stream that continued an earlier stream's state
+would show it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from _text_support import tokenizer as load
+from test_postprocessing_model import post, text
+from test_preprocessing_model import pre, q
+
+from repo_builder.runtime import stream_ledger
+from repo_builder.runtime.stream_ledger import StreamLedger, id_hash, ledger_path
+
+SENTENCE = "Deep learning is a subset of machine learning"
+
+
+@pytest.fixture
+def shm(tmp_path, monkeypatch):
+    """Ledger files under a test folder instead of /dev/shm."""
+    monkeypatch.setattr(stream_ledger, "SHM_DIR", tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def pair(shm):
+    """(preprocessing core, postprocessing core), each with its own mapping of one ledger file."""
+    path = ledger_path("preprocessing", str(shm / "repo" / "preprocessing"), server_pid=4242)
+    assert path == ledger_path("postprocessing", str(shm / "repo" / "postprocessing"), server_pid=4242)
+    p, o = pre(), post()
+    p.use_response_parameters(False, StreamLedger(path))
+    o.use_ledger(StreamLedger(path))
+    assert o.ledger is not None
+    return p, o
+
+
+def ask(p, request_id, max_tokens, requested=None):
+    inputs = {"QUERY": q(SENTENCE), "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], np.int32)}
+    return bool(p.process(inputs, request_id, requested)["OUT_RETURN_PERF_METRICS"].reshape(-1)[0])
+
+
+def stream(o, request_id, ids, arrival=0):
+    """Feed ``ids`` one response per token; returns the deltas."""
+    deltas = []
+    for t in ids:
+        inputs = {"TOKENS_BATCH": np.array([[[t]]], np.int32), "SEQUENCE_LENGTH": np.array([[1]], np.int32)}
+        if arrival:
+            inputs["ARRIVAL_TIME_NS"] = np.array([[arrival]], np.int64)
+        deltas += text(o.process(inputs, request_id=request_id))
+    return deltas
+
+
+def test_a_reused_id_needs_no_perf_metrics_once_its_stream_ran_to_max_tokens(pair):
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    for _round in range(3):
+        assert ask(p, "b0-1", len(ids)) is False  # first use, then: the earlier stream ended
+        deltas = stream(o, "b0-1", ids)
+        assert "".join(deltas) == llama.decode(ids) == SENTENCE
+        assert deltas[0] == "Deep"  # a fresh state: no space carried over from the previous round
+    assert len(o.streams) == 0  # every ended stream dropped its state
+
+
+def test_an_id_whose_stream_is_in_flight_or_stopped_short_still_asks_for_perf_metrics(pair):
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    assert ask(p, "X", len(ids)) is False
+    first = stream(o, "X", ids[:3])  # in flight
+    assert ask(p, "X", len(ids)) is True  # concurrent reuse: keyed by the engine's arrival time
+    second = stream(o, "X", ids, arrival=777)
+    first += stream(o, "X", ids[3:5])  # ... and then stops short of its budget (end id, stop word)
+    assert "".join(second) == SENTENCE and "".join(first) == llama.decode(ids[:5])
+    assert ask(p, "X", len(ids)) is True  # never counted to its end: still ambiguous
+    assert ask(p, "", 4) is True and ask(p, "", 4) is True  # an empty id always needs them
+
+
+def test_non_streaming_and_several_row_requests(pair):
+    """A one-response stream ends at once when it holds the budget; a request of several rows is never
+    registered (postprocessing cannot count rows keyed by batch_index)."""
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    assert ask(p, "whole", len(ids)) is False
+    whole = {"TOKENS_BATCH": np.array([[ids]], np.int32), "SEQUENCE_LENGTH": np.array([[len(ids)]], np.int32)}
+    assert text(o.process(whole, request_id="whole")) == [SENTENCE]
+    assert ask(p, "whole", len(ids)) is False
+    two = {"QUERY": q("a", "b"), "REQUEST_OUTPUT_LEN": np.array([[4], [4]], np.int32)}
+    assert p.process(two, "rows")["OUT_RETURN_PERF_METRICS"].tolist() == [[False], [False]]  # first use
+    assert p.process(two, "rows")["OUT_RETURN_PERF_METRICS"].tolist() == [[True], [True]]
+
+
+def test_bls_requests_leave_the_ensemble_keys_alone(pair):
+    """The BLS does not ask preprocessing for OUT_RETURN_PERF_METRICS: its ids are neither claimed nor
+    registered, so an ensemble request with the same id later is still a first use."""
+    p, _ = pair
+    bls_outputs = [n for n in p.out_dtypes if n != "OUT_RETURN_PERF_METRICS"]
+    ask(p, "shared", 8, requested=bls_outputs)
+    ask(p, "shared", 8, requested=bls_outputs)
+    assert ask(p, "shared", 8) is False
+
+
+def test_ledger_slots_probe_reuse_and_fill(shm):
+    slots = 64
+    ledger = StreamLedger(shm / "t", slots=slots)
+    assert ledger.begin("a", 5, first_use=True) and ledger.lookup("a")[2] == 5
+    assert not ledger.begin("a", 5, first_use=False)  # in flight
+    slot, key, _ = ledger.lookup("a")
+    ledger.end(slot, key)
+    assert ledger.lookup("a") is None and ledger.begin("a", 9, first_use=False)  # ended: may start again
+    assert not ledger.begin("never-registered", 3, first_use=False)  # seen before, no slot: ambiguous
+    # ids whose probe windows are full of live streams get no slot: keyed alone only on first use
+    base = id_hash("a") & (slots - 1)
+    crowd = [f"c{i}" for i in range(20_000) if id_hash(f"c{i}") & (slots - 1) == base]
+    assert len(crowd) > stream_ledger.PROBES
+    placed = [c for c in crowd if ledger.begin(c, 1, first_use=True) and ledger.lookup(c)]
+    assert len(placed) >= stream_ledger.PROBES - 1  # "a" holds one slot of its window
+    late = crowd[-1]
+    assert ledger.lookup(late) is None and not ledger.begin(late, 1, first_use=False)
+    # a slot whose stream ended is reused for another id
+    slot, key, _ = ledger.lookup(placed[0])
+    ledger.end(slot, key)
+    assert ledger.begin(late, 1, first_use=True) and ledger.lookup(late)[0] == slot
+    ledger.close(unlink=True)
+    assert not (shm / "t").exists()
+
+
+def test_the_ledger_is_shared_across_processes(shm):
+    """A second Python process (as Triton's two stubs are) sees the registration and ends it."""
+    path = shm / "cross"
+    ledger = StreamLedger(path)
+    assert ledger.begin("req-1", 7, first_use=True)
+    code = (
+        "import sys; from repo_builder.runtime.stream_ledger import StreamLedger\n"
+        "l = StreamLedger(sys.argv[1]); s, k, b = l.lookup('req-1'); assert b == 7; l.end(s, k); l.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    assert ledger.lookup("req-1") is None
+    assert ledger.begin("req-1", 7, first_use=False)
+    ledger.close()
+
+
+def test_ledger_file_names_pair_models_by_name_and_repository(tmp_path):
+    a = ledger_path("llama_preprocessing", str(tmp_path / "r" / "llama_preprocessing"), server_pid=1)
+    assert a == ledger_path("llama_postprocessing", str(tmp_path / "r" / "llama_postprocessing"), server_pid=1)
+    assert a != ledger_path("preprocessing", str(tmp_path / "r" / "preprocessing"), server_pid=1)
+    assert a != ledger_path("llama_preprocessing", str(tmp_path / "other" / "llama_preprocessing"), server_pid=1)
+    assert a != ledger_path("llama_preprocessing", str(tmp_path / "r" / "llama_preprocessing"), server_pid=2)
+    assert ledger_path("my_tokenizer", str(tmp_path / "r" / "my_tokenizer")) is None
+    assert a is not None and a.name.startswith("repo-builder-streams-1-")
