@@ -82,7 +82,23 @@ def test_an_id_whose_stream_is_in_flight_or_stopped_short_still_asks_for_perf_me
     first += stream(o, "X", ids[3:5])  # ... and then stops short of its budget (end id, stop word)
     assert "".join(second) == SENTENCE and "".join(first) == llama.decode(ids[:5])
     assert ask(p, "X", len(ids)) is True  # never counted to its end: still ambiguous
-    assert ask(p, "", 4) is True and ask(p, "", 4) is True  # an empty id always needs them
+
+
+def test_the_empty_id_is_keyed_alone_only_while_the_ledger_holds_it(pair):
+    """Clients that send no request id one after another (a benchmark at concurrency 1): each stream is
+    registered, keyed ("", 0) and ended; a concurrent one asks for perf metrics; without a registration a
+    response of the empty id is decoded whole (a direct postprocessing call)."""
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    assert [b for b in stream(o, "", ids[:2])] == [llama.decode(ids[:1]), llama.decode(ids[1:2])]
+    for _round in range(2):
+        assert ask(p, "", len(ids)) is False
+        first = stream(o, "", ids[:4])
+        assert ask(p, "", len(ids)) is True  # in flight: the second one is keyed by its arrival time
+        second = stream(o, "", ids, arrival=99 + _round)  # the engine's arrival time: new per request
+        first += stream(o, "", ids[4:])
+        assert "".join(first) == "".join(second) == SENTENCE and first[0] == "Deep"
 
 
 def test_non_streaming_and_several_row_requests(pair):

@@ -27,8 +27,9 @@ Which responses belong to one request decides between two paths:
   Whenever that key is non-empty the incremental path is used (one state per request, batch row --
   ``BATCH_INDEX``, else the row's position in the response --, sequence and beam), for streaming and
   non-streaming requests alike: fed all ids at once it returns the whole text.
-* No key at all, or a repository whose engine is not decoupled (parameter ``decoupled_mode`` false: no
-  response can be a stream chunk): each response is decoded whole. That also keeps a client that
+* No key at all (an empty request id, no correlation id, no arrival time, and no stream of the empty id
+  registered in the ledger), or a repository whose engine is not decoupled (parameter ``decoupled_mode``
+  false: no response can be a stream chunk): each response is decoded whole. That also keeps a client that
   reuses request ids (NVIDIA's ``end_to_end_test.py`` sends ``request_id=str(i)`` again and again) from
   continuing an earlier request's state.
 
@@ -164,13 +165,21 @@ class Postprocessor:
                     stream_key = ("bls", int(key))
             else:  # ensemble: request id + correlation id + the engine's arrival time of this request
                 arrived = int(_flag(arrival, b) or 0)
+                # one row, beam and sequence keyed by the id alone: the ledger may end it
+                counted = (
+                    self.ledger is not None
+                    and not arrived
+                    and batch == beam == 1
+                    and seq_index is None
+                    and batch_index is None
+                )
                 if request_id or arrived or correlation_id:
                     stream_key = ("ens", request_id, correlation_id, arrived)
-                    # one row, beam and sequence keyed by the id alone: the ledger may end it
-                    counted = not arrived and batch == 1 and beam == 1 and seq_index is None and batch_index is None
-                    if counted and self.ledger is not None:
-                        texts[0, 0] = self._counted(stream_key, request_id, row_ids[0][0]).encode("utf-8")
-                        continue
+                elif counted and self._empty_id_registered():
+                    stream_key = ("ens", "", 0, 0)  # an empty id is keyed alone only while registered
+                if stream_key is not None and counted:
+                    texts[0, 0] = self._counted(stream_key, request_id, row_ids[0][0]).encode("utf-8")
+                    continue
             index = int(_flag(seq_index, b) or 0)
             row = _flag(batch_index, b)
             row = b if row is None else int(row)
@@ -185,6 +194,11 @@ class Postprocessor:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")
         return {"OUTPUT": texts.reshape(-1)}
+
+    def _empty_id_registered(self) -> bool:
+        """True while a stream of the empty request id is registered (preprocessing keyed it alone)."""
+        assert self.ledger is not None
+        return ("ens", "", 0, 0, 0, 0, 0) in self._budgets or self.ledger.lookup("") is not None
 
     def _counted(self, stream_key: tuple, request_id: str, ids: list[int]) -> str:
         """The delta of a stream that preprocessing may have registered in the ledger: counted against

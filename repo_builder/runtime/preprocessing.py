@@ -133,9 +133,9 @@ class EnsembleStreamKeys:
       when another request with the same id may share postprocessing's state. Keyed (id, 0) without them:
       the first request of a non-empty id in this process (:class:`FirstUseIds`), and a request whose id's
       earlier stream postprocessing counted to its end (:class:`~.stream_ledger.StreamLedger`, shared with
-      postprocessing; one row only). A repeated id whose stream may still be in flight, an empty id, or any
-      id when preprocessing has more than one instance (the instances do not share what they have seen)
-      asks the engine for perf metrics.
+      postprocessing; one row only; the empty id only this way). A repeated id whose stream may still be in
+      flight, an empty id without a ledger slot, or any id when preprocessing has more than one instance
+      (the instances do not share what they have seen) asks the engine for perf metrics.
 
     Known limit of the second mode: reloading preprocessing alone (explicit model control) forgets the
     ids seen; a request reusing an id served before the reload could then meet that stream's state if
@@ -158,8 +158,10 @@ class EnsembleStreamKeys:
         """
         if self.response_parameters:
             return False
-        if request_id is None or request_id == "" or self._seen is None:
+        if request_id is None or self._seen is None:
             return True
+        if request_id == "":  # keyed alone only while the ledger holds it (postprocessing asks it)
+            return self.ledger is None or budget is None or not self.ledger.begin("", budget, True, True)
         fresh = self._seen.claim(request_id)
         if self.ledger is not None and budget is not None:
             return not self.ledger.begin(request_id, budget, fresh)

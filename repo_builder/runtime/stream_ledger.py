@@ -120,11 +120,12 @@ class StreamLedger:
         except (OSError, ValueError):
             return None
 
-    def begin(self, request_id: str, budget: int, first_use: bool) -> bool:
+    def begin(self, request_id: str, budget: int, first_use: bool, slot_required: bool = False) -> bool:
         """Register a new stream of ``request_id`` that will carry at most ``budget`` generated tokens.
 
         ``first_use``: whether this process has never seen the id before (:class:`FirstUseIds`); an id
-        without a slot here is only safe to key alone on its first use.
+        without a slot here is only safe to key alone on its first use. ``slot_required``: true for the
+        empty id, which postprocessing keys alone only while the ledger holds it.
         Returns:
             True when postprocessing may key the stream by its id alone (no earlier stream of the id can
             still be in flight); False when one may be (the caller asks the engine for perf metrics).
@@ -146,7 +147,7 @@ class StreamLedger:
                 break  # slots are never emptied: the id is not further along
             if free < 0 and budgets[s] == 0:
                 free = s
-        if not first_use:
+        if not first_use or (slot_required and free < 0):
             return False
         if free >= 0:
             keys[free] = h

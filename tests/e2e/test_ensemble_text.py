@@ -170,11 +170,13 @@ def test_concurrent_streams_with_one_request_id_get_their_own_text(served, rid):
             assert "".join(texts_by_id[rid]) == tok.decode(expected(prompt), skip_special_tokens=True)
 
 
-def test_a_request_id_reused_after_its_stream_ended_needs_no_perf_metrics(served):
-    """One request id sent again and again, each stream running to max_tokens (as a benchmark's ids do):
-    preprocessing and postprocessing share the stream ledger (two stub processes, one /dev/shm file), so
-    once postprocessing has counted a stream to its end the id is keyed alone again: every response is
-    text_output only (no perf metrics asked of the engine), and each stream's text starts afresh."""
+@pytest.mark.parametrize("rid", ["reused-id", ""])
+def test_a_request_id_reused_after_its_stream_ended_needs_no_perf_metrics(served, rid):
+    """One request id (or none) sent again and again, each stream running to max_tokens (as a benchmark's
+    requests do): preprocessing and postprocessing share the stream ledger (two stub processes, one
+    /dev/shm file), so once postprocessing has counted a stream to its end the id is keyed alone again:
+    every response is text_output only (no perf metrics asked of the engine), and each stream's text
+    starts afresh."""
     server, tok, prompts, expected = served
     prompt = next((p for p in prompts if len(expected(p)) == N_TOKENS), None)
     if prompt is None:
@@ -183,13 +185,13 @@ def test_a_request_id_reused_after_its_stream_ended_needs_no_perf_metrics(served
     for _round in range(3):
         s = Stream(server)
         try:
-            s.send("ensemble", text_inputs(prompt, N_TOKENS, stream=True), "reused-id")
-            got, errors = s.collect({"reused-id"})
+            s.send("ensemble", text_inputs(prompt, N_TOKENS, stream=True), rid)
+            got, errors = s.collect({rid})
         finally:
             s.close()
         assert not errors
-        assert {o.name for r in got["reused-id"] for o in r.get_response().outputs} == {"text_output"}
-        assert "".join(texts(got["reused-id"])) == want
+        assert {o.name for r in got[rid] for o in r.get_response().outputs} == {"text_output"}
+        assert "".join(texts(got[rid])) == want
 
 
 def test_perf_metrics_reach_the_client_only_when_asked(served, stream):
