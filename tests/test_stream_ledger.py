@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -129,41 +130,77 @@ def test_bls_requests_leave_the_ensemble_keys_alone(pair):
 def test_ledger_slots_probe_reuse_and_fill(shm):
     slots = 64
     ledger = StreamLedger(shm / "t", slots=slots)
-    assert ledger.begin("a", 5, first_use=True) and ledger.lookup("a")[2] == 5
-    assert not ledger.begin("a", 5, first_use=False)  # in flight
+    assert ledger.begin("a", 5) and ledger.lookup("a")[2] == 5
+    assert not ledger.begin("a", 5)  # in flight
     slot, key, _ = ledger.lookup("a")
     ledger.end(slot, key)
-    assert ledger.lookup("a") is None and ledger.begin("a", 9, first_use=False)  # ended: may start again
-    assert not ledger.begin("never-registered", 3, first_use=False)  # seen before, no slot: ambiguous
-    # ids whose probe windows are full of live streams get no slot: keyed alone only on first use
+    assert ledger.lookup("a") is None and ledger.begin("a", 9)  # ended: may start again
+    # ids whose probe windows are full of registered streams get no slot, so they are not keyed alone
     base = id_hash("a") & (slots - 1)
     crowd = [f"c{i}" for i in range(20_000) if id_hash(f"c{i}") & (slots - 1) == base]
     assert len(crowd) > stream_ledger.PROBES
-    placed = [c for c in crowd if ledger.begin(c, 1, first_use=True) and ledger.lookup(c)]
-    assert len(placed) >= stream_ledger.PROBES - 1  # "a" holds one slot of its window
-    late = crowd[-1]
-    assert ledger.lookup(late) is None and not ledger.begin(late, 1, first_use=False)
-    # a slot whose stream ended is reused for another id
+    placed = [c for c in crowd if ledger.begin(c, 1)]
+    assert len(placed) >= stream_ledger.PROBES - 1 and all(ledger.lookup(c) for c in placed)
+    late = next(c for c in crowd if c not in placed)
+    assert ledger.lookup(late) is None and not ledger.begin(late, 1)
+    # a slot whose stream ended is given to another id
     slot, key, _ = ledger.lookup(placed[0])
     ledger.end(slot, key)
-    assert ledger.begin(late, 1, first_use=True) and ledger.lookup(late)[0] == slot
+    assert ledger.begin(late, 1) and ledger.lookup(late)[0] == slot
+    assert ledger.lookup(placed[0]) is None and ledger.begin(placed[0], 1) is False  # window full again
     ledger.close(unlink=True)
     assert not (shm / "t").exists()
 
 
 def test_the_ledger_is_shared_across_processes(shm):
-    """A second Python process (as Triton's two stubs are) sees the registration and ends it."""
+    """A second Python process (as Triton's stubs are) sees the registration and ends it."""
     path = shm / "cross"
     ledger = StreamLedger(path)
-    assert ledger.begin("req-1", 7, first_use=True)
+    assert ledger.begin("req-1", 7)
     code = (
         "import sys; from repo_builder.runtime.stream_ledger import StreamLedger\n"
         "l = StreamLedger(sys.argv[1]); s, k, b = l.lookup('req-1'); assert b == 7; l.end(s, k); l.close()\n"
     )
     subprocess.run([sys.executable, "-c", code, str(path)], check=True)
     assert ledger.lookup("req-1") is None
-    assert ledger.begin("req-1", 7, first_use=False)
+    assert ledger.begin("req-1", 7)
     ledger.close()
+
+
+def test_preprocessing_processes_registering_at_once_give_each_id_one_slot(shm):
+    """Several preprocessing instances are processes: four register the same ids at the same time and
+    each id is granted to exactly one of them (the file lock), never to two."""
+    path = shm / "race"
+    StreamLedger(path).close()
+    code = (
+        "import sys, time; from repo_builder.runtime.stream_ledger import StreamLedger\n"
+        "l = StreamLedger(sys.argv[1]); start = float(sys.argv[2])\n"
+        "while time.time() < start: pass\n"
+        "print(' '.join(str(i) for i in range(3000) if l.begin(f'id-{i}', 4)))\n"
+    )
+    start = str(time.time() + 1.5)
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code, str(path), start], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    won = [int(i) for r in runs for i in r.communicate()[0].split()]
+    assert all(r.returncode == 0 for r in runs)
+    assert sorted(won) == list(range(3000))
+
+
+def test_two_preprocessing_instances_share_the_ledger(shm):
+    """With two instances no id is keyed alone by both: the second sees the first one's stream in flight."""
+    path = ledger_path("preprocessing", str(shm / "repo" / "preprocessing"), server_pid=7)
+    a, b, o = pre(), pre(), post()
+    for core in (a, b):
+        core.use_response_parameters(False, StreamLedger(path))
+        core.stream_keys.instances = 2
+    o.use_ledger(StreamLedger(path))
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    assert ask(a, "r", len(ids)) is False and ask(b, "r", len(ids)) is True
+    assert "".join(stream(o, "r", ids)) == SENTENCE
+    assert ask(b, "r", len(ids)) is False  # ended: either instance may key it alone again
 
 
 def test_ledger_file_names_pair_models_by_name_and_repository(tmp_path):

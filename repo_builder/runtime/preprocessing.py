@@ -29,7 +29,7 @@ import numpy as np
 from .limits import check
 from .params import ModelParams
 from .special_ids import resolve_special_ids
-from .stream_ledger import StreamLedger
+from .stream_ledger import NO_END, StreamLedger
 from .text import (
     TokenizerLoadError,
     WordEncoder,
@@ -130,16 +130,18 @@ class EnsembleStreamKeys:
       its tensorrt_llm model has no sequence batcher).
     * otherwise (Triton 2.51 here, 23.10 for trtllm-0.5): the key is (request id, the engine's
       ``arrival_time_ns``), and ``arrival_time_ns`` only comes with perf metrics. A request needs them only
-      when another request with the same id may share postprocessing's state. Keyed (id, 0) without them:
-      the first request of a non-empty id in this process (:class:`FirstUseIds`), and a request whose id's
-      earlier stream postprocessing counted to its end (:class:`~.stream_ledger.StreamLedger`, shared with
-      postprocessing; one row only; the empty id only this way). A repeated id whose stream may still be in
-      flight, an empty id without a ledger slot, or any id when preprocessing has more than one instance
-      (the instances do not share what they have seen) asks the engine for perf metrics.
+      when another request with the same id may share postprocessing's state. With the stream ledger
+      shared with postprocessing (:class:`~.stream_ledger.StreamLedger`; any number of preprocessing
+      instances), a request is keyed (id, 0) when it gets a slot there: no stream of its id is registered
+      and not yet counted to its end by postprocessing (the empty id included). Without a ledger (no
+      ``/dev/shm``, model names that do not pair), only the first request of a non-empty id in this process
+      (:class:`FirstUseIds`), and only with one preprocessing instance. Everything else asks the engine
+      for perf metrics.
 
-    Known limit of the second mode: reloading preprocessing alone (explicit model control) forgets the
-    ids seen; a request reusing an id served before the reload could then meet that stream's state if
-    postprocessing still holds it (its LRU of ``detokenizer_max_streams``).
+    Known limit of the second mode without a ledger: reloading preprocessing alone (explicit model
+    control) forgets the ids seen; a request reusing an id served before the reload could then meet that
+    stream's state if postprocessing still holds it (its LRU of ``detokenizer_max_streams``). A reloaded
+    preprocessing maps the same ledger file again, so with a ledger nothing is forgotten.
     """
 
     def __init__(
@@ -147,25 +149,24 @@ class EnsembleStreamKeys:
     ) -> None:
         self.instances = instances
         self.response_parameters = response_parameters
-        self._seen = FirstUseIds() if instances == 1 and not response_parameters else None
-        self.ledger = ledger if self._seen is not None else None
+        self.ledger = None if response_parameters else ledger
+        self._seen = FirstUseIds() if instances == 1 and not response_parameters and self.ledger is None else None
 
     def perf_metrics_needed(self, request_id: str | None, budget: int | None = None) -> bool:
         """True when the engine must send ``arrival_time_ns`` for postprocessing to key this request.
 
-        ``budget``: the request's ``max_tokens`` when it has one batch row (the ledger counts only such
-        streams), else None.
+        ``budget``: the request's ``max_tokens`` when it has one batch row (postprocessing counts only such
+        streams), None for several rows (registered with no end).
         """
         if self.response_parameters:
             return False
-        if request_id is None or self._seen is None:
+        if request_id is None:
             return True
-        if request_id == "":  # keyed alone only while the ledger holds it (postprocessing asks it)
-            return self.ledger is None or budget is None or not self.ledger.begin("", budget, True, True)
-        fresh = self._seen.claim(request_id)
-        if self.ledger is not None and budget is not None:
-            return not self.ledger.begin(request_id, budget, fresh)
-        return not fresh
+        if self.ledger is not None:
+            return not self.ledger.begin(request_id, NO_END if budget is None else budget)
+        if request_id == "" or self._seen is None:
+            return True
+        return not self._seen.claim(request_id)
 
 
 def instance_count(config: Mapping[str, Any]) -> int:

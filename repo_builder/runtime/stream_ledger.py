@@ -3,16 +3,19 @@
 Why: in an ensemble, postprocessing tells the streamed responses of one request from another's only by
 what Triton passes to every step (request id, correlation id) and the engine's outputs. Two requests
 with one id are told apart by the engine's ``arrival_time_ns``, which NVIDIA's backend sends only with
-perf metrics (10 more tensors in every response, which also reach the client). A request id that this
-process has seen before could belong to a stream still in flight, so it used to cost those perf metrics
-every time (``preprocessing.EnsembleStreamKeys``). Many clients reuse ids one request after another
-(NVIDIA's baseline harness names request ``i`` of worker ``w`` ``b{w}-{i}`` in every repetition), and a
-stream that ended cannot share state with a new one. The ledger lets postprocessing say "this id's stream
-ended":
+perf metrics (10 more tensors in every response, which also reach the client). A request id seen before
+could belong to a stream still in flight, so it used to cost those perf metrics every time
+(``preprocessing.EnsembleStreamKeys``), and so did every request once preprocessing had two instances.
+Many clients reuse ids one request after another (NVIDIA's baseline harness names request ``i`` of worker
+``w`` ``b{w}-{i}`` in every repetition; many send no id at all), and a stream that ended cannot share
+state with a new one. The ledger lets postprocessing say "this id's stream ended":
 
 * preprocessing, before the engine sees the request, registers the id with its token budget
   (``max_tokens``) -- :meth:`StreamLedger.begin`; it is refused when a registered stream of that id has
-  not ended (then the request asks for perf metrics as before);
+  not ended, or when no slot is free (then the request asks for perf metrics as before). A request is
+  keyed by its id alone only when it holds a slot, so an id without a slot never has a stream keyed alone
+  in flight or left behind, and a slot whose stream ended may be given to another id. Several
+  preprocessing instances (processes) register in the same ledger, one at a time (``flock`` on the file);
 * postprocessing, when a registered stream's first response arrives, takes the budget
   (:meth:`StreamLedger.lookup`), counts the tokens it decodes for that stream, and when the budget is used
   up (the engine never sends more than ``max_tokens`` generated tokens; a streamed response never carries
@@ -21,27 +24,29 @@ ended":
 A stream that stops short of its budget (end id, stop word, cancellation, an error) stays registered, so
 later requests with its id ask for perf metrics, exactly as without the ledger: the ledger only ever
 removes a cost, never decides a key on a guess. Streams that postprocessing cannot count (several rows,
-beams or sequences in one response) are never ended either.
+beams or sequences in one response) are never ended either; a request of several rows is registered with
+no end at all (:data:`NO_END`).
 
-Storage: a file in ``/dev/shm`` mapped by both processes, :data:`SLOTS` slots of two 8-byte words
-(the id's 64-bit BLAKE2b hash, never 0; the budget, > 0 while registered, 0 once ended), open addressing
-over at most :data:`PROBES` slots. Each word is written with one aligned 8-byte store, and each word has
-one writer at a time: preprocessing writes a slot's key, and the budget of a slot whose stream ended;
-postprocessing writes 0 into the budget of a slot it counted to its end. A slot whose stream ended is
-reused for another id. A full probe window only means "no slot": the caller falls back to perf metrics.
-Two ids with one 64-bit hash share a slot (probability about n^2 / 2^64), which again only costs perf
-metrics.
+Storage: a file in ``/dev/shm`` mapped by every user, :data:`SLOTS` slots of two 8-byte words (the id's
+64-bit BLAKE2b hash, never 0; the budget, > 0 while registered, 0 once ended), open addressing over at
+most :data:`PROBES` slots. Each word is written with one aligned 8-byte store, and each word has one
+writer at a time: preprocessing (holding the file lock) writes a slot's key, and the budget of a slot
+that is empty or whose stream ended; postprocessing writes 0 into the budget of a slot it counted to its
+end. A full probe window only means "no slot": the caller falls back to perf metrics. Two ids with one
+64-bit hash share a slot (probability about n^2 / 2^64), which again only costs perf metrics.
 
-The file is named after the Triton server process (both stubs' parent), the repository folder and the
+The file is named after the Triton server process (the stubs' parent), the repository folder and the
 model names without their ``preprocessing``/``postprocessing`` suffix (``llama_preprocessing`` pairs with
 ``llama_postprocessing``): ``/dev/shm/repo-builder-streams-<server pid>-<16 hex>``. Models whose names do
-not end so, or a machine without a writable ``/dev/shm``, get no ledger (perf metrics as before). Each
-model removes the file when it is unloaded; the launcher removes what a killed server left
-(``repo_builder.server.launch_processes``).
+not pair so, or a machine without a writable ``/dev/shm``, get no ledger (preprocessing then keys only an
+id's first use alone, and only with one instance). Postprocessing, whose detokenizer states the ledger
+speaks for, removes the file when it is unloaded (a reloaded preprocessing maps the same file again); the
+launcher removes what a killed server left (``repo_builder.server.launch_processes``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import mmap
 import os
@@ -54,6 +59,8 @@ PROBES = 16
 #: Folder of the ledger files (shared memory) and their name prefix.
 SHM_DIR = Path("/dev/shm")
 FILE_PREFIX = "repo-builder-streams-"
+#: Budget of a stream that postprocessing cannot count (several rows): registered, never ended.
+NO_END = (1 << 63) - 1
 #: The model-name suffixes that pair a preprocessing model with its postprocessing model.
 ROLE_SUFFIXES = ("preprocessing", "postprocessing")
 
@@ -98,13 +105,14 @@ class StreamLedger:
         self.path = Path(path)
         self._mask = slots - 1
         size = slots * 16
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._fd = fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)  # both partners may do this: same size, zero-filled
+                os.ftruncate(fd, size)  # every user may do this: same size, zero-filled
             self._map = mmap.mmap(fd, size)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
         view = memoryview(self._map)
         self._keys = view[: slots * 8].cast("Q")
         self._budgets = view[slots * 8 :].cast("q")
@@ -120,39 +128,42 @@ class StreamLedger:
         except (OSError, ValueError):
             return None
 
-    def begin(self, request_id: str, budget: int, first_use: bool, slot_required: bool = False) -> bool:
-        """Register a new stream of ``request_id`` that will carry at most ``budget`` generated tokens.
+    def begin(self, request_id: str, budget: int) -> bool:
+        """Register a new stream of ``request_id`` that will carry at most ``budget`` generated tokens
+        (:data:`NO_END`: a stream postprocessing cannot count).
 
-        ``first_use``: whether this process has never seen the id before (:class:`FirstUseIds`); an id
-        without a slot here is only safe to key alone on its first use. ``slot_required``: true for the
-        empty id, which postprocessing keys alone only while the ledger holds it.
         Returns:
-            True when postprocessing may key the stream by its id alone (no earlier stream of the id can
-            still be in flight); False when one may be (the caller asks the engine for perf metrics).
+            True when the request now holds a slot: postprocessing may key its stream by the id alone (no
+            earlier stream of the id can be in flight). False when a registered stream of the id has not
+            ended, or no slot is free: the caller asks the engine for perf metrics.
         """
         h = id_hash(request_id)
         keys, budgets, mask = self._keys, self._budgets, self._mask
-        free = -1
-        for i in range(PROBES):
-            s = (h + i) & mask
-            k = keys[s]
-            if k == h:
-                if budgets[s] > 0:
-                    return False  # registered and not counted to its end
-                budgets[s] = max(1, budget)
-                return True
-            if k == 0:
-                if free < 0:
+        budget = max(1, budget)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)  # one preprocessing process at a time
+        try:
+            free = -1
+            for i in range(PROBES):
+                s = (h + i) & mask
+                k = keys[s]
+                if k == h:
+                    if budgets[s] > 0:
+                        return False  # registered and not counted to its end
+                    budgets[s] = budget
+                    return True
+                if k == 0:
+                    if free < 0:
+                        free = s
+                    break  # slots are never emptied: the id is not further along
+                if free < 0 and budgets[s] == 0:
                     free = s
-                break  # slots are never emptied: the id is not further along
-            if free < 0 and budgets[s] == 0:
-                free = s
-        if not first_use or (slot_required and free < 0):
-            return False
-        if free >= 0:
-            keys[free] = h
-            budgets[free] = max(1, budget)
-        return True
+            if free < 0:
+                return False
+            keys[free] = h  # the slot's budget is 0: nobody reads it as registered meanwhile
+            budgets[free] = budget
+            return True
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def lookup(self, request_id: str) -> tuple[int, int, int] | None:
         """``(slot, key, budget)`` of the registered, not yet ended stream of ``request_id``, else None."""
@@ -174,10 +185,11 @@ class StreamLedger:
             self._budgets[slot] = 0
 
     def close(self, unlink: bool = False) -> None:
-        """Unmap; with ``unlink`` also remove the file (the partner keeps its own mapping)."""
+        """Unmap; with ``unlink`` also remove the file (the other users keep their own mappings)."""
         self._keys.release()
         self._budgets.release()
         self._map.close()
+        os.close(self._fd)
         if unlink:
             try:
                 self.path.unlink()

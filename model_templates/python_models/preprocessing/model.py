@@ -45,4 +45,4 @@ class TritonPythonModel:
 
     def finalize(self):
         if self.ledger is not None:
-            self.ledger.close(unlink=True)
+            self.ledger.close()  # postprocessing removes the file; a reloaded preprocessing maps it again
