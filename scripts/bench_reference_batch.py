@@ -4,14 +4,16 @@
 
 For each stream count: that many greedy requests (the same chat-like prompt with a different suffix each) go
 through the engine's own :class:`~repo_builder.runtime.engine_scheduler.Scheduler` at once; prints wall
-tokens/s, process CPU seconds per token and the number of batched forwards, and checks that every stream's
-tokens equal the single-stream run of the same prompt.
+tokens/s, process CPU milliseconds per token, the median time to first token (ms from the start of the run to
+each stream's first generated token), the number of batched decode and prefill forwards, and checks that
+stream 0's tokens equal the single-stream run of the same prompt.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,30 +55,32 @@ def main() -> None:
         for i in range(max(int(x) for x in args.streams.split(",")))
     ]
 
-    def run(n: int, tokens: int | None = None) -> tuple[float, float, list[list[int]], int]:
+    def run(n: int, tokens: int | None = None) -> tuple[float, float, list[list[int]], int, int, float]:
         sched = Scheduler(backend)
-        sinks = []
-        f0 = backend.batched_forwards
+        sinks, groups = [], []
+        f0, p0 = backend.batched_forwards, getattr(backend, "batched_prefills", 0)
         for p in prompts[:n]:
             sink = CollectingSink()
             inputs = req_inputs(tok(p)["input_ids"], tokens or args.tokens, end_id=np.array([-1], np.int32))
-            sched.submit(RequestGroup(parse_request(inputs, io, limits), sink, io))
+            groups.append(RequestGroup(parse_request(inputs, io, limits), sink, io))
+            sched.submit(groups[-1])
             sinks.append(sink)
-        w, c = time.perf_counter(), time.process_time()
+        start_ns, w, c = time.time_ns(), time.perf_counter(), time.process_time()
         sched.run_until_idle()
         w, c = time.perf_counter() - w, time.process_time() - c
         outs = []
         for sink in sinks:
             o = sink.responses[-1][0]
             outs.append(o["output_ids"][0, 0, : int(o["sequence_length"][0, 0])].tolist())
-        return w, c, outs, backend.batched_forwards - f0
+        ttft = statistics.median((g.seqs[0].first_token_ns - start_ns) / 1e9 for g in groups)
+        return w, c, outs, backend.batched_forwards - f0, getattr(backend, "batched_prefills", 0) - p0, ttft
 
     single: dict[int, list[int]] = {}
     print(f"load average {os.getloadavg()[0]:.1f}, torch threads {args.threads}")
     base = None
     run(2, 4)  # warm-up (first forwards allocate and page in the weights)
     for n in (int(x) for x in args.streams.split(",")):
-        w, c, outs, batched = run(n)
+        w, c, outs, batched, prefills, ttft = run(n)
         tokens = sum(len(o) for o in outs)
         if n == 1 and 0 not in single:
             single[0] = outs[0]
@@ -87,7 +91,8 @@ def main() -> None:
         base = base or (tps if n == 1 else None)
         print(
             f"{n:>2} streams: {tokens} tokens, {tps:.1f} tokens/s wall ({(tps / base) if base else 0:.2f}x), "
-            f"{c * 1e3 / tokens:.1f} ms CPU/token, batched forwards {batched}, stream 0 equals single: {same}"
+            f"{c * 1e3 / tokens:.1f} ms CPU/token, TTFT p50 {ttft * 1e3:.0f} ms, batched forwards {batched}, "
+            f"batched prefills {prefills}, stream 0 equals single: {same}"
         )
 
 

@@ -256,3 +256,92 @@ def test_batched_decode_with_joining_and_leaving_sequences_matches_generate(back
         assert final and error is None, error
         got = outputs["output_ids"][0, 0, : int(outputs["sequence_length"][0, 0])].tolist()
         assert got == hf_generate(hf_model, tok(prompt)["input_ids"], n), prompt
+
+
+def hf_generate_log_probs(hf_model, ids, n):
+    """generate()'s greedy tokens and the log-softmax of each at its step."""
+    with torch.inference_mode():
+        out = hf_model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=n,
+            do_sample=False,
+            pad_token_id=0,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    chosen = out.sequences[0, len(ids) :].tolist()
+    return chosen, [float(torch.log_softmax(lg[0].float(), -1)[t]) for lg, t in zip(out.logits, chosen)]
+
+
+def run_waves(engine, tok, waves, **extra):
+    """Submit each wave of (prompt, tokens), run 3 iterations after each, then run until idle; returns the
+    (output ids, outputs) of every request in order."""
+    limits = EngineLimits(
+        vocab_size=engine.vocab_size, max_input_len=256, max_seq_len=512, exclude_input_in_output=True
+    )
+    sched = Scheduler(engine)
+    sinks = []
+    for wave in waves:
+        for prompt, n in wave:
+            sink = CollectingSink()
+            inputs = req_inputs(tok(prompt)["input_ids"], n, **extra)
+            sched.submit(RequestGroup(parse_request(inputs, IO, limits), sink, IO))
+            sinks.append(sink)
+        for _ in range(3):
+            sched.run_step()
+    sched.run_until_idle()
+    results = []
+    for sink in sinks:
+        outputs, final, error = sink.responses[-1]
+        assert final and error is None, error
+        results.append((outputs["output_ids"][0, 0, : int(outputs["sequence_length"][0, 0])].tolist(), outputs))
+    return results
+
+
+def test_batched_prefills_of_different_lengths_match_generate(tiny_llama, backend, hf_model, tok):
+    """Several new sequences with prompts of different lengths start in one iteration: their prompts run in one
+    left-padded prefill forward, a second group joins mid-flight the same way while the first decodes, and a
+    budget of padded prompt tokens cuts a group into several forwards; every stream equals generate(), token
+    for token and in its log probs (the random weights repeat one token, so the log probs are what would show
+    a wrong position or mask)."""
+    first = [
+        ("Hi", 14),
+        (PROMPTS[2] + " and rivers in the north of the old country", 16),
+        (PROMPTS[0], 9),
+        ("The cat sat on the mat and looked at the birds in the garden", 10),
+    ]
+    joining = [(PROMPTS[1], 11), ("Once upon a time there was a", 7)]
+    # room for the two short prompts together and the two long ones together, not for three: two forwards
+    small = ReferenceBackend(tiny_llama, max_prefill_tokens=2 * max(len(tok(p)["input_ids"]) for p, _ in first))
+    expected = [hf_generate_log_probs(hf_model, tok(p)["input_ids"], n) for p, n in first + joining]
+    for engine, expected_prefills in ((backend, 2), (small, 3)):
+        before = engine.batched_prefills, engine.batched_forwards
+        got = run_waves(engine, tok, (first, joining), return_log_probs=[True])
+        assert engine.batched_prefills - before[0] == expected_prefills
+        assert engine.batched_forwards > before[1]
+        for (prompt, _), (ids, outputs), (want, want_lp) in zip(first + joining, got, expected):
+            assert ids == want, prompt
+            assert outputs["output_log_probs"][0, 0].tolist() == pytest.approx(want_lp, abs=1e-4), prompt
+
+
+def test_batched_prefills_on_real_weights_match_generate(smollm2_dir):
+    """SmolLM2-135M-Instruct (real weights, whose greedy text changes with every token): four chat prompts of
+    different lengths prefilled in one forward and decoded together equal generate() token for token."""
+    tok = transformers.AutoTokenizer.from_pretrained(str(smollm2_dir))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir), dtype=torch.float32).eval()
+    questions = [
+        "Hi!",
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "Explain in two sentences why the sky is blue and why sunsets are red.",
+    ]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in questions
+    ]
+    assert len({len(tok(p)["input_ids"]) for p in prompts}) == len(prompts)
+    engine = ReferenceBackend(smollm2_dir)
+    got = run_waves(engine, tok, ([(p, 24) for p in prompts],), end_id=np.array([-1], np.int32))
+    assert engine.batched_prefills == 1
+    for prompt, (ids, _) in zip(prompts, got):
+        assert ids == hf_generate(model, tok(prompt)["input_ids"], 24, eos_token_id=None), prompt

@@ -1,12 +1,13 @@
 """The CPU reference engine: a Hugging Face causal LM run with transformers + torch behind the
 ``tensorrt_llm`` tensor contract (engine kind ``hf`` in docs/design.md).
 
-One scheduler iteration runs a prefill forward for each new sequence and one batched forward for all
-decoding sequences (their KV caches stacked, left-padded, see :meth:`ReferenceBackend.step`), so
-sequences of any length interleave token by token, a long request never holds up a short one, and 8
-streams cost far less than 8 forwards per token (docs/performance.md). Logits processing follows
-TensorRT-LLM's order: embedding bias, bad words, min_tokens, penalties, temperature, then greedy or
-top-k/top-p sampling (see :mod:`.engine_core` for when sampling is used).
+One scheduler iteration runs one prefill forward for the new sequences (their prompts left-padded to the
+longest; several forwards only past ``max_prefill_tokens``) and one batched forward for all decoding
+sequences (their KV caches stacked, left-padded, see :meth:`ReferenceBackend.step`), so sequences of any
+length interleave token by token, a long request never holds up a short one, and 8 streams cost far less
+than 8 forwards per token (docs/performance.md). Logits processing follows TensorRT-LLM's order: embedding
+bias, bad words, min_tokens, penalties, temperature, then greedy or top-k/top-p sampling (see
+:mod:`.engine_core` for when sampling is used).
 
 Penalties: ``repetition_penalty`` divides positive / multiplies negative logits of every token in the
 prompt and the generated text (as TRT-LLM and transformers do); ``presence_penalty`` and
@@ -72,6 +73,9 @@ class ReferenceBackend:
         engine_dir: a Hugging Face checkpoint directory (``config.json`` with ``architectures``, weights).
         num_threads: torch intra-op threads for this model instance (1 keeps several instances from
             fighting over cores; set higher for a single big model).
+        max_prefill_tokens: most padded prompt tokens (rows x longest prompt) one batched prefill forward
+            takes; more new sequences are prefilled in several forwards, and a single prompt longer than
+            this still runs (alone).
     Attributes:
         vocab_size: the model's vocabulary size (tokens; logits width).
         max_seq_len: ``max_position_embeddings`` of the checkpoint (tokens), used when the
@@ -80,7 +84,7 @@ class ReferenceBackend:
         EngineLoadError: the directory is missing, has no ``config.json``, or transformers cannot load it.
     """
 
-    def __init__(self, engine_dir: str | Path, *, num_threads: int = 1) -> None:
+    def __init__(self, engine_dir: str | Path, *, num_threads: int = 1, max_prefill_tokens: int = 4096) -> None:
         torch = _import_torch()
         self.torch = torch
         path = Path(engine_dir)
@@ -116,7 +120,9 @@ class ReferenceBackend:
         self.max_seq_len = int(getattr(cfg, "max_position_embeddings", 0) or 0) or None
         self.max_input_len = self.max_seq_len
         self._batch_ok = True
+        self.max_prefill_tokens = max(1, int(max_prefill_tokens))
         self.batched_forwards = 0  # decode forwards that stepped more than one sequence (for tests/benchmarks)
+        self.batched_prefills = 0  # prefill forwards that ran more than one prompt (for tests/benchmarks)
         self._group: tuple[list[Sequence], list[int], Any] | None = None  # stacked seqs, left pads, cache
         self._mask: Any = None  # their attention mask [B, len]
 
@@ -133,21 +139,31 @@ class ReferenceBackend:
 
     # ------------------------------------------------------------------------------------------
     def step(self, seqs: Seq[Sequence]) -> list[tuple[int, float]]:
-        """One token for every sequence: a prefill forward per new sequence, then ONE forward for all the
-        sequences that are decoding (in-flight batching).
+        """One token for every sequence: ONE prefill forward for the new sequences, then ONE forward for all
+        the sequences that are decoding (in-flight batching).
 
-        The decoding sequences' KV caches are stacked into one batched cache, left-padded to the longest
-        (``attention_mask`` 0 over the padding, ``position_ids`` each sequence's own length), and kept
-        stacked while the set of decoding sequences stays the same; it is re-stacked only when one joins
-        or leaves (once per request, not per token). Models whose cache is not a plain dynamic cache
-        (e.g. sliding-window layers) are stepped one forward per sequence.
+        New sequences' prompts are left-padded to the longest (``attention_mask`` 0 over the padding,
+        ``position_ids`` counting from 0 at each prompt's first token) and run together, at most
+        ``max_prefill_tokens`` padded tokens per forward; each then keeps its own KV cache without the
+        padding. The decoding sequences' KV caches are stacked into one batched cache, left-padded to the
+        longest (the same mask and positions), and kept stacked while the set of decoding sequences stays
+        the same; it is re-stacked only when one joins or leaves (once per request, not per token). Models
+        whose cache is not a plain dynamic cache (e.g. sliding-window layers) are stepped one forward per
+        sequence.
         """
         torch = self.torch
         out: dict[int, tuple[int, float]] = {}
         with torch.inference_mode():
             decoding = [seq for seq in seqs if seq.state is not None]
-            for seq in seqs:
-                if seq.state is None:
+            for chunk in self._prefill_chunks([seq for seq in seqs if seq.state is None]):
+                if len(chunk) > 1 and self._batch_ok:
+                    try:
+                        out.update(self._prefill_batch(chunk))
+                        continue
+                    except _NotBatchable:
+                        self._batch_ok = False
+                        self._unstack()
+                for seq in chunk:
                     out[id(seq)] = self._prefill(seq)
             if len(decoding) > 1 and self._batch_ok:
                 try:
@@ -166,18 +182,65 @@ class ReferenceBackend:
             st.counts[token] = st.counts.get(token, 0) + 1
         return token, logprob
 
+    def _new_state(self, seq: Sequence, cache: Any) -> _SeqState:
+        st = _SeqState()
+        st.cache = cache
+        if not seq.req.sampling.greedy:
+            seed = seq.req.sampling.seed
+            st.generator = self.torch.Generator().manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
+        seq.state = st
+        return st
+
     def _prefill(self, seq: Sequence) -> tuple[int, float]:
         torch = self.torch
-        st = _SeqState()
-        seq.state = st
         ids = torch.tensor([seq.req.prompt], dtype=torch.long)
         kwargs = {self._keep_kw: 1} if self._keep_kw else {}
         res = self.model(input_ids=ids, use_cache=True, **kwargs)
-        if not seq.req.sampling.greedy:
-            seed = seq.req.sampling.seed
-            st.generator = torch.Generator().manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
-        st.cache = res[self._cache_kw]
+        st = self._new_state(seq, res[self._cache_kw])
         return self._finish(seq, st, res.logits[0, -1])
+
+    def _prefill_chunks(self, new: list[Sequence]) -> list[list[Sequence]]:
+        """The new sequences, shortest prompt first (less padding), cut into groups of at most
+        ``max_prefill_tokens`` padded tokens (a group always takes at least one sequence)."""
+        chunks: list[list[Sequence]] = []
+        chunk: list[Sequence] = []
+        for seq in sorted(new, key=lambda s: len(s.req.prompt)):
+            # sorted: this prompt is the chunk's longest
+            if chunk and (len(chunk) + 1) * len(seq.req.prompt) > self.max_prefill_tokens:
+                chunks.append(chunk)
+                chunk = []
+            chunk.append(seq)
+        if chunk:
+            chunks.append(chunk)
+        return chunks
+
+    def _prefill_batch(self, seqs: list[Sequence]) -> dict[int, tuple[int, float]]:
+        """One forward over the prompts of ``seqs``, left-padded to the longest (``input_ids``,
+        ``attention_mask`` and ``position_ids`` all ``[B, longest]`` int64); every sequence gets its own
+        KV cache with the padding cut off. Raises _NotBatchable (before any sequence is touched) when the
+        model's cache is not a plain dynamic cache."""
+        torch = self.torch
+        lengths = [len(seq.req.prompt) for seq in seqs]
+        longest = max(lengths)
+        ids = torch.zeros((len(seqs), longest), dtype=torch.long)  # the pad id never matters: masked out
+        mask = torch.zeros((len(seqs), longest), dtype=torch.long)
+        for row, (seq, n) in enumerate(zip(seqs, lengths)):
+            ids[row, longest - n :] = torch.tensor(seq.req.prompt, dtype=torch.long)
+            mask[row, longest - n :] = 1
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # 0 at each prompt's first token (padding: 0)
+        kwargs = {self._keep_kw: 1} if self._keep_kw else {}
+        res = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs)
+        layers = self._layers(res[self._cache_kw])
+        self.batched_prefills += 1
+        logits = res.logits[:, -1]
+        out: dict[int, tuple[int, float]] = {}
+        for row, (seq, n) in enumerate(zip(seqs, lengths)):
+            pad = longest - n
+            cache = self._make_cache(
+                [(k[row : row + 1, :, pad:].clone(), v[row : row + 1, :, pad:].clone()) for k, v in layers]
+            )
+            out[id(seq)] = self._finish(seq, self._new_state(seq, cache), logits[row])
+        return out
 
     def _decode_one(self, seq: Sequence) -> tuple[int, float]:
         torch = self.torch
