@@ -266,7 +266,7 @@ def test_repeated_lists_come_from_the_row_cache(llama):
     words = [f"w{i} end" for i in range(50)]
     first = enc.word_list([words], "stop_words", extra_ids=[7])
     calls = []
-    enc._after_anchor_many = lambda bodies: calls.append(bodies)  # type: ignore[method-assign]
+    enc._after_anchor_codes = lambda bodies: calls.append(bodies)  # type: ignore[method-assign]
     again = enc.word_list([list(words)], "bad_words", extra_ids=[7])
     assert calls == [] and again.tolist() == first.tolist()
     with pytest.raises(RequestError):  # limits still apply to a cached row
