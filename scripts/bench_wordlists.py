@@ -1,13 +1,16 @@
-"""Process CPU time of word lists and stop strings with many words (docs/performance.md, "Word lists").
+"""Wall and CPU time of word lists and stop strings with many words (docs/performance.md, "Word lists").
 
     python scripts/bench_wordlists.py --tokenizer DIR [--words 1000,10000] [--reps 5]
 
 Per word count, the median, minimum and maximum over ``--reps`` of: preprocessing's
-``WordEncoder.word_list`` with a fresh encoder (every word is encoded), the same list sent again to that
-encoder (the row cache: what a client pays that sends the same list with every request), and a 256-token
-stream through ``StopStringMatcher`` with that many stop strings (none of which matches). CPU seconds of
-this process (``time.process_time``), which includes the tokenizer's Rust threads; wall time on a loaded
-machine is not meaningful. Through Triton: ``scripts/bench_wordlists_server.py``.
+``WordEncoder.word_list`` for a list of words no earlier repetition used (every word is encoded: never seen
+by the encoder's caches nor by the Rust tokenizer's), the same list sent again to that encoder (the row
+cache: what a client pays that sends the same list with every request), and a 256-token stream through
+``StopStringMatcher`` with that many stop strings (none of which matches). Wall time (``time.perf_counter``:
+what a request waiting behind the call sees) and CPU seconds of this process (``time.process_time``: all
+threads, including the tokenizer's Rust threads, so CPU above wall means the encode ran on several cores).
+On a loaded machine the wall time follows the other jobs; the load average is printed before and after.
+Through Triton: ``scripts/bench_wordlists_server.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 def main() -> None:
@@ -29,34 +34,50 @@ def main() -> None:
     from repo_builder.runtime.wordlists import WordEncoder
 
     tok = load_tokenizer(args.tokenizer)
-    print(f"load average {os.getloadavg()[0]:.1f}")
+    WordEncoder(tok).word_list([[f"warm-up {i}" for i in range(100)]], "stop_words")
+    print(f"load average {_load()}, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM')}")
     for n in (int(x) for x in args.words.split(",")):
-        words = [f"stopword{i} phrase" for i in range(n)]
-        enc_t, again_t, match_t = [], [], []
-        for _ in range(args.reps):
+        enc_t: list[tuple[float, float]] = []
+        again_t: list[tuple[float, float]] = []
+        match_t: list[tuple[float, float]] = []
+        for rep in range(args.reps):
+            words = [f"stopword{i}r{n}x{rep} phrase" for i in range(n)]  # new to the tokenizer every time
             enc = WordEncoder(tok)
-            t = time.process_time()
-            enc.word_list([words], "stop_words")
-            enc_t.append(time.process_time() - t)
-            t = time.process_time()
-            enc.word_list([list(words)], "stop_words")
-            again_t.append(time.process_time() - t)
-            t = time.process_time()
-            m = StopStringMatcher(words)
-            for i in range(256):
-                m.feed(f" tok{i}")
-            m.flush()
-            match_t.append(time.process_time() - t)
+            enc_t.append(_timed(enc.word_list, [words], "stop_words"))
+            again_t.append(_timed(enc.word_list, [list(words)], "stop_words"))
+            match_t.append(_timed(_stream, StopStringMatcher, words))
         print(
-            f"{n:>6} words (joined encode: {getattr(enc, 'joined', None)}): word_list {_stats(enc_t)}; same list again "
-            f"{_stats(again_t)}; 256-token stop-string stream {_stats(match_t)}"
+            f"{n:>6} words (joined encode: {getattr(enc, 'joined', None)}): word_list {_stats(enc_t)}; "
+            f"same list again {_stats(again_t)}; 256-token stop-string stream {_stats(match_t)}"
         )
+    print(f"load average {_load()}")
 
 
-def _stats(seconds: list[float]) -> str:
-    """``median (min-max) ms`` of CPU seconds."""
-    ms = [s * 1e3 for s in seconds]
-    return f"median {statistics.median(ms):.1f} ms ({min(ms):.1f}-{max(ms):.1f})"
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _stream(matcher_class: Any, words: list[str]) -> None:
+    """A 256-token stream through a stop-string matcher for ``words``."""
+    m = matcher_class(words)
+    for i in range(256):
+        m.feed(f" tok{i}")
+    m.flush()
+
+
+def _timed(fn: Callable[..., Any], *args: Any) -> tuple[float, float]:
+    """Wall and process-CPU seconds of one call ``fn(*args)``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn(*args)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _stats(samples: list[tuple[float, float]]) -> str:
+    """``wall median (min-max) ms, CPU median (min-max) ms``."""
+    parts = []
+    for name, values in (("wall", [s[0] * 1e3 for s in samples]), ("CPU", [s[1] * 1e3 for s in samples])):
+        parts.append(f"{name} {statistics.median(values):.1f} ms ({min(values):.1f}-{max(values):.1f})")
+    return ", ".join(parts)
 
 
 if __name__ == "__main__":
