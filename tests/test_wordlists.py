@@ -266,7 +266,7 @@ def test_repeated_lists_come_from_the_row_cache(llama):
     words = [f"w{i} end" for i in range(50)]
     first = enc.word_list([words], "stop_words", extra_ids=[7])
     calls = []
-    enc._after_anchor_many = lambda bodies: calls.append(bodies)  # type: ignore[method-assign]
+    enc._after_anchor_codes = lambda bodies: calls.append(bodies)  # type: ignore[method-assign]
     again = enc.word_list([list(words)], "bad_words", extra_ids=[7])
     assert calls == [] and again.tolist() == first.tolist()
     with pytest.raises(RequestError):  # limits still apply to a cached row
@@ -293,3 +293,21 @@ def test_stop_and_bad_word_indexes_equal_a_scan_over_every_word():
             if w and (len(w) == 1 or (len(w) - 1 <= len(history) and history[-(len(w) - 1) :] == w[:-1])):
                 scan_bad.add(w[-1])
         assert set(BadWordIndex(words).banned(history)) == scan_bad
+
+
+# ---- code-point strings (the word-list path's form of a token-id sequence) ------------------------------------
+
+
+def test_code_strings_round_trip_every_id_range():
+    """Ids as code points: surrogate ids (55296-57343) and the top of the range come back unchanged, and a raw-id
+    element in the surrogate range reaches the word list as sent (Qwen 3: 151,669 ids)."""
+    from repo_builder.runtime.wordlists import MAX_CODE_ID, codes_to_ids, ids_to_codes
+
+    ids = [0, 1, 13, 55295, 55296, 56000, 57343, 57344, 65535, 65536, 151645, MAX_CODE_ID]
+    codes = ids_to_codes(ids)
+    assert len(codes) == len(ids) and [ord(c) for c in codes] == ids
+    assert codes_to_ids(codes).tolist() == ids and codes_to_ids(codes).dtype == np.int32
+    qwen = WordEncoder(load("qwen3_tokenizer"))
+    wl = qwen.word_list([["[55296, 57343]", "[56000]", "[55296, 57343]"]], "stop_words", extra_ids=[56000, 7])
+    assert sequences(wl) == [[55296, 57343], [56000], [7]]
+    assert qwen.sequences("[57343, 13]", "stop_words") == [[57343, 13]]
