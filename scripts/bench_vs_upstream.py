@@ -8,8 +8,9 @@ Steps, all in one invocation so both sides see the same machine and, as far as p
 
 1. ``run_baseline.py prepare-upstream``: NVIDIA's v0.19.0 templates filled by their ``fill_template.py``
    into ``WORK/upstream`` (under /tmp; nothing of theirs enters this project);
-2. our default streaming render for a synthetic engine (``WORK/ours``) and the same with two preprocessing
-   and two BLS instances (``WORK/ours_x2``; postprocessing stays at one instance, streaming requires it);
+2. our default streaming render for a synthetic engine (``WORK/ours``: two preprocessing instances, one BLS),
+   the same with one instance of each (``WORK/ours_x1``, NVIDIA's counts) and with two of each
+   (``WORK/ours_x2``; postprocessing stays at one instance, streaming requires it);
 3. ``run_baseline.py run`` on each: the harness puts its own zero-cost synthetic engine into both
    ``tensorrt_llm`` slots and measures ensemble and BLS over gRPC streaming with the same client; the
    two-instance repository only at the highest concurrency;
@@ -185,6 +186,7 @@ def main() -> None:
             check=True,
         )
     ours = render(work / "ours", args.tokenizer_dir, {})
+    ours1 = render(work / "ours_x1", args.tokenizer_dir, {"preprocessing_instance_count": 1, "bls_instance_count": 1})
     ours2 = render(work / "ours_x2", args.tokenizer_dir, {"preprocessing_instance_count": 2, "bls_instance_count": 2})
     if not args.skip_upstream:
         harness_run(
@@ -195,9 +197,10 @@ def main() -> None:
         )
     harness_run("ours", ours, args.concurrency, [])
     top = args.concurrency.split(",")[-1]
+    harness_run("ours_x1", ours1, top, [] if not args.correctness else ["--skip-correctness"])
     harness_run("ours_x2", ours2, top, [] if not args.correctness else ["--skip-correctness"])
     (work / "loadavg.json").write_text(json.dumps({"machine": machine(), "loadavg": loads}, indent=1) + "\n")
-    for b in ("ours", "ours_x2"):
+    for b in ("ours", "ours_x1", "ours_x2"):
         out = subprocess.run(
             [
                 py,

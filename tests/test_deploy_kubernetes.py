@@ -104,9 +104,9 @@ def test_single_gpu_deployment_and_service_validate(repo1, lws_validator) -> Non
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    # 3 Python models (preprocessing, postprocessing, BLS; the engine is C++) x 2 MiB + 16 MiB
+    # 4 Python stubs (2 preprocessing instances, postprocessing, BLS; the engine is C++) x 2 MiB + 16 MiB
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{facts.shm_bytes(range(1)) >> 20}Mi"}
-    assert facts.shm_bytes(range(1)) == (3 * 2 + 16) << 20
+    assert facts.shm_bytes(range(1)) == (4 * 2 + 16) << 20
     assert volumes["model-repository"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["dshm"]["mountPath"] == "/dev/shm" and mounts["model-repository"]["mountPath"] == "/models/llama"
@@ -181,12 +181,12 @@ def test_two_nodes_give_a_leader_worker_set_valid_against_its_crd(repo4, lws_val
         "/tmp/repo-builder-kubexec.sh",
     ]
     assert mpirun.count("--load-model=tensorrt_llm") == 3
-    # /dev/shm: the leader holds rank 0 (3 Python stubs) and rank 1 (C++ engine only), a worker none
+    # /dev/shm: the leader holds rank 0 (4 Python stubs) and rank 1 (C++ engine only), a worker none
     sizes = {
         t: {v["name"]: v for v in tmpl[t]["spec"]["volumes"]}["dshm"]["emptyDir"]["sizeLimit"]
         for t in ("leaderTemplate", "workerTemplate")
     }
-    assert sizes == {"leaderTemplate": "22Mi", "workerTemplate": "16Mi"}
+    assert sizes == {"leaderTemplate": "24Mi", "workerTemplate": "16Mi"}
     # RBAC: the leader's account may exec into pods of its namespace, nothing more
     assert tmpl["leaderTemplate"]["spec"]["serviceAccountName"] == kinds["ServiceAccount"]["metadata"]["name"]
     assert kinds["Role"]["rules"] == [

@@ -62,7 +62,7 @@ def test_lock_format(rendered):
         "tensorrt_llm_model_names": ["tensorrt_llm"],
         "tp_size": 2,
         "pp_size": 1,
-        "python_instances": {"postprocessing": 1, "preprocessing": 1, "tensorrt_llm_bls": 1},
+        "python_instances": {"postprocessing": 1, "preprocessing": 2, "tensorrt_llm_bls": 1},
     }
     assert lock["values"]["max_queue_size"] == {"value": 4, "origin": "user"}
     assert lock["values"]["triton_max_batch_size"] == {"value": 32, "origin": "engine"}
