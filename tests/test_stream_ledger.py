@@ -20,6 +20,7 @@ from test_postprocessing_model import post, text
 from test_preprocessing_model import pre, q
 
 from repo_builder.runtime import stream_ledger
+from repo_builder.runtime.preprocessing import EnsembleStreamKeys
 from repo_builder.runtime.stream_ledger import StreamLedger, id_hash, ledger_path
 
 SENTENCE = "Deep learning is a subset of machine learning"
@@ -192,9 +193,8 @@ def test_two_preprocessing_instances_share_the_ledger(shm):
     """With two instances no id is keyed alone by both: the second sees the first one's stream in flight."""
     path = ledger_path("preprocessing", str(shm / "repo" / "preprocessing"), server_pid=7)
     a, b, o = pre(), pre(), post()
-    for core in (a, b):
-        core.use_response_parameters(False, StreamLedger(path))
-        core.stream_keys.instances = 2
+    for core in (a, b):  # as two instances of one model: each its own mapping of the ledger
+        core.stream_keys = EnsembleStreamKeys(instances=2, ledger=StreamLedger(path))
     o.use_ledger(StreamLedger(path))
     llama = load("mistral_v1_tokenizer")
     ids = llama.encode(SENTENCE, add_special_tokens=False)
