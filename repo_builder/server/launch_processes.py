@@ -108,6 +108,8 @@ class LaunchProcesses:
         for info in procs.session_members(self.launcher_pid):
             if info.comm != "tritonserver" or any(ps[0] == info.pid for ps in self.ranks.values()):
                 continue
+            if procs.is_fork_before_exec(info):  # a rank starting a stub: its cmdline is the rank's for a moment
+                continue
             for arg in procs.cmdline(info.pid):
                 if arg.startswith("--backend-config=python,shm-region-prefix-name=" + self.shm_prefix):
                     rank = int(arg.rsplit("_r", 1)[1].rstrip("_"))

@@ -146,6 +146,8 @@ def servers_on_repository(repo: Path, exclude_sid: int | None = None) -> list[in
         info = procs.proc_info(pid)
         if info is None or info.state in ("Z", "X") or (exclude_sid is not None and info.sid == exclude_sid):
             continue
+        if procs.is_fork_before_exec(info):  # a server starting a stub, not a second server
+            continue
         try:
             cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:

@@ -82,6 +82,17 @@ def is_alive(pid: int, start_time: int | None = None) -> bool:
     return start_time is None or info.start_time == start_time
 
 
+def is_fork_before_exec(info: ProcInfo) -> bool:
+    """True when ``info`` is a child its parent forked that has not yet run ``exec``: same ``comm`` as the parent.
+
+    Such a child shows its parent's ``comm`` and command line until it execs (tritonserver forks every
+    Python-backend stub this way), so a scan that finds it must not take it for the parent; a moment later it
+    is a ``triton_python_backend_stub`` with another command line.
+    """
+    parent = proc_info(info.ppid)
+    return parent is not None and parent.comm == info.comm
+
+
 def session_members(sid: int) -> list[ProcInfo]:
     """Every live (non-zombie) process whose session id is ``sid``."""
     out = []
