@@ -69,6 +69,18 @@ def generate(backend, *requests):
     return results
 
 
+def test_linear_weights_are_stored_input_major_with_the_same_values(backend, hf_model):
+    """Every nn.Linear weight reaches MKL as a row-major [in, out] block (docs/performance.md 6.2) and still
+    holds the checkpoint's values; generate() equality below checks the outputs."""
+    linears = {n: m for n, m in backend.model.named_modules() if isinstance(m, torch.nn.Linear)}
+    reference = dict(hf_model.named_modules())
+    assert linears and backend.relaid_weights == len(linears)
+    for name, module in linears.items():
+        w = module.weight
+        assert w.t().is_contiguous() and not w.is_contiguous(), name
+        assert torch.equal(w, reference[name].weight), name
+
+
 def test_greedy_matches_transformers_generate_token_for_token(backend, hf_model, tok):
     requests = [req_inputs(tok(p)["input_ids"], 24) for p in PROMPTS]
     # all three run interleaved in one batch: each keeps its own KV cache
