@@ -2,11 +2,12 @@
 """In-flight batching of the CPU reference engine through Triton (docs/performance.md §6.2, issue 15).
 
     .venv/bin/python scripts/bench_reference_triton.py --model ~/.cache/repo-builder/smollm2 \\
-        [--concurrency 1,8] [--repeats 3] [--output-tokens 64] [--input-tokens 32]
+        [--concurrency 1,8] [--repeats 3] [--output-tokens 64] [--input-tokens 32] [--threads N]
 
 Renders a streaming repository for the checkpoint (like ``repo-builder render --engine-dir M
 --tokenizer-dir M --engine-mode reference``, defaults otherwise: the CPU reference engine with one torch
-thread), serves it with tritonserver and runs ``repo-builder bench``'s logic (``repo_builder.bench.run_bench``)
+thread per CPU; ``--threads N`` renders ``reference_engine_threads=N``), serves it with tritonserver and
+runs ``repo-builder bench``'s logic (``repo_builder.bench.run_bench``)
 on ``ensemble`` over gRPC streaming, every request asking for exactly ``--output-tokens`` tokens
 (``min_tokens``). Per level: ``c`` requests at concurrency ``c`` (one wave: every stream is in flight for the
 whole level), the levels interleaved ``--repeats`` times. Reports output tokens/s (wall, from the client),
@@ -47,6 +48,9 @@ def main() -> int:
     ap.add_argument("--input-tokens", type=int, default=32)
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--port-base", type=int, default=20900)
+    ap.add_argument(
+        "--threads", type=int, help="reference_engine_threads to render (default: the parameter's, 0 = all CPUs)"
+    )
     args = ap.parse_args()
 
     from repo_builder.bench import parse_concurrency
@@ -61,7 +65,12 @@ def main() -> int:
         Path(args.repo)
         if args.repo
         else render_repository(
-            Path(args.model), Path(args.model), work / "repo", user_values={}, streaming=True, engine_mode="reference"
+            Path(args.model),
+            Path(args.model),
+            work / "repo",
+            user_values={} if args.threads is None else {"reference_engine_threads": args.threads},
+            streaming=True,
+            engine_mode="reference",
         ).output
     )
     p = args.port_base

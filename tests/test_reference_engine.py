@@ -4,6 +4,8 @@ logits rules (end_id, min_tokens, bad words, bias, penalties), seeded sampling a
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from engine_fakes import FakeRequest, engine_model_config, fake_pb_utils, init_args, req_inputs
@@ -230,6 +232,30 @@ def test_served_through_the_adapter_streaming_and_not(tiny_llama, hf_model, tok)
     assert [t for r in stream.sender.data() for t in r.tensors["output_ids"][0, 0].tolist()] == expected
     (resp,) = whole.sender.data()
     assert resp.tensors["output_ids"][0, 0].tolist() == expected
+
+
+def test_reference_engine_threads_parameter(tiny_llama):
+    """0 (the rendered default) takes every CPU of the process's affinity mask, a positive value is used as
+    given, and a bad value fails the load naming the parameter."""
+    before = torch.get_num_threads()
+
+    def load(value: str) -> int:
+        params = {"engine_dir": str(tiny_llama), "max_beam_width": "1", "reference_engine_threads": value}
+        model = TritonEngineModel(
+            fake_pb_utils(), init_args(engine_model_config(params=params)), ReferenceBackend.from_params
+        )
+        model.finalize()
+        return torch.get_num_threads()
+
+    try:
+        assert load("0") == len(os.sched_getaffinity(0))
+        assert load("1") == 1
+        assert load("3") == 3
+        for bad in ("-1", "two"):
+            with pytest.raises(EngineLoadError, match="reference_engine_threads"):
+                load(bad)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_load_errors_name_the_engine_dir(tmp_path):

@@ -167,6 +167,7 @@ def test_parameters_use_schema_config_keys_and_values(profile, kind):
         assert "kv_cache_free_gpu_mem_fraction" not in llm  # C++-only parameters are left out
         assert "gpt_model_type" not in llm
     assert ("synthetic_token_delay_ms" in llm) == (kind == "synthetic")
+    assert ("reference_engine_threads" in llm) == (kind == "hf")
 
 
 def test_unset_runtime_parameters_are_omitted():

@@ -27,7 +27,7 @@ import numpy as np
 
 from .engine_outputs import Sequence
 from .engine_request import EngineLoadError, GenerationRequest, ModelIO
-from .params import ModelParams
+from .params import ModelParams, ParameterValueError
 from .wordlists import BadWordIndex
 
 
@@ -83,6 +83,29 @@ def _store_linear_weights_input_major(torch: Any, model: Any) -> int:
                     weight.data = weight.data.t().contiguous().t()
                     done += 1
     return done
+
+
+def engine_threads(requested: int | None) -> int:
+    """torch intra-op threads for ``reference_engine_threads``: the value itself when > 0, else every CPU this
+    process may run on (its affinity mask; ``os.cpu_count()`` where there is none).
+
+    One thread per CPU is what the batched decode needs: 8 SmolLM2 streams are compute-bound (fp32 GEMMs), one
+    stream is memory-bound, and both ran about 1.6x faster with 2 threads than with 1 on this project's
+    2-core hosts, through Triton as well (docs/performance.md section 6.2).
+
+    Raises:
+        ParameterValueError: ``requested`` < 0.
+    """
+    import os
+
+    if requested is not None and requested < 0:
+        raise ParameterValueError(f"parameter 'reference_engine_threads' must be >= 0, got {requested}")
+    if requested:
+        return requested
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 class _NotBatchable(Exception):
@@ -152,14 +175,19 @@ class ReferenceBackend:
 
     @classmethod
     def from_params(cls, params: ModelParams, io: ModelIO) -> ReferenceBackend:
-        """Build from the model parameters (``engine_dir``; see docs/design.md)."""
+        """Build from the model parameters (``engine_dir``, ``reference_engine_threads``; see docs/design.md).
+
+        Raises:
+            EngineLoadError: ``engine_dir`` unset or unloadable.
+            ParameterValueError: ``reference_engine_threads`` is not an integer >= 0.
+        """
         engine_dir = params.str("engine_dir") or params.str("gpt_model_path")
         if not engine_dir:
             raise EngineLoadError(
                 f"model '{params.model_name}': parameter 'engine_dir' is not set; it must name "
                 "the Hugging Face checkpoint directory"
             )
-        return cls(engine_dir)
+        return cls(engine_dir, num_threads=engine_threads(params.int("reference_engine_threads", 0)))
 
     # ------------------------------------------------------------------------------------------
     def step(self, seqs: Seq[Sequence]) -> list[tuple[int, float]]:
