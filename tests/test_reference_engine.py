@@ -83,6 +83,57 @@ def test_linear_weights_are_stored_input_major_with_the_same_values(backend, hf_
         assert torch.equal(w, reference[name].weight), name
 
 
+def test_growing_cache_layer_equals_concatenation_through_reallocations_and_replaced_keys():
+    """The in-place cache layer returns what DynamicLayer's torch.cat returns, across buffer growth, after a
+    method replaced its keys (batch select: a reordered copy) and after a crop (a shorter view)."""
+    from transformers.cache_utils import DynamicLayer
+
+    from repo_builder.runtime.reference import CACHE_GROW_MIN, _growing_layer_class
+
+    gen = torch.Generator().manual_seed(0)
+    plain, growing = DynamicLayer(), _growing_layer_class()()
+
+    def step(q: int) -> None:
+        k, v = torch.randn(3, 2, q, 4, generator=gen), torch.randn(3, 2, q, 4, generator=gen)
+        want = plain.update(k, v)
+        got = growing.update(k, v)
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+    step(5)  # a prefill
+    buffer = growing._buf_k
+    for _ in range(CACHE_GROW_MIN + 1):  # room for the prompt + CACHE_GROW_MIN columns, then one more
+        step(1)
+    assert growing._buf_k is not buffer  # it grew, by copying once
+    idx = torch.tensor([2, 0, 1])  # a reorder (beam search's kind): same shape, other values
+    plain.batch_select_indices(idx)
+    growing.batch_select_indices(idx)
+    step_k = torch.randn(3, 2, 1, 4, generator=gen)
+    assert torch.equal(plain.update(step_k, step_k)[0], growing.update(step_k, step_k)[0])
+    plain.crop(-3)
+    growing.crop(-3)
+    assert torch.equal(plain.update(step_k, step_k)[1], growing.update(step_k, step_k)[1])
+
+
+def test_sequence_caches_grow_in_place(backend, tok):
+    """Prefilled and stacked caches use the growing layer (a decode step writes one column, no torch.cat)."""
+    from repo_builder.runtime.reference import _growing_layer_class
+
+    sched = Scheduler(backend)
+    limits = EngineLimits(vocab_size=backend.vocab_size, max_input_len=256, max_seq_len=512)
+    groups = [
+        RequestGroup(parse_request(req_inputs(tok(p)["input_ids"], 6), IO, limits), CollectingSink(), IO)
+        for p in PROMPTS
+    ]
+    for group in groups:
+        sched.submit(group)
+    sched.run_step()  # the prefill
+    kinds = {type(layer) for g in groups for s in g.seqs for layer in s.state.cache.layers}
+    sched.run_step()  # the first batched decode
+    stacked = {type(layer) for layer in backend._group[2].layers}
+    sched.run_until_idle()
+    assert kinds == stacked == {_growing_layer_class()}
+
+
 def test_greedy_matches_transformers_generate_token_for_token(backend, hf_model, tok):
     requests = [req_inputs(tok(p)["input_ids"], 24) for p in PROMPTS]
     # all three run interleaved in one batch: each keeps its own KV cache

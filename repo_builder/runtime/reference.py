@@ -108,6 +108,69 @@ def engine_threads(requested: int | None) -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: Least spare room (tokens) a growing cache layer adds when it reallocates; it otherwise doubles.
+CACHE_GROW_MIN = 64
+_GROWING_LAYER: Any = None
+
+
+def _growing_layer_class() -> Any:
+    """``GrowingDynamicLayer``: transformers' ``DynamicLayer`` whose ``keys``/``values`` ``[batch, kv_heads,
+    len, head_dim]`` are views of buffers with spare room along the sequence axis, so a decode step writes
+    its key/value column in place instead of copying the whole cache with ``torch.cat`` (8 SmolLM2 streams:
+    about 4 % of a decode step, docs/performance.md section 6.2). Whenever ``keys`` is not a view of the
+    buffer's start (another method replaced it: crop, reorder, batch select), the next update copies it into
+    a new buffer, so every ``DynamicLayer`` method stays correct."""
+    global _GROWING_LAYER
+    if _GROWING_LAYER is None:
+        from transformers.cache_utils import DynamicLayer
+
+        class GrowingDynamicLayer(DynamicLayer):
+            _buf_k: Any = None
+            _buf_v: Any = None
+
+            def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+                if not self.is_initialized:
+                    self.lazy_initialization(key_states, value_states)
+                keys: Any = self.keys
+                values: Any = self.values
+                n = keys.shape[-2] if keys.dim() >= 2 else 0
+                q = key_states.shape[-2]
+                buf_k = self._buf_k
+                if (
+                    buf_k is None
+                    or n + q > buf_k.shape[-2]
+                    or buf_k.shape[:-2] != key_states.shape[:-2]
+                    or (n and (keys.data_ptr() != buf_k.data_ptr() or values.data_ptr() != self._buf_v.data_ptr()))
+                ):
+                    cap = n + q + max(CACHE_GROW_MIN, n + q)
+                    shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
+                    buf_k, buf_v = key_states.new_empty(shape), value_states.new_empty(shape)
+                    if n:
+                        buf_k[..., :n, :] = keys
+                        buf_v[..., :n, :] = values
+                    self._buf_k, self._buf_v = buf_k, buf_v
+                self._buf_k[..., n : n + q, :] = key_states
+                self._buf_v[..., n : n + q, :] = value_states
+                self.keys = self._buf_k[..., : n + q, :]
+                self.values = self._buf_v[..., : n + q, :]
+                return self.keys, self.values
+
+        _GROWING_LAYER = GrowingDynamicLayer
+    return _GROWING_LAYER
+
+
+def _grow_in_place(cache: Any) -> Any:
+    """Turn the plain ``DynamicLayer``s of ``cache`` into growing ones (see :func:`_growing_layer_class`);
+    other layer kinds (sliding windows...) and transformers 4.x caches are left as they are."""
+    layers = getattr(cache, "layers", None)
+    if layers:
+        growing = _growing_layer_class()
+        for layer in layers:
+            if type(layer).__name__ == "DynamicLayer":
+                layer.__class__ = growing
+    return cache
+
+
 class _NotBatchable(Exception):
     """The model's cache cannot be stacked (not a plain dynamic cache): step sequences one by one."""
 
@@ -236,7 +299,7 @@ class ReferenceBackend:
 
     def _new_state(self, seq: Sequence, cache: Any) -> _SeqState:
         st = _SeqState()
-        st.cache = cache
+        st.cache = _grow_in_place(cache)
         if not seq.req.sampling.greedy:
             seed = seq.req.sampling.seed
             st.generator = self.torch.Generator().manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
@@ -309,7 +372,7 @@ class ReferenceBackend:
         """Per layer (keys, values) ``[batch, kv_heads, len, head_dim]`` of a plain dynamic cache."""
         layers = getattr(cache, "layers", None)
         if layers is not None:
-            if any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+            if any(type(layer).__name__ not in ("DynamicLayer", "GrowingDynamicLayer") for layer in layers):
                 raise _NotBatchable()
             return [(layer.keys, layer.values) for layer in layers]
         if hasattr(cache, "key_cache"):  # transformers 4.x
@@ -320,7 +383,7 @@ class ReferenceBackend:
         from transformers import DynamicCache
 
         try:
-            return DynamicCache(ddp_cache_data=layers)
+            return _grow_in_place(DynamicCache(ddp_cache_data=layers))
         except TypeError:  # transformers 4.x
             # gone from transformers 5 (the installed stubs); this branch only runs on 4.x
             return DynamicCache.from_legacy_cache(tuple(layers))  # type: ignore[attr-defined]
