@@ -13,6 +13,8 @@ run concurrently and their responses are returned together.
 Parameters (config.pbtxt ``parameters``): ``tensorrt_llm_model_name`` (default ``tensorrt_llm``),
 ``accumulate_tokens`` (bool, default false), ``max_beam_width`` (int, default 1),
 ``bls_worker_threads`` (int, default 256: most requests in flight at once; more wait in a queue),
+``bls_deadlock_timeout_s`` (int, default 60, 0 = off: the process exits with every thread's traceback in
+the server log when no Python thread could run for that long; ``repo_builder_runtime/watchdog.py``),
 ``coalesce_streaming_responses`` (bool, default false: when the BLS falls behind a fast engine, the
 streamed responses that are already waiting are merged into one postprocessing call and one response;
 nothing is ever delayed to wait for more; fewer, larger chunks under load),
@@ -246,6 +248,12 @@ class TritonPythonModel:
         self.core = BLSCore(wiring, self.settings, _Caller(local))
         workers = int(params.int("bls_worker_threads", 256) or 256)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bls")
+        self.watchdog = None
+        deadlock_s = int(params.int("bls_deadlock_timeout_s", 60) or 0)
+        if deadlock_s > 0:
+            from repo_builder_runtime.watchdog import StubWatchdog
+
+            self.watchdog = StubWatchdog(deadlock_s).start()
 
     # --------------------------------------------------------------------------------------------
 
@@ -312,4 +320,6 @@ class TritonPythonModel:
         return list(self.pool.map(self._serve_once, requests))
 
     def finalize(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self.pool.shutdown(wait=True)
