@@ -55,3 +55,13 @@ def test_a_healthy_process_is_left_alone_and_stop_disarms() -> None:
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="> 0"):
         StubWatchdog(0)
+
+
+def test_a_negative_timeout_in_the_config_fails_naming_the_parameter() -> None:
+    """What the BLS reads (``params.int(..., minimum=0)``): a hand-edited negative value is refused by name."""
+    from repo_builder.runtime.params import ModelParams, ParameterValueError
+
+    params = ModelParams({"name": "tensorrt_llm_bls", "parameters": {"bls_deadlock_timeout_s": {"string_value": "-5"}}})
+    with pytest.raises(ParameterValueError, match="'bls_deadlock_timeout_s' = -5 must be >= 0"):
+        params.int("bls_deadlock_timeout_s", 60, minimum=0)
+    assert ModelParams({"name": "m"}).int("bls_deadlock_timeout_s", 60, minimum=0) == 60

@@ -68,9 +68,15 @@ class ModelParams:
         """String parameter ``key`` or ``default``."""
         return self._typed(key, default, str, "a string")
 
-    def int(self, key: builtins.str, default: builtins.int | None = None) -> builtins.int | None:
-        """Integer parameter ``key`` or ``default``; raises ParameterValueError naming the key."""
-        return self._typed(key, default, lambda s: int(s.strip()), "an integer")
+    def int(
+        self, key: builtins.str, default: builtins.int | None = None, *, minimum: builtins.int | None = None
+    ) -> builtins.int | None:
+        """Integer parameter ``key`` or ``default``; raises ParameterValueError naming the key when the value is
+        not an integer or is below ``minimum``."""
+        value = self._typed(key, default, lambda s: int(s.strip()), "an integer")
+        if minimum is not None and value is not None and value < minimum:
+            raise ParameterValueError(f"model '{self.model_name}': parameter '{key}' = {value} must be >= {minimum}")
+        return value
 
     def float(self, key: builtins.str, default: builtins.float | None = None) -> builtins.float | None:
         """Float parameter ``key`` or ``default``; raises ParameterValueError naming the key."""

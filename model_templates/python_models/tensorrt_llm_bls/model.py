@@ -249,7 +249,7 @@ class TritonPythonModel:
         workers = int(params.int("bls_worker_threads", 256) or 256)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bls")
         self.watchdog = None
-        deadlock_s = int(params.int("bls_deadlock_timeout_s", 60) or 0)
+        deadlock_s = int(params.int("bls_deadlock_timeout_s", 60, minimum=0) or 0)
         if deadlock_s > 0:
             from repo_builder_runtime.watchdog import StubWatchdog
 
