@@ -85,6 +85,30 @@ def _load_values_file(values_file: str | Path) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()}
 
 
+#: The reserved key of a values file written by ``repo-builder adopt`` (:mod:`repo_builder.adopt`): where the
+#: values came from. Not a parameter; render records it in the lock file as ``values_source.adopted_from``.
+ADOPTED_FROM_KEY = "adopted_from"
+
+
+def _values_source(values_file: str | Path, adopted_from: Any) -> dict[str, Any]:
+    """The lock file's ``values_source`` block: the values file (absolute path) and, for a file written by
+    ``repo-builder adopt``, its ``adopted_from`` mapping (the repository, profile and NVIDIA tag adopted).
+
+    Raises:
+        ParameterError: ``adopted_from`` is not a mapping (names the file and key).
+    """
+    source: dict[str, Any] = {"file": str(Path(values_file).expanduser().absolute())}
+    if adopted_from is not None:
+        if not isinstance(adopted_from, dict):
+            raise ParameterError(
+                "adopted_from must be the mapping `repo-builder adopt` writes (repository, profile, ...)",
+                key=ADOPTED_FROM_KEY,
+                path=values_file,
+            )
+        source["adopted_from"] = {str(k): v for k, v in adopted_from.items()}
+    return source
+
+
 @dataclass
 class PreparedRender:
     """What :func:`prepare_render` checked and found; :meth:`finish` turns it into the :class:`RenderPlan`.
@@ -106,6 +130,7 @@ class PreparedRender:
     placement: PlacementPlan
     names: dict[str, str]
     model_prefix: str = ""
+    values_source: dict[str, Any] | None = None
 
     def finish(self) -> RenderPlan:
         """Inspect the tokenizer, resolve every value and render every file in memory.
@@ -188,6 +213,8 @@ class PreparedRender:
             pp_size=engine.pp_size if kind == "trtllm" else 1,
             python_instances={names[m]: n for m, n in _python_instances(parsed).items()},
         )
+        if self.values_source is not None:
+            lock["values_source"] = self.values_source
         files[LOCK_NAME] = dumps(lock)
         return RenderPlan(
             output=self.output,
@@ -256,10 +283,11 @@ def prepare_render(
         )
 
     checked: dict[str, Any] = {}
+    values_source: dict[str, Any] | None = None
     if opts.values_file is not None:
-        checked.update(
-            validate_user_values(opts.profile, _load_values_file(opts.values_file), source=str(opts.values_file))
-        )
+        file_values = _load_values_file(opts.values_file)
+        values_source = _values_source(opts.values_file, file_values.pop(ADOPTED_FROM_KEY, None))
+        checked.update(validate_user_values(opts.profile, file_values, source=str(opts.values_file)))
     if opts.user_values:
         checked.update(validate_user_values(opts.profile, dict(opts.user_values), source="--set"))
 
@@ -280,6 +308,7 @@ def prepare_render(
         placement=placement,
         names={m: f"{model_prefix}{m}" for m in MODEL_NAMES},
         model_prefix=model_prefix,
+        values_source=values_source,
     )
 
 

@@ -1,0 +1,389 @@
+"""The semantic diff of two Triton LLM repositories: what Triton and the models would do differently, not how
+the files are written (comments, order, spacing and ``${...}``-versus-empty are the same thing to them).
+
+Models are paired by role (:func:`repo_builder.adopt.model_role`, from their tensors), so a renamed model is
+still compared with its counterpart. Compared per model: ``backend``/``platform``, ``max_batch_size``,
+``model_transaction_policy.decoupled``, ``dynamic_batching`` (delay, queue size), ``instance_group`` counts,
+every input and output (``data_type``, ``dims``, ``optional``, ``reshape``; present or not), every
+``parameters`` key (a value that is empty or a ``${...}`` placeholder counts as absent, as NVIDIA's backend
+and repo-builder's models read it), and the ensemble's steps (``input_map``/``output_map`` per step).
+
+Each :class:`Change` is matched against :data:`FIXES`, the documented list of what repo-builder renders on
+purpose differently from NVIDIA's templates (docs/migration.md explains each); a change no fix names is
+``unexplained``. :func:`group_changes` sorts changes into the groups ``repo-builder upgrade`` prints.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .pbtxt import PLACEHOLDER_RE, dtype_name
+
+
+@dataclass(frozen=True)
+class Change:
+    """One semantic difference.
+
+    Attributes:
+        model: the role (``tensorrt_llm``, ``preprocessing``, ...) or the folder name of an extra model.
+        item: what differs: ``max_batch_size``, ``input QUERY``, ``input QUERY data_type``, ``parameter X``,
+            ``step tensorrt_llm input_map[end_id]``, ``model`` (the whole model is new or gone).
+        before, after: the value in the old and the new repository (None = absent).
+        fix: the name of the :data:`FIXES` entry that explains it, or None.
+        reason: that fix's reason.
+    """
+
+    model: str
+    item: str
+    before: Any
+    after: Any
+    fix: str | None = None
+    reason: str | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.model}: {self.item}: {_show(self.before)} -> {_show(self.after)}"
+        if self.fix:
+            text += f"  [{self.fix}]"
+        return text
+
+
+def _show(value: Any) -> str:
+    return "(absent)" if value is None else repr(value)
+
+
+def _param(value: str) -> str | None:
+    return None if value.strip() == "" or PLACEHOLDER_RE.search(value) else value
+
+
+def _schema_by_key() -> dict[str, Any]:
+    from .schema import load_schema
+
+    out: dict[str, Any] = {}
+    for p in load_schema().parameters.values():
+        out.setdefault(p.key, p)
+    return out
+
+
+def _normalized(param: Any, text: str) -> str:
+    """``text`` as the schema types it (``True``, ``true`` and ``1`` are one bool), written back the way
+    repo-builder writes it; ``text`` itself when no parameter has the key or the schema refuses it."""
+    if param is None or param.type is None:
+        return text
+    try:
+        return str(param.format_value(param.coerce(text)))
+    except (ValueError, TypeError):
+        return text
+
+
+def _tensor(t: Any) -> dict[str, Any]:
+    return {
+        "data_type": dtype_name(t.data_type),
+        "dims": [int(d) for d in t.dims],
+        "optional": bool(getattr(t, "optional", False)),
+        "reshape": [int(d) for d in t.reshape.shape] if t.HasField("reshape") else None,
+    }
+
+
+def _facts(config: Any) -> dict[str, Any]:
+    """{item: value} of one model config (see the module docstring)."""
+    out: dict[str, Any] = {
+        "backend": config.backend or None,
+        "platform": config.platform or None,
+        "max_batch_size": int(config.max_batch_size),
+        "decoupled": bool(config.model_transaction_policy.decoupled),
+        "instance count": sum(g.count or 1 for g in config.instance_group) if config.instance_group else None,
+    }
+    if config.HasField("dynamic_batching"):
+        db = config.dynamic_batching
+        out["dynamic_batching max_queue_delay_microseconds"] = int(db.max_queue_delay_microseconds)
+        out["dynamic_batching max_queue_size"] = (
+            int(db.default_queue_policy.max_queue_size) if db.HasField("default_queue_policy") else None
+        )
+    for kind in ("input", "output"):
+        for t in getattr(config, kind):
+            out[f"{kind} {t.name}"] = _tensor(t)
+    by_key = _schema_by_key()
+    for key, value in config.parameters.items():
+        text = _param(value.string_value)
+        if text is not None:
+            out[f"parameter {key}"] = _normalized(by_key.get(key), text)
+    for step in config.ensemble_scheduling.step:
+        for name, m in (("input_map", step.input_map), ("output_map", step.output_map)):
+            for k, v in m.items():
+                out[f"step {step.model_name} {name}[{k}]"] = v
+    return out
+
+
+def _tensor_changes(model: str, item: str, before: dict, after: dict) -> list[Change]:
+    return [
+        Change(model, f"{item} {field}", before[field], after[field])
+        for field in ("data_type", "dims", "optional", "reshape")
+        if before[field] != after[field]
+    ]
+
+
+def _load(repo: Path) -> dict[str, Any]:
+    from .adopt import _by_role, _load
+
+    roles, extra = _by_role(_load(repo))
+    out: dict[str, Any] = {role: m.config for role, m in roles.items()}
+    out.update({m.name: m.config for m in extra})
+    names = {m.name: role for role, m in roles.items()}
+    # ensemble steps name models by folder: compare them by role
+    ens = out.get("ensemble")
+    if ens is not None:
+        for step in ens.ensemble_scheduling.step:
+            step.model_name = names.get(step.model_name, step.model_name)
+    return out
+
+
+def semantic_diff(before: str | Path, after: str | Path) -> list[Change]:
+    """Every semantic difference from repository ``before`` to ``after``, each matched against :data:`FIXES`.
+
+    Raises:
+        AdoptError: either is not a readable model repository (names the file).
+    """
+    old, new = _load(Path(before)), _load(Path(after))
+    changes: list[Change] = []
+    for model in sorted(set(old) | set(new)):
+        if model not in old or model not in new:
+            changes.append(
+                Change(model, "model", "present" if model in old else None, "present" if model in new else None)
+            )
+            continue
+        fo, fn = _facts(old[model]), _facts(new[model])
+        for item in sorted(set(fo) | set(fn)):
+            a, b = fo.get(item), fn.get(item)
+            if a == b:
+                continue
+            if isinstance(a, dict) and isinstance(b, dict):
+                changes.extend(_tensor_changes(model, item, a, b))
+            else:
+                changes.append(Change(model, item, a, b))
+    return [explain(c) for c in changes]
+
+
+# ------------------------------------------------------------------------------------------------ fixes
+@dataclass(frozen=True)
+class Fix:
+    """A documented, deliberate difference: ``name`` (docs/migration.md has a section per name), ``reason``,
+    ``group`` (how upgrade prints it) and ``matches`` (does it explain this change?)."""
+
+    name: str
+    group: str
+    reason: str
+    matches: Callable[[Change], bool]
+
+
+def _item(*prefixes: str, models: Iterable[str] | None = None) -> Callable[[Change], bool]:
+    allowed = set(models) if models is not None else None
+    return lambda c: (allowed is None or c.model in allowed) and c.item.startswith(prefixes)
+
+
+def _ours_tensor(c: Change) -> bool:
+    """A tensor the contract marks ``ours: true`` (repo-builder's own, optional), added."""
+    from .contract import list_profiles, load_contract
+
+    if c.before is not None or not c.item.startswith(("input ", "output ")):
+        return False
+    kind, _, name = c.item.partition(" ")
+    for profile in list_profiles():
+        cm = load_contract(profile).models.get(c.model)
+        if cm is None:
+            continue
+        for spec in getattr(cm, f"{kind}s"):
+            if spec.name == name.split(" ")[0] and spec.ours:
+                return True
+    return False
+
+
+def _repo_builder_parameter(c: Change) -> bool:
+    """A ``parameters`` key repo-builder's own Python models read (the schema lists it), added."""
+    from .schema import load_schema
+
+    if c.before is not None or not c.item.startswith("parameter "):
+        return False
+    key = c.item.removeprefix("parameter ")
+    return any(p.key == key and c.model in p.models for p in load_schema().parameters.values())
+
+
+_MULTIMODAL = re.compile(
+    r"^(input|output) (IMAGE_|VIDEO_|PIXEL_VALUES|ASPECT_RATIO|CROSS_ATTENTION_MASK|ATTENTION_MASK|IS_VIDEO|VISION_|"
+    r"image_|video_|decoder_|DECODER_|REQUEST_DECODER)"
+    r"|^step \S+ (input|output)_map\[(DECODER_QUERY|DECODER_INPUT_ID|REQUEST_DECODER_INPUT_LEN|decoder_input_\w+)\]"
+)
+
+
+def _in_contract(c: Change) -> bool:
+    """A tensor (or its ensemble wiring) that only ``after`` has, declared by the contract of a profile."""
+    from .contract import list_profiles, load_contract
+
+    if c.before is not None:
+        return False
+    m = re.match(r"^(input|output) (\S+)$", c.item) or re.match(r"^step \S+ (input|output)_map\[(\S+)\]$", c.item)
+    if m is None:
+        return False
+    name = m.group(2)
+    for profile in list_profiles():
+        for model in load_contract(profile).models.values():
+            if any(s.name == name for s in [*model.inputs, *model.outputs]):
+                return True
+    return False
+
+
+FIXES: tuple[Fix, ...] = (
+    Fix(
+        "repo-builder-tensors",
+        "new_inputs",
+        "repo-builder's optional tensors (contract.yaml `ours: true`): streaming detokenizer keys, perf-metric "
+        "requests, END_ID/PAD_ID on preprocessing; clients that do not send them are unaffected",
+        _ours_tensor,
+    ),
+    Fix(
+        "stream-keys",
+        "new_inputs",
+        "the ensemble routes the engine's arrival_time_ns/batch_index/sequence_index to postprocessing and the "
+        "perf-metrics request through preprocessing, so streamed text is keyed per request (docs/design.md, "
+        "Streaming text in an ensemble)",
+        lambda c: (
+            c.model == "ensemble"
+            and bool(
+                re.search(
+                    r"\[(ARRIVAL_TIME_NS|BATCH_INDEX|SEQUENCE_INDEX|RETURN_PERF_METRICS|OUT_RETURN_PERF_METRICS|return_perf_metrics)\]",
+                    c.item,
+                )
+            )
+        ),
+    ),
+    Fix(
+        "end-pad-from-tokenizer",
+        "renamed_inputs",
+        "preprocessing resolves end_id/pad_id (the client's, else the tokenizer's) and hands them to the engine; "
+        "v0.5.0's ensemble passed the client's straight through, so a request without them had no end id",
+        lambda c: (
+            c.model == "ensemble"
+            and bool(re.search(r"\[(END_ID|PAD_ID|OUT_END_ID|OUT_PAD_ID|end_id|pad_id)\]", c.item))
+        ),
+    ),
+    Fix(
+        "optional-word-lists",
+        "changed_defaults",
+        "preprocessing's BAD_WORDS_DICT/STOP_WORDS_DICT are optional (v0.6+ templates too): a client may omit them",
+        lambda c: (
+            c.model == "preprocessing" and c.item in ("input BAD_WORDS_DICT optional", "input STOP_WORDS_DICT optional")
+        ),
+    ),
+    Fix(
+        "scalar-reshape",
+        "changed_defaults",
+        "the engine's scalar inputs carry reshape: [] as in the v0.6+ templates; clients send the same [1] "
+        "tensors, and the Python BLS takes them without one",
+        lambda c: c.item.endswith(" reshape") and c.model in ("tensorrt_llm", "tensorrt_llm_bls"),
+    ),
+    Fix(
+        "dynamic-batching",
+        "changed_defaults",
+        "repo-builder writes dynamic_batching (max_queue_delay_microseconds, max_queue_size; 0 = Triton's "
+        "defaults) on preprocessing, postprocessing and tensorrt_llm, as the v0.6+ templates do",
+        _item("dynamic_batching"),
+    ),
+    Fix(
+        "newer-contract-tensors",
+        "new_inputs",
+        "tensors of the profile's contract (TensorRT-LLM 1.2 request inputs such as min_tokens, seed, "
+        "return_num_input_tokens and their outputs) that the filled template predates; optional for clients",
+        _in_contract,
+    ),
+    Fix(
+        "multimodal-dropped",
+        "dropped_keys",
+        "multimodal and encoder-decoder tensors and keys are not supported by repo-builder (parameters.yaml "
+        "removed: multimodal_model_path); text requests never used them",
+        lambda c: (
+            c.after is None
+            and (
+                bool(_MULTIMODAL.search(c.item))
+                or (
+                    c.model == "preprocessing"
+                    and c.item
+                    in ("parameter multimodal_model_path", "parameter max_num_images", "parameter gpt_model_path")
+                )
+            )
+        ),
+    ),
+    Fix(
+        "bls-added",
+        "new_models",
+        "repo-builder always renders tensorrt_llm_bls (v0.5.0 had none): the BLS trims stop strings and serves "
+        "/generate with the same inputs as the ensemble",
+        lambda c: c.model == "tensorrt_llm_bls" and c.item == "model" and c.before is None,
+    ),
+    Fix(
+        "tokenizer-type-dropped",
+        "dropped_keys",
+        "tokenizer_type was removed upstream in v0.9: the tokenizer is loaded with AutoTokenizer",
+        lambda c: c.item == "parameter tokenizer_type" and c.after is None,
+    ),
+    Fix(
+        "force-cpu-only-input-tensors",
+        "dropped_keys",
+        "FORCE_CPU_ONLY_INPUT_TENSORS is a Python-backend switch NVIDIA's templates set on the C++ model, "
+        "where nothing reads it",
+        lambda c: c.item == "parameter FORCE_CPU_ONLY_INPUT_TENSORS" and c.after is None,
+    ),
+    Fix(
+        "repo-builder-models",
+        "new_parameters",
+        "repo-builder's own Python models (preprocessing, postprocessing, BLS) read these parameters; NVIDIA's "
+        "model.py had them hard-coded or not at all (docs/design.md, parameters of the Python models)",
+        lambda c: c.model != "tensorrt_llm" and _repo_builder_parameter(c),
+    ),
+    Fix(
+        "explicit-defaults",
+        "new_parameters",
+        "where the filled file left a key of the engine model unset, repo-builder writes the value it resolves "
+        "(the schema's default, which follows the backend's default for an unset key, or the tokenizer's path)",
+        lambda c: c.model == "tensorrt_llm" and _repo_builder_parameter(c),
+    ),
+)
+
+
+def explain(change: Change) -> Change:
+    """``change`` with the first matching fix's name and reason (unchanged when none matches)."""
+    for fix in FIXES:
+        if fix.matches(change):
+            return Change(change.model, change.item, change.before, change.after, fix.name, fix.reason)
+    return change
+
+
+def unexplained(changes: Iterable[Change]) -> list[Change]:
+    """The changes no documented fix explains."""
+    return [c for c in changes if c.fix is None]
+
+
+GROUPS = ("renamed_inputs", "new_inputs", "new_parameters", "dropped_keys", "changed_defaults", "new_models", "other")
+
+
+def group_changes(changes: Iterable[Change]) -> dict[str, list[Change]]:
+    """{group: changes} in :data:`GROUPS` order: a fix's group, else by shape (an input gone and one new in one
+    model pair up as renamed; a parameter only in ``after`` is new, only in ``before`` dropped, in both changed)."""
+    by_fix = {f.name: f.group for f in FIXES}
+    out: dict[str, list[Change]] = {g: [] for g in GROUPS}
+    for c in changes:
+        if c.fix:
+            out[by_fix[c.fix]].append(c)
+        elif c.item.startswith(("input ", "output ")) and (c.before is None or c.after is None):
+            out["renamed_inputs" if c.before is None or c.after is None else "other"].append(c)
+        elif c.item.startswith("parameter ") and c.before is None:
+            out["new_parameters"].append(c)
+        elif c.item.startswith("parameter ") and c.after is None:
+            out["dropped_keys"].append(c)
+        elif c.item == "model":
+            out["new_models"].append(c)
+        else:
+            out["changed_defaults"].append(c)
+    return {g: cs for g, cs in out.items() if cs}
