@@ -68,7 +68,7 @@ def report_errors(func: F) -> F:
 
 
 # Command modules, each registering its commands on `app` when imported.
-_COMMAND_MODULES = ("build", "serve", "client", "deploy", "openai", "model")
+_COMMAND_MODULES = ("build", "serve", "client", "deploy", "openai", "model", "adopt")
 for _name in _COMMAND_MODULES:
     try:
         importlib.import_module(f"{__package__}.commands.{_name}")

@@ -235,6 +235,20 @@ def _in_contract(c: Change) -> bool:
     return False
 
 
+def _profile_default(c: Change) -> bool:
+    """A parameter whose value differs as two profiles' defaults differ."""
+    from .schema import load_schema
+
+    if not c.item.startswith("parameter ") or c.before is None or c.after is None:
+        return False
+    key = c.item.removeprefix("parameter ")
+    for p in load_schema().parameters.values():
+        if p.key == key and p.default_by_profile and p.type is not None:
+            defaults = {_normalized(p, str(v)) for v in [p.default, *p.default_by_profile.values()] if v is not None}
+            return {c.before, c.after} <= defaults
+    return False
+
+
 FIXES: tuple[Fix, ...] = (
     Fix(
         "repo-builder-tensors",
@@ -272,10 +286,56 @@ FIXES: tuple[Fix, ...] = (
     Fix(
         "optional-word-lists",
         "changed_defaults",
-        "preprocessing's BAD_WORDS_DICT/STOP_WORDS_DICT are optional (v0.6+ templates too): a client may omit them",
+        "the bad/stop word lists are optional (v0.6+ templates too): a client may omit them",
         lambda c: (
-            c.model == "preprocessing" and c.item in ("input BAD_WORDS_DICT optional", "input STOP_WORDS_DICT optional")
+            c.item
+            in (
+                "input BAD_WORDS_DICT optional",
+                "input STOP_WORDS_DICT optional",
+                "input bad_words optional",
+                "input stop_words optional",
+            )
         ),
+    ),
+    Fix(
+        "int32-request-inputs",
+        "renamed_inputs",
+        "tensorrtllm_backend v0.6.0 retyped the integer request inputs (max_tokens, end_id, pad_id, top_k, "
+        "beam_width, min_length, request_output_len) from TYPE_UINT32 to TYPE_INT32: clients send INT32",
+        lambda c: c.item.endswith(" data_type") and c.before == "TYPE_UINT32" and c.after == "TYPE_INT32",
+    ),
+    Fix(
+        "one-prompt-per-row",
+        "renamed_inputs",
+        "the 1.x templates declare one prompt and one max_tokens per batch row (dims [1]) and one text per beam "
+        "(text_output/OUTPUT dims [-1]); v0.5.0 declared [-1] and [-1, -1]",
+        lambda c: (
+            c.item.endswith(" dims")
+            and c.model in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm_bls")
+            and c.item.split(" ")[1]
+            in ("text_input", "max_tokens", "QUERY", "REQUEST_OUTPUT_LEN", "text_output", "OUTPUT")
+        ),
+    ),
+    Fix(
+        "optional-input-ids",
+        "changed_defaults",
+        "TensorRT-LLM 1.x makes input_ids optional (a request may carry encoder features instead); text "
+        "requests send it as before",
+        lambda c: c.model == "tensorrt_llm" and c.item == "input input_ids optional",
+    ),
+    Fix(
+        "executor-worker-path",
+        "new_parameters",
+        "the 1.x backend starts its executor worker from executor_worker_path; repo-builder writes the path of "
+        "the profile's container (parameters.yaml removed: executor_worker_path)",
+        lambda c: c.model == "tensorrt_llm" and c.item == "parameter executor_worker_path",
+    ),
+    Fix(
+        "profile-default",
+        "changed_defaults",
+        "the value restated the old profile's default, and the new profile's default differs "
+        "(parameters.yaml default_by_profile); set it with --set to keep the old one",
+        lambda c: _profile_default(c),
     ),
     Fix(
         "scalar-reshape",
@@ -365,13 +425,16 @@ def unexplained(changes: Iterable[Change]) -> list[Change]:
     return [c for c in changes if c.fix is None]
 
 
+#: The groups of the per-value changes of ``repo-builder upgrade`` (:func:`repo_builder.upgrade.carry_values`).
+VALUE_CHANGE_GROUPS = {"not-in-profile": "dropped_keys"}
+
 GROUPS = ("renamed_inputs", "new_inputs", "new_parameters", "dropped_keys", "changed_defaults", "new_models", "other")
 
 
 def group_changes(changes: Iterable[Change]) -> dict[str, list[Change]]:
     """{group: changes} in :data:`GROUPS` order: a fix's group, else by shape (an input gone and one new in one
     model pair up as renamed; a parameter only in ``after`` is new, only in ``before`` dropped, in both changed)."""
-    by_fix = {f.name: f.group for f in FIXES}
+    by_fix = {f.name: f.group for f in FIXES} | VALUE_CHANGE_GROUPS
     out: dict[str, list[Change]] = {g: [] for g in GROUPS}
     for c in changes:
         if c.fix:

@@ -105,7 +105,9 @@ def _values_source(values_file: str | Path, adopted_from: Any) -> dict[str, Any]
                 key=ADOPTED_FROM_KEY,
                 path=values_file,
             )
-        source["adopted_from"] = {str(k): v for k, v in adopted_from.items()}
+        source["adopted_from"] = {str(k): v for k, v in adopted_from.items() if k != "transient_file"}
+        if adopted_from.get("transient_file"):  # `repo-builder upgrade`'s own file, removed after the render
+            del source["file"]
     return source
 
 
