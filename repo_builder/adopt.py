@@ -483,6 +483,47 @@ def _unplaced_key(schema: Any, profile: str, m: AdoptedModel, key: str, text: st
     )
 
 
+def _missing(profile: str, roles: Mapping[str, AdoptedModel], values: Mapping[str, Any]) -> list[Finding]:
+    """Required inputs of the contract and required parameters of the schema that a model lacks (a key removed
+    by hand): render restores them; the finding names the file and the key."""
+    from .contract import load_contract
+    from .schema import load_schema
+
+    out: list[Finding] = []
+    contract = load_contract(profile)
+    for role, m in roles.items():
+        cm = contract.models.get(role)
+        if cm is None:
+            continue
+        have = _names(m.config.input)
+        for spec in cm.inputs:
+            if not spec.optional and not spec.ours and spec.name not in have:
+                out.append(
+                    Finding(
+                        m.rel,
+                        spec.name,
+                        f"missing: profile {profile} declares the required input {spec.name} "
+                        f"({spec.data_type or spec.data_type_param} {list(spec.dims)}); the rendered repository has it",
+                        "missing",
+                    )
+                )
+    for name, param in load_schema().for_profile(profile).items():
+        if not param.required or name in values:
+            continue
+        for role in param.models:
+            holder = roles.get(role)
+            if holder is not None and param.key not in holder.config.parameters:
+                out.append(
+                    Finding(
+                        holder.rel,
+                        param.key,
+                        f"missing: {name} is required; adopted as {_default_text(param, profile)}",
+                        "missing",
+                    )
+                )
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- engine
 def _check_engine(repo: Path, engine_dir: Path, profile: str) -> list[Finding]:
     """Contradictions between the filled configs and the engine's config.json (batch size, beam width, world
@@ -533,7 +574,13 @@ def adopt_repository(
     ]
     tag = _nvidia_tag(roles, root, findings)
     values, where = _read_values(profile, roles, findings)
+    findings.extend(_missing(profile, roles, values))
     paths = {name: str(values.pop(name)) for name in PATH_PARAMETERS if name in values}
+    # the backend follows the engine's kind at render (tensorrtllm for an engine, python for repo-builder's
+    # CPU engines): recorded as a fact of the repository, not a value to impose
+    backend = values.pop("triton_backend", None)
+    if backend is not None:
+        paths["backend"] = str(backend)
     if engine_dir is not None:
         findings.extend(_check_engine(root, Path(engine_dir), profile))
         paths["engine_dir"] = str(Path(engine_dir).expanduser().absolute())
