@@ -1,0 +1,102 @@
+"""End to end: a seed-era repository (NVIDIA's v0.5.0 inflight_batcher_llm templates filled by their own
+fill_template.py, tests/assets/nvidia_filled/v0.5.0) upgraded by ``repo-builder upgrade --profile trtllm-1.2``
+serves in a real tritonserver, and answers as a fresh trtllm-1.2 render of the same engine and tokenizer does.
+
+The synthetic engine sits where the fill's ``gpt_model_path`` points, so the answer of a fresh render is known
+offline (``synthetic_token_ids`` decoded by the tokenizer): one server serves the upgraded repository, and
+the test checks the fresh render's configs are semantically the upgraded ones (``repo-builder diff`` empty)
+and that the served answers equal that offline answer, over the ensemble and the BLS, non-streaming and
+streamed, with the request a v0.5.0 client sends (text_input, max_tokens, bad_words, stop_words).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import ASSETS, asset
+from e2e_support import Stream, grpc_input, http_generate
+
+pytestmark = pytest.mark.server
+
+N_TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def upgraded(tmp_path_factory, serve_module):
+    import transformers
+
+    from repo_builder.render import render_repository
+    from repo_builder.runtime.synthetic import synthetic_token_ids
+    from repo_builder.semdiff import semantic_diff
+    from repo_builder.upgrade import upgrade_repository
+
+    base = tmp_path_factory.mktemp("upgrade")
+    tok_dir = asset("mistral_v1_tokenizer")
+    tok = transformers.AutoTokenizer.from_pretrained(str(tok_dir))
+    engine = base / "engine"
+    engine.mkdir()
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": len(tok), "max_batch_size": 8, "max_input_len": 64, "max_seq_len": 256})
+    )
+    seed = base / "seed-era"
+    shutil.copytree(ASSETS / "nvidia_filled/v0.5.0", seed)
+    for cfg in seed.glob("*/config.pbtxt"):  # the user's paths, as they filled them
+        text = cfg.read_text().replace("/models/engines/llama-7b/1-gpu", str(engine))
+        cfg.write_text(text.replace("/models/tokenizers/llama-7b", str(tok_dir)))
+    result = upgrade_repository(seed, profile="trtllm-1.2", output=base / "upgraded")
+    fresh = base / "fresh"
+    render_repository(engine, tok_dir, fresh, profile="trtllm-1.2", engine_mode="reference", user_values=result.values)
+    assert semantic_diff(result.written, fresh) == []
+
+    def answer(prompt: str) -> str:
+        ids = tok(prompt)["input_ids"]
+        return tok.decode(
+            synthetic_token_ids(ids, N_TOKENS, len(tok), end_id=tok.eos_token_id), skip_special_tokens=True
+        )
+
+    with serve_module(result.written) as server:
+        yield server, answer
+
+
+def v05_request(prompt: str) -> dict:
+    """What NVIDIA's v0.5.0 clients send the ensemble (bad_words and stop_words were required then)."""
+    return {
+        "text_input": prompt,
+        "max_tokens": N_TOKENS,
+        "bad_words": "",
+        "stop_words": "",
+        "exclude_input_in_output": True,
+    }
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_upgraded_answers_like_a_fresh_render(upgraded, model):
+    server, answer = upgraded
+    for prompt in ("The sea was calm that morning.", "Tell me about lighthouses."):
+        status, body = http_generate(server, model, v05_request(prompt))
+        assert status == 200, body
+        assert body["text_output"] == answer(prompt)
+
+
+def test_upgraded_streams(upgraded):
+    """decoupled_mode True of the v0.5.0 fill is carried: the upgraded ensemble streams."""
+    server, answer = upgraded
+    prompt = "A story about a small boat."
+    stream = Stream(server)
+    try:
+        inputs = [
+            grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+            grpc_input("max_tokens", np.array([[N_TOKENS]], np.int32)),
+            grpc_input("stream", np.array([[True]], bool)),
+            grpc_input("exclude_input_in_output", np.array([[True]], bool)),
+        ]
+        stream.send("ensemble", inputs, "s1")
+        deltas, errors = stream.collect_text({"s1"})
+    finally:
+        stream.close()
+    assert not errors
+    assert len(deltas["s1"]) > 1
+    assert "".join(deltas["s1"]) == answer(prompt)
