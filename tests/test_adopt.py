@@ -371,3 +371,20 @@ def test_upgrade_refuses_output_inside_repo(world, tmp_path):
     res = runner.invoke(app, ["upgrade", str(repo), "-o", str(repo / "new")])
     assert res.exit_code == 2 and "--output" in res.output
     assert not (repo / "new").exists()
+
+
+def test_values_file_source_in_lock(world, tmp_path):
+    """render --values records the file in the lock file; a malformed adopted_from block is refused by key."""
+    from repo_builder.errors import ParameterError
+    from repo_builder.render import render_repository
+
+    values = tmp_path / "values.yaml"
+    values.write_text("kv_cache_free_gpu_mem_fraction: 0.8\n")
+    eng = world["engines"]["v0.19.0"]
+    out = render_repository(eng, world["tok"], tmp_path / "r", values_file=values, engine_mode="reference").plan.output
+    lock = json.loads((out / "repo-builder.lock.json").read_text())
+    assert lock["values_source"] == {"file": str(values)}
+    values.write_text("adopted_from: somewhere\n")
+    with pytest.raises(ParameterError, match="adopted_from"):
+        render_repository(eng, world["tok"], tmp_path / "r2", values_file=values, engine_mode="reference")
+    assert not (tmp_path / "r2").exists()
