@@ -186,6 +186,33 @@ def logits_dtype(ctx: RuleContext) -> Iterator[Finding]:
         )
 
 
+@rule
+def device_groups(ctx: RuleContext) -> Iterator[Finding]:
+    """The world size in gpu_device_ids / participant_ids: each ``;``-separated group lists the devices (or MPI
+    ranks) of one tensorrt_llm instance, one per rank of the engine (tensorrtllm_backend v0.19.0 docs, data
+    parallelism: ``gpu_device_ids "0,1;2,3"`` with ``participant_ids "1,2;3,4"`` for a tp-2 engine). A group with
+    fewer ids than the engine's tp x pp ranks leaves ranks without a device of their own (a warning: extra ids
+    are unused, fewer are a fill made for another engine)."""
+    if not ctx.is_trt:
+        return
+    world = ctx.engine.world_size
+    for key in ("gpu_device_ids", "participant_ids"):
+        groups = ctx.v(key)
+        if not isinstance(groups, list):
+            continue
+        short = [g for g in groups if isinstance(g, list) and len(g) < world]
+        if short:
+            shown = ";".join(",".join(str(i) for i in g) for g in groups)
+            yield Finding(
+                key,
+                f"{shown!r} lists {len(short[0])} id(s) for an instance, but the engine's world size is {world} "
+                f"(tp {ctx.engine.tp_size} x pp {ctx.engine.pp_size}): each `;`-separated group needs one id per "
+                "rank; was the repository filled for another engine?",
+                severity="warning",
+                blame="engine",
+            )
+
+
 # ------------------------------------------------------------------------------------------- batching
 @rule
 def inflight_batching(ctx: RuleContext) -> Iterator[Finding]:

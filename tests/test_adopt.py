@@ -388,3 +388,19 @@ def test_values_file_source_in_lock(world, tmp_path):
     with pytest.raises(ParameterError, match="adopted_from"):
         render_repository(eng, world["tok"], tmp_path / "r2", values_file=values, engine_mode="reference")
     assert not (tmp_path / "r2").exists()
+
+
+def test_engine_world_size_disagrees(world, tmp_path):
+    """A tp-2 engine against a fill that gives its one instance a single GPU: a finding naming file and key."""
+    repo = world["filled"]("v0.19.0", tmp_path / "repo")
+    _edit(repo / "tensorrt_llm/config.pbtxt", r'"\$\{gpu_device_ids\}"', '"0"')
+    tp2 = write_engine(
+        tmp_path / "eng-tp2",
+        config(
+            "new", build_config={"max_batch_size": 64}, pretrained_config={"mapping": {"world_size": 2, "tp_size": 2}}
+        ),
+        ranks=2,
+    )
+    a = adopt_repository(repo, engine_dir=tp2)
+    engine = {(f.file, f.key): f.message for f in a.findings if f.kind == "engine"}
+    assert "world size is 2" in engine["tensorrt_llm/config.pbtxt", "gpu_device_ids"]
