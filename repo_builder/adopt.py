@@ -104,7 +104,8 @@ class Adoption:
         profile: the recognised profile (``trtllm-0.5`` or ``trtllm-1.2``).
         tag: the NVIDIA tag whose pristine ``model.py`` files the repository holds, or None.
         values: {parameter: typed value} for ``render --values`` (paths excluded, see ``paths``).
-        paths: {engine_dir/tokenizer_dir: path as written in the repository}.
+        paths: facts of the repository that are not values: ``engine_dir``/``tokenizer_dir`` (as written there,
+            or as given), ``backend`` (the engine model's; render decides it from the engine's kind).
         where: {parameter: "file: key"} where each value was read.
         findings: what could not be placed.
         models: {role or extra name: AdoptedModel}.
@@ -214,7 +215,7 @@ def _by_role(models: list[AdoptedModel]) -> tuple[dict[str, AdoptedModel], list[
 
 
 # --------------------------------------------------------------------------------------------- profile
-def _contract_score(config: Any, contract: Any, params: Mapping[str, str]) -> int:
+def _contract_score(config: Any, contract: Any) -> int:
     """+1 per tensor whose name and dtype match the contract, -1 per name whose dtype differs."""
     score = 0
     for kind, specs in (("input", contract.inputs), ("output", contract.outputs)):
@@ -249,36 +250,37 @@ def recognise_profile(roles: Mapping[str, AdoptedModel]) -> str:
         contract_models = {p: c.models.get(role) for p, c in contracts.items()}
         if role == "tensorrt_llm_bls":
             contract_models = {p: c.models.get("ensemble") for p, c in contracts.items()}
-        scores = {p: _contract_score(m.config, cm, {}) for p, cm in contract_models.items() if cm is not None}
+        scores = {p: _contract_score(m.config, cm) for p, cm in contract_models.items() if cm is not None}
         best = max(scores.values())
         winners = [p for p, s in scores.items() if s == best]
         if len(winners) == 1:
             votes.setdefault(winners[0], m)
     if len(votes) > 1:
         (p1, m1), (p2, m2) = list(votes.items())[:2]
-        tensor = _distinguishing_tensor(m1, m2, contracts[p1], contracts[p2])
+        name, detail = _distinguishing_tensor(m2, contracts[p1])
         raise AdoptError(
-            f"two versions mixed: {m1.rel} has the tensors of profile {p1} but {m2.rel} those of {p2}{tensor}",
+            f"two versions mixed: {m1.rel} has the tensors of profile {p1} but {m2.rel} those of {p2}{detail}",
             path=m2.rel,
-            key=tensor.split("'")[1] if "'" in tensor else None,
+            key=name,
             hint="fill every model from the templates of one tag",
         )
-    if not votes:
-        return "trtllm-1.2"
+    if not votes:  # no model prefers one: the newest profile
+        return list_profiles()[0] if "trtllm-1.2" not in contracts else "trtllm-1.2"
     return next(iter(votes))
 
 
-def _distinguishing_tensor(m1: AdoptedModel, m2: AdoptedModel, c1: Any, c2: Any) -> str:
-    role = m2.role or ""
-    cm = c1.models.get("ensemble" if role == "tensorrt_llm_bls" else role)
+def _distinguishing_tensor(m: AdoptedModel, other: Any) -> tuple[str | None, str]:
+    """A tensor of ``m`` whose dtype the ``other`` profile's contract declares differently: (name, text)."""
+    role = m.role or ""
+    cm = other.models.get("ensemble" if role == "tensorrt_llm_bls" else role)
     if cm is None:
-        return ""
+        return None, ""
     specs = {s.name: s for s in [*cm.inputs, *cm.outputs]}
-    for t in [*m2.config.input, *m2.config.output]:
+    for t in [*m.config.input, *m.config.output]:
         spec = specs.get(t.name)
         if spec is not None and spec.data_type and spec.data_type != dtype_name(t.data_type):
-            return f" (tensor '{t.name}' is {dtype_name(t.data_type)}, {c1.profile} declares {spec.data_type})"
-    return ""
+            return t.name, f" (tensor {t.name} is {dtype_name(t.data_type)}, {other.profile} declares {spec.data_type})"
+    return None, ""
 
 
 def _nvidia_tag(roles: Mapping[str, AdoptedModel], repo: Path, findings: list[Finding]) -> str | None:
@@ -569,7 +571,13 @@ def adopt_repository(
     roles, extra = _by_role(models)
     profile = recognise_profile(roles)
     findings: list[Finding] = [
-        Finding(m.rel, "name", f"model {m.name!r} is not one of NVIDIA's LLM models; left alone", "extra_model")
+        Finding(
+            m.rel,
+            "name",
+            f"model {m.name!r} is not one of NVIDIA's LLM models: left alone, and not rendered (copy it into the "
+            "new repository yourself)",
+            "extra_model",
+        )
         for m in extra
     ]
     tag = _nvidia_tag(roles, root, findings)

@@ -404,3 +404,23 @@ def test_engine_world_size_disagrees(world, tmp_path):
     a = adopt_repository(repo, engine_dir=tp2)
     engine = {(f.file, f.key): f.message for f in a.findings if f.kind == "engine"}
     assert "world size is 2" in engine["tensorrt_llm/config.pbtxt", "gpu_device_ids"]
+
+
+def test_nvidia_tag_from_pristine_model_py(world, tmp_path, monkeypatch):
+    """The tag is named when the model.py files are the pristine ones of one tag (their sha256 in
+    PRISTINE_MODEL_PY; NVIDIA's files are not stored here, so the table is pointed at files the test writes)."""
+    import repo_builder.adopt as adopt_module
+
+    repo = world["filled"]("v0.19.0", tmp_path / "repo")
+    hashes = {}
+    for role in ("preprocessing", "postprocessing"):
+        (repo / role / "1").mkdir(parents=True, exist_ok=True)
+        data = f"# stands in for NVIDIA's {role} model.py\n".encode()
+        (repo / role / "1/model.py").write_bytes(data)
+        hashes[role] = hashlib.sha256(data).hexdigest()
+    monkeypatch.setitem(adopt_module.PRISTINE_MODEL_PY, "v0.19.0", hashes)
+    a = adopt_repository(repo)
+    assert a.tag == "v0.19.0"
+    assert not [f for f in a.findings if f.kind == "hand_edit"]
+    (repo / "postprocessing/1/model.py").write_bytes(b"# patched\n")
+    assert [f.file for f in adopt_repository(repo).findings if f.kind == "hand_edit"] == ["postprocessing/1/model.py"]
