@@ -264,8 +264,8 @@ def recognise_profile(roles: Mapping[str, AdoptedModel]) -> str:
             key=name,
             hint="fill every model from the templates of one tag",
         )
-    if not votes:  # no model prefers one: the newest profile
-        return list_profiles()[0] if "trtllm-1.2" not in contracts else "trtllm-1.2"
+    if not votes:  # no model prefers one: render's default profile
+        return "trtllm-1.2"
     return next(iter(votes))
 
 
