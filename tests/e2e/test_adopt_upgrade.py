@@ -100,3 +100,59 @@ def test_upgraded_streams(upgraded):
     assert not errors
     assert len(deltas["s1"]) > 1
     assert "".join(deltas["s1"]) == answer(prompt)
+
+
+def _tensor(name: str, arr: np.ndarray):
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    t = grpcclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+    t.set_data_from_numpy(arr)
+    return t
+
+
+def test_v019_client_shapes_pass_on_the_upgraded_repository(upgraded):
+    """end_to_end_grpc_client.py of v0.19.0 (text_input/max_tokens as [[...]], INT32, streamed) gets the same text."""
+    server, answer = upgraded
+    prompt = "The harbour at dawn."
+    inputs = [
+        _tensor("text_input", np.array([[prompt]]).astype(object)),
+        _tensor("max_tokens", np.ones((1, 1), np.int32) * N_TOKENS),
+        _tensor("stream", np.array([[True]], dtype=bool)),
+        _tensor("beam_width", np.array([[1]], dtype=np.int32)),
+        _tensor("exclude_input_in_output", np.array([[True]], dtype=bool)),
+    ]
+    stream = Stream(server)
+    try:
+        stream.send("ensemble", inputs, "v019")
+        deltas, errors = stream.collect_text({"v019"})
+    finally:
+        stream.close()
+    assert not errors
+    assert "".join(deltas["v019"]) == answer(prompt)
+
+
+def test_v05_uint32_max_tokens_is_refused_by_name(upgraded):
+    """The one client-visible break of the upgrade (fix int32-request-inputs, docs/migration.md): a v0.5.0 client's
+    UINT32 max_tokens is refused by Triton naming the input and both dtypes, while the same request in INT32 on
+    the same stream is answered."""
+    server, answer = upgraded
+    prompt = "hello"
+
+    def inputs(dtype):
+        return [
+            _tensor("text_input", np.array([[prompt]]).astype(object)),
+            _tensor("max_tokens", np.array([[N_TOKENS]], dtype)),
+            _tensor("exclude_input_in_output", np.array([[True]], dtype=bool)),
+        ]
+
+    stream = Stream(server)
+    try:
+        stream.send("ensemble", inputs(np.uint32), "a-uint32")  # an error names no id: ids sort so
+        stream.send("ensemble", inputs(np.int32), "b-int32")  # the failed one is first
+        deltas, errors = stream.collect_text({"a-uint32", "b-int32"})
+    finally:
+        stream.close()
+    assert len(errors) == 1
+    assert "max_tokens" in errors[0] and "UINT32" in errors[0] and "INT32" in errors[0]
+    assert "".join(deltas["b-int32"]) == answer(prompt)
