@@ -462,7 +462,7 @@ def _default_text(param: Parameter, profile: str) -> str:
 def _unplaced_key(schema: Any, profile: str, m: AdoptedModel, key: str, text: str) -> Finding:
     """A ``parameters`` key of ``m`` that no parameter of ``profile`` renders into its role."""
     if key in schema.removed:
-        return Finding(m.rel, key, f"dropped: {schema.removed[key]}", "dropped")
+        return Finding(m.rel, key, str(schema.removed[key]), "dropped")
     by_key = {p.key: p for p in schema.parameters.values()}
     param = by_key.get(key)
     shown = "unset" if _unset(text) else repr(text)
@@ -549,7 +549,12 @@ def _check_engine(repo: Path, engine_dir: Path, profile: str) -> list[Finding]:
             path=repo,
             hint="adopt with the engine the repository was filled for, or fix the value named",
         )
-    return [Finding(p.file, p.message.split(":", 1)[0], p.message, "engine") for p in problems if p.severity != "error"]
+    out = []
+    for p in problems:
+        if p.severity != "error":
+            key, _, message = p.message.partition(": ")
+            out.append(Finding(p.file, key, message, "engine"))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ main
