@@ -383,6 +383,13 @@ FIXES: tuple[Fix, ...] = (
         lambda c: c.model == "tensorrt_llm_bls" and c.item == "model" and c.before is None,
     ),
     Fix(
+        "ensemble-added",
+        "new_models",
+        "repo-builder always renders the ensemble (preprocessing -> tensorrt_llm -> postprocessing); a repository "
+        "filled without one served token ids only, and still does through tensorrt_llm",
+        lambda c: c.model == "ensemble" and c.item == "model" and c.before is None,
+    ),
+    Fix(
         "tokenizer-type-dropped",
         "dropped_keys",
         "tokenizer_type was removed upstream in v0.9: the tokenizer is loaded with AutoTokenizer",

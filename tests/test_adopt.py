@@ -424,3 +424,23 @@ def test_nvidia_tag_from_pristine_model_py(world, tmp_path, monkeypatch):
     assert not [f for f in a.findings if f.kind == "hand_edit"]
     (repo / "postprocessing/1/model.py").write_bytes(b"# patched\n")
     assert [f.file for f in adopt_repository(repo).findings if f.kind == "hand_edit"] == ["postprocessing/1/model.py"]
+
+
+def test_repository_without_ensemble_and_bls(world, tmp_path):
+    """A fill without ensemble and BLS (users who only call tensorrt_llm): adopted, and the render's added models
+    are the documented fixes."""
+    repo = world["filled"]("v0.19.0", tmp_path / "repo")
+    shutil.rmtree(repo / "ensemble")
+    shutil.rmtree(repo / "tensorrt_llm_bls")
+    a = adopt_repository(repo)
+    assert a.profile == "trtllm-1.2" and "accumulate_tokens" not in a.values
+    values = write_values_file(a, tmp_path / "values.yaml")
+    from repo_builder.render import render_repository
+
+    eng = world["engines"]["v0.19.0"]
+    out = render_repository(
+        eng, world["tok"], tmp_path / "new", values_file=values, engine_mode="reference"
+    ).plan.output
+    changes = semantic_diff(repo, out)
+    assert unexplained(changes) == []
+    assert {c.fix for c in changes if c.item == "model"} == {"bls-added", "ensemble-added"}
