@@ -444,3 +444,14 @@ def test_repository_without_ensemble_and_bls(world, tmp_path):
     changes = semantic_diff(repo, out)
     assert unexplained(changes) == []
     assert {c.fix for c in changes if c.item == "model"} == {"bls-added", "ensemble-added"}
+
+
+def test_upgrade_onto_an_existing_folder_writes_nothing(world, tmp_path):
+    """upgrade writes like render: an existing output is refused before anything is planned or written."""
+    repo = world["filled"]("v0.5.0", tmp_path / "repo")
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    res = runner.invoke(app, ["upgrade", str(repo), "--profile", "trtllm-1.2", "-o", str(out)])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
