@@ -455,3 +455,31 @@ def test_upgrade_onto_an_existing_folder_writes_nothing(world, tmp_path):
     res = runner.invoke(app, ["upgrade", str(repo), "--profile", "trtllm-1.2", "-o", str(out)])
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize(
+    "name, profile",
+    [
+        ("hayleyhu-llama2-70b-tp2-v0.5", "trtllm-0.5"),
+        ("sfc-llama2-7b-tp4-v0.5", "trtllm-0.5"),  # renamed models (llama2-7B-hf-tp-4_tokenizer, ...)
+        ("codota-starchat-v0.7", "trtllm-1.2"),
+        ("codota-dolphin-mistral-v0.8", "trtllm-1.2"),
+    ],
+)
+def test_users_repositories_adopt(name, profile, tmp_path):
+    """The hand-filled repositories of tests/assets/triton_model_repos (public users' fills) are recognised."""
+    a = adopt_repository(ASSETS / "triton_model_repos" / name)
+    assert a.profile == profile
+    assert {"tensorrt_llm", "preprocessing", "postprocessing", "ensemble"} <= set(a.models)
+    assert a.values["decoupled_mode"] in (True, False)
+    write_values_file(a, tmp_path / "values.yaml")
+
+
+def test_users_repository_with_structural_placeholder(tmp_path):
+    """medusa-vicuna-v0.13's BLS has `max_batch_size: ${triton_max_batch_size}` (B02): named, no values file."""
+    res = runner.invoke(
+        app, ["adopt", str(ASSETS / "triton_model_repos/medusa-vicuna-v0.13"), "--values-out", str(tmp_path / "v.yaml")]
+    )
+    assert res.exit_code == 2
+    assert "tensorrt_llm_bls/config.pbtxt" in res.output and "triton_max_batch_size" in res.output
+    assert not (tmp_path / "v.yaml").exists()
