@@ -457,20 +457,27 @@ def test_upgrade_onto_an_existing_folder_writes_nothing(world, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
+NVIDIA_ROLES = {"tensorrt_llm", "preprocessing", "postprocessing", "ensemble"}
+
+
 @pytest.mark.parametrize(
-    "name, profile",
+    "name, profile, roles",
     [
-        ("hayleyhu-llama2-70b-tp2-v0.5", "trtllm-0.5"),
-        ("sfc-llama2-7b-tp4-v0.5", "trtllm-0.5"),  # renamed models (llama2-7B-hf-tp-4_tokenizer, ...)
-        ("codota-starchat-v0.7", "trtllm-1.2"),
-        ("codota-dolphin-mistral-v0.8", "trtllm-1.2"),
+        ("hayleyhu-llama2-70b-tp2-v0.5", "trtllm-0.5", NVIDIA_ROLES),
+        # renamed models, and a tokenizer/detokenizer of the user's own (lower-case query/tokens_batch tensors):
+        # the engine and the ensemble are recognised, the user's two Python models are extra ones left alone
+        ("sfc-llama2-7b-tp4-v0.5", "trtllm-0.5", {"tensorrt_llm", "ensemble"}),
+        ("codota-starchat-v0.7", "trtllm-1.2", NVIDIA_ROLES),
+        ("codota-dolphin-mistral-v0.8", "trtllm-1.2", NVIDIA_ROLES),
     ],
 )
-def test_users_repositories_adopt(name, profile, tmp_path):
+def test_users_repositories_adopt(name, profile, roles, tmp_path):
     """The hand-filled repositories of tests/assets/triton_model_repos (public users' fills) are recognised."""
     a = adopt_repository(ASSETS / "triton_model_repos" / name)
     assert a.profile == profile
-    assert {"tensorrt_llm", "preprocessing", "postprocessing", "ensemble"} <= set(a.models)
+    assert roles <= set(a.models)
+    extra = {f.file.split("/")[0] for f in a.findings if f.kind == "extra_model"}
+    assert extra == {m.name for m in a.models.values() if m.role is None}
     assert a.values["decoupled_mode"] in (True, False)
     write_values_file(a, tmp_path / "values.yaml")
 
