@@ -25,6 +25,8 @@ set -euo pipefail
 
 PROJECT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
+# a source checkout (not pip-installed): repo_builder.model_templates is the folder model_templates/
+export REPO_BUILDER_TEMPLATES="${REPO_BUILDER_TEMPLATES:-$PROJECT_DIR/model_templates}"
 STAGE="${RB_STAGE:-/tmp/rb-stage}"
 RESULTS="${RB_RESULTS:-${OUT:-$PROJECT_DIR/results/gpu-host}}"
 PIP_PLATFORM=(--only-binary=:all: --no-deps --python-version 3.12 --implementation cp
@@ -75,7 +77,8 @@ cmd_prepare() {
   done
   # shellcheck disable=SC2046
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check $(ls "$STAGE"/*.whl)
-  if ! "$PYTHON" -c "import scipy.special" >/dev/null 2>&1; then
+  # transformers' generation utilities import scikit-learn -> scipy.sparse (seen on the nvidia-h200 image)
+  if ! "$PYTHON" -c "from transformers import AutoModelForCausalLM" >/dev/null 2>&1; then
     say "scipy does not import with numpy $("$PYTHON" -c 'import numpy; print(numpy.__version__)'): removing scikit-learn scipy torchvision"
     "$PYTHON" -m pip uninstall -q -y scikit-learn scipy torchvision || true
   fi
