@@ -211,6 +211,8 @@ def bench_cpu(args: argparse.Namespace, json_path: Path, extra: list[str]) -> di
         args.tokenizer_dir,
         "--json",
         str(json_path),
+        "--port-base",
+        str(args.port),
         *extra,
     ]
     print("+ " + " ".join(cmd), flush=True)

@@ -130,3 +130,29 @@ def test_render_refuses_a_bad_device_by_name(tiny_llama, tmp_path):
     with pytest.raises(RepoBuilderError, match="reference_engine_device"):
         render_repository(tiny_llama, tiny_llama, tmp_path / "bad", user_values={"reference_engine_device": "gpu"})
     assert not (tmp_path / "bad").exists()
+
+
+def test_batched_greedy_pick_equals_the_per_sequence_choice(tiny_llama):
+    """One argmax + log-softmax over the batch (one device-to-host copy per step) gives each plain greedy row
+    the token and log-prob :meth:`choose` gives it; rows with logits processing are left to ``choose``."""
+    from engine_fakes import req_inputs
+
+    from repo_builder.runtime.engine_core import EngineLimits, ModelIO, parse_request
+    from repo_builder.runtime.engine_outputs import Sequence
+
+    backend = ReferenceBackend(tiny_llama)
+    io = ModelIO.from_config(engine_model_config("trtllm-1.2"))
+    limits = EngineLimits(vocab_size=backend.vocab_size, max_input_len=64, max_seq_len=128)
+    plain = parse_request(req_inputs([5, 6, 7], 4), io, limits).rows[0]
+    steered = parse_request(req_inputs([5, 6, 7], 4, repetition_penalty=[1.5]), io, limits).rows[0]
+    seqs = [Sequence(plain, None), Sequence(steered, None), Sequence(plain, None)]
+    for seq in seqs:
+        seq.tokens.extend([9, 10])
+    logits = torch.randn(3, backend.vocab_size, generator=torch.Generator().manual_seed(0))
+    picked = backend._pick_plain(seqs, logits)
+    assert set(picked) == {0, 2}
+    for row in (0, 2):
+        st = type("St", (), {"counts": {}, "generator": None})()
+        token, logprob = backend.choose(logits[row], seqs[row], st)
+        assert picked[row][0] == token
+        assert picked[row][1] == pytest.approx(logprob, abs=1e-5)
