@@ -48,7 +48,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -241,6 +241,7 @@ def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict
         "ttft_ms_p50": level["ttft_ms"]["p50"],
         "ttft_ms_p90": level["ttft_ms"]["p90"],
         "itl_ms_p50": level["itl_ms"]["p50"],
+        "itl_ms_p99": level["itl_ms"].get("p99"),
         "e2e_ms_p50": level["e2e_ms"]["p50"],
         "client_cpu_ms_per_token": level["client_cpu_s"] * 1000 / tokens if tokens else None,
         "chunks_per_request": level.get("chunks_per_request"),
@@ -317,12 +318,53 @@ def direct_level(url: str, c: int, args: argparse.Namespace, pids: dict[str, int
         "ttft_ms_p50": stats["ttft_ms"]["p50"],
         "ttft_ms_p90": stats["ttft_ms"]["p90"],
         "itl_ms_p50": stats["itl_ms"]["p50"],
+        "itl_ms_p99": stats["itl_ms"].get("p99"),
         "e2e_ms_p50": stats["e2e_ms"]["p50"],
         "client_cpu_ms_per_token": client_cpu * 1000 / tokens if tokens else None,
         "chunks_per_request": (
             sum(len(r.chunk_ns) for r in records if r.ok) / stats["completed"] if stats["completed"] else None
         ),
     }
+
+
+class GpuBusy:
+    """Mean GPU utilization (%) of GPU 0 while the ``with`` block runs: NVML's ``utilization.gpu`` (share of
+    the last sample period in which a kernel ran) polled every 100 ms in a thread. ``mean`` is None where
+    NVML (``nvidia-ml-py``) or a GPU is absent."""
+
+    def __init__(self) -> None:
+        self.mean: float | None = None
+        self._samples: list[int] = []
+        self._stop = False
+        self._thread: Any = None
+        self._handle: Any = None
+
+    def __enter__(self) -> GpuBusy:
+        import threading
+
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # noqa: BLE001 - no NVML / no GPU: nothing to sample
+            return self
+
+        def poll() -> None:
+            while not self._stop:
+                self._samples.append(int(pynvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+                time.sleep(0.1)
+
+        self._thread = threading.Thread(target=poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop = True
+        if self._thread is not None:
+            self._thread.join()
+        if self._samples:
+            self.mean = sum(self._samples) / len(self._samples)
 
 
 def warm(url: str, model: str, args: argparse.Namespace) -> None:
@@ -446,7 +488,14 @@ def main() -> int:
     )
     ap.add_argument("--profile-dir", help="keep the py-spy outputs here (default: a temp dir, deleted)")
     ap.add_argument("--json", help="write every level and the summaries here")
+    ap.add_argument(
+        "--engine-max-batch-size",
+        type=int,
+        default=SYNTHETIC_SPEC["max_batch_size"],
+        help="max_batch_size of the rendered synthetic engine (sequences it runs at once)",
+    )
     args = ap.parse_args()
+    SYNTHETIC_SPEC["max_batch_size"] = args.engine_max_batch_size
 
     from repo_builder.bench import parse_concurrency
     from repo_builder.server import LaunchConfig, TritonServer
@@ -485,7 +534,10 @@ def main() -> int:
             for rep in range(args.repeats):
                 for c in levels_c:
                     for model in models:
-                        r = run_level(server.grpc_url, model, c, args, pids)
+                        with GpuBusy() as gpu:
+                            r = run_level(server.grpc_url, model, c, args, pids)
+                        r["gpu_busy_pct"] = gpu.mean
+                        r["tokens_per_s"] = r["tokens"] / r["wall_s"] if r["wall_s"] else None
                         r["repeat"] = rep
                         r["load_1min"] = os.getloadavg()[0]
                         runs.append(r)
@@ -526,6 +578,10 @@ def main() -> int:
                     [r["client_cpu_ms_per_token"] for r in rs if r["client_cpu_ms_per_token"] is not None]
                 ),
                 "load_1min": summary([r["load_1min"] for r in rs]),
+                "tokens_per_s": summary([r["tokens_per_s"] for r in rs if r.get("tokens_per_s") is not None]),
+                "itl_ms_p50": summary([r["itl_ms_p50"] for r in rs if r.get("itl_ms_p50") is not None]),
+                "itl_ms_p99": summary([r["itl_ms_p99"] for r in rs if r.get("itl_ms_p99") is not None]),
+                "gpu_busy_pct": summary([r["gpu_busy_pct"] for r in rs if r.get("gpu_busy_pct") is not None]),
             }
             table.append(row)
     print(

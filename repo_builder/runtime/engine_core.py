@@ -174,7 +174,7 @@ class TritonEngineModel:
     def __init__(self, pb_utils: Any, args: Mapping[str, Any], backend_factory: BackendFactory) -> None:
         self.pb_utils = pb_utils
         cfg = json.loads(args["model_config"]) if isinstance(args["model_config"], str) else args["model_config"]
-        self.params = ModelParams(cfg)
+        self.params = ModelParams(cfg).with_instance(args)
         self.io = ModelIO.from_config(cfg)
         self.decoupled = self.params.decoupled
         try:

@@ -45,6 +45,19 @@ class ModelParams:
         self.config = cfg
         raw = cfg.get("parameters", {}) or {}
         self._raw = {k: (v.get("string_value", "") if isinstance(v, Mapping) else str(v)) for k, v in raw.items()}
+        #: Triton's ``initialize`` args ``model_instance_kind`` (``CPU``/``GPU``) and ``model_instance_device_id``
+        #: of this instance (python_backend ``initialize`` docs); set by :meth:`with_instance`.
+        self.instance_kind: builtins.str = "CPU"
+        self.instance_device_id: builtins.int = 0
+
+    def with_instance(self, args: Mapping[builtins.str, Any]) -> ModelParams:
+        """Record the instance kind and device id Triton passes in ``initialize(args)``; returns self."""
+        self.instance_kind = builtins.str(args.get("model_instance_kind") or "CPU").upper()
+        try:
+            self.instance_device_id = builtins.int(args.get("model_instance_device_id") or 0)
+        except (TypeError, ValueError):
+            self.instance_device_id = 0
+        return self
 
     def raw(self, key: str) -> str | None:
         """The raw string of ``key``, or None when absent, empty or an unfilled ``${...}``."""
@@ -85,6 +98,21 @@ class ModelParams:
     def bool(self, key: builtins.str, default: builtins.bool | None = None) -> builtins.bool | None:
         """Boolean parameter ``key`` or ``default``; raises ParameterValueError naming the key."""
         return self._typed(key, default, parse_bool, "a boolean (true/false)")
+
+    def choice(
+        self, key: builtins.str, choices: tuple[builtins.str, ...], default: builtins.str | None = None
+    ) -> builtins.str | None:
+        """Parameter ``key`` (one of ``choices``, compared lower-case) or ``default``; raises ParameterValueError
+        naming the key and the choices otherwise."""
+        value = self.raw(key)
+        if value is None:
+            return default
+        low = value.strip().lower()
+        if low not in choices:
+            raise ParameterValueError(
+                f"model '{self.model_name}': parameter '{key}' = {value!r} is not one of {', '.join(choices)}"
+            )
+        return low
 
     def int_list(self, key: builtins.str, default: list[builtins.int] | None = None) -> list[builtins.int] | None:
         """Comma-separated integers (e.g. ``"2,32000"``) or ``default``."""

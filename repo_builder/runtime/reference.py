@@ -1,5 +1,12 @@
-"""The CPU reference engine: a Hugging Face causal LM run with transformers + torch behind the
-``tensorrt_llm`` tensor contract (engine kind ``hf`` in docs/design.md).
+"""The reference engine: a Hugging Face causal LM run with transformers + torch (on the CPU or a CUDA GPU)
+behind the ``tensorrt_llm`` tensor contract (engine kind ``hf`` in docs/design.md).
+
+Where it runs: ``reference_engine_device`` (``auto``: the instance's GPU when torch sees CUDA, else the CPU;
+``cpu``; ``cuda``: the GPU or a load error) and ``reference_engine_dtype`` (``fp32``, ``bf16``, ``fp16``: the
+weights' and KV cache's dtype; logits are processed in fp32). On CUDA the weights, the KV caches and every
+input tensor of a forward live on the device ``cuda:<model_instance_device_id>`` (Triton's ``initialize``
+args; the ``gpus`` of a KIND_GPU ``instance_group``, 0 for a KIND_CPU one); greedy requests without logits
+processing pick their tokens for the whole batch with one argmax and one device-to-host copy per step.
 
 One scheduler iteration runs one prefill forward for the new sequences (their prompts left-padded to the
 longest; several forwards only past ``max_prefill_tokens``) and one batched forward for all decoding
@@ -82,6 +89,39 @@ def _store_linear_weights_input_major(torch: Any, model: Any) -> int:
             module.weight.data = module.weight.data.t().contiguous().t()
             done += 1
     return done
+
+
+#: ``reference_engine_device`` values (parameters.yaml).
+DEVICES = ("auto", "cpu", "cuda")
+#: ``reference_engine_dtype`` values -> torch dtype names (parameters.yaml).
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def select_device(requested: str, *, cuda_available: bool, device_id: int = 0) -> str:
+    """The torch device of the engine for ``reference_engine_device`` = ``requested``.
+
+    Args:
+        requested: ``auto``, ``cpu`` or ``cuda``.
+        cuda_available: ``torch.cuda.is_available()`` in this process.
+        device_id: the instance's GPU (Triton's ``model_instance_device_id``).
+    Returns:
+        ``"cpu"`` or ``"cuda:<device_id>"``; ``auto`` falls back to ``"cpu"`` when CUDA is absent.
+    Raises:
+        EngineLoadError: ``cuda`` asked for where torch sees no CUDA device, or an unknown value.
+    """
+    if requested not in DEVICES:
+        raise EngineLoadError(
+            f"tensorrt_llm: parameter 'reference_engine_device' = {requested!r} is not one of {', '.join(DEVICES)}"
+        )
+    if requested == "cpu" or (requested == "auto" and not cuda_available):
+        return "cpu"
+    if not cuda_available:
+        raise EngineLoadError(
+            "tensorrt_llm: parameter 'reference_engine_device' is 'cuda' but torch sees no CUDA device in the "
+            "tensorrt_llm stub (a CPU-only torch build, no GPU, or CUDA_VISIBLE_DEVICES empty); set it to 'auto' "
+            "or 'cpu'"
+        )
+    return f"cuda:{max(0, int(device_id))}"
 
 
 def engine_threads(requested: int | None) -> int:
@@ -168,7 +208,7 @@ class _NotBatchable(Exception):
 
 
 class ReferenceBackend:
-    """Greedy/sampled generation with a transformers causal LM on CPU.
+    """Greedy/sampled generation with a transformers causal LM on the CPU or a CUDA GPU.
 
     Args:
         engine_dir: a Hugging Face checkpoint directory (``config.json`` with ``architectures``, weights).
@@ -177,6 +217,9 @@ class ReferenceBackend:
         max_prefill_tokens: most padded prompt tokens (rows x longest prompt) one batched prefill forward
             takes; more new sequences are prefilled in several forwards, and a single prompt longer than
             this still runs (alone).
+        device: ``reference_engine_device`` (``auto``, ``cpu``, ``cuda``; see :func:`select_device`).
+        dtype: ``reference_engine_dtype`` (``fp32``, ``bf16``, ``fp16``): weights and KV cache.
+        device_id: the GPU index used on CUDA (Triton's ``model_instance_device_id``).
     Attributes:
         vocab_size: the model's vocabulary size (tokens; logits width).
         max_seq_len: ``max_position_embeddings`` of the checkpoint (tokens), used when the
@@ -185,9 +228,24 @@ class ReferenceBackend:
         EngineLoadError: the directory is missing, has no ``config.json``, or transformers cannot load it.
     """
 
-    def __init__(self, engine_dir: str | Path, *, num_threads: int = 1, max_prefill_tokens: int = 4096) -> None:
+    def __init__(
+        self,
+        engine_dir: str | Path,
+        *,
+        num_threads: int = 1,
+        max_prefill_tokens: int = 4096,
+        device: str = "cpu",
+        dtype: str = "fp32",
+        device_id: int = 0,
+    ) -> None:
         torch = _import_torch()
         self.torch = torch
+        if dtype not in DTYPES:
+            raise EngineLoadError(
+                f"tensorrt_llm: parameter 'reference_engine_dtype' = {dtype!r} is not one of {', '.join(DTYPES)}"
+            )
+        self.device = torch.device(select_device(device, cuda_available=torch.cuda.is_available(), device_id=device_id))
+        self.dtype = getattr(torch, DTYPES[dtype])
         path = Path(engine_dir)
         if not path.is_dir():
             raise EngineLoadError(
@@ -204,13 +262,15 @@ class ReferenceBackend:
         try:
             from transformers import AutoModelForCausalLM
 
-            self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+            self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype).to(self.device)
         except Exception as exc:  # noqa: BLE001 - report any loader failure with the path
             raise EngineLoadError(
                 f"tensorrt_llm: cannot load the Hugging Face checkpoint in engine_dir '{path}': {exc}"
             ) from exc
         self.model.eval()
-        self.relaid_weights = _store_linear_weights_input_major(torch, self.model)
+        # MKL's layout preference; cuBLAS takes either layout at full speed
+        on_cpu = self.device.type == "cpu"
+        self.relaid_weights = _store_linear_weights_input_major(torch, self.model) if on_cpu else 0
         import inspect
 
         accepted = set(inspect.signature(self.model.forward).parameters)
@@ -230,11 +290,13 @@ class ReferenceBackend:
 
     @classmethod
     def from_params(cls, params: ModelParams, io: ModelIO) -> ReferenceBackend:
-        """Build from the model parameters (``engine_dir``, ``reference_engine_threads``; see docs/design.md).
+        """Build from the model parameters (``engine_dir``, ``reference_engine_threads``, ``reference_engine_device``,
+        ``reference_engine_dtype``; see docs/parameters.md) and the instance's GPU (KIND_GPU instances).
 
         Raises:
-            EngineLoadError: ``engine_dir`` unset or unloadable.
-            ParameterValueError: ``reference_engine_threads`` is not an integer >= 0.
+            EngineLoadError: ``engine_dir`` unset or unloadable; ``cuda`` asked for without CUDA.
+            ParameterValueError: ``reference_engine_threads`` is not an integer >= 0, or the device / dtype is
+                not one of its choices.
         """
         engine_dir = params.str("engine_dir") or params.str("gpt_model_path")
         if not engine_dir:
@@ -242,7 +304,13 @@ class ReferenceBackend:
                 f"model '{params.model_name}': parameter 'engine_dir' is not set; it must name "
                 "the Hugging Face checkpoint directory"
             )
-        return cls(engine_dir, num_threads=engine_threads(params.int("reference_engine_threads", 0, minimum=0)))
+        return cls(
+            engine_dir,
+            num_threads=engine_threads(params.int("reference_engine_threads", 0, minimum=0)),
+            device=params.choice("reference_engine_device", DEVICES, "auto") or "auto",
+            dtype=params.choice("reference_engine_dtype", tuple(DTYPES), "fp32") or "fp32",
+            device_id=params.instance_device_id if params.instance_kind == "GPU" else 0,
+        )
 
     # ------------------------------------------------------------------------------------------
     def step(self, seqs: Seq[Sequence]) -> list[tuple[int, float]]:
@@ -283,8 +351,40 @@ class ReferenceBackend:
                 out[id(seq)] = self._decode_one(seq)
         return [out[id(seq)] for seq in seqs]
 
-    def _finish(self, seq: Sequence, st: _SeqState, logits: Any) -> tuple[int, float]:
-        token, logprob = self.choose(logits.float(), seq, st)
+    @staticmethod
+    def _plain_greedy(seq: Sequence) -> bool:
+        """True when :meth:`process_logits` would leave the request's logits as they are and it is greedy: its
+        token is the argmax and its log-prob the log-softmax of the raw logits."""
+        req = seq.req
+        sp = req.sampling
+        return (
+            sp.greedy
+            and req.embedding_bias is None
+            and not req.bad_words
+            and (req.end_id is None or len(seq.tokens) >= sp.min_tokens)
+            and (sp.repetition_penalty is None or sp.repetition_penalty == 1.0)
+            and not sp.presence_penalty
+            and not sp.frequency_penalty
+            and (sp.temperature is None or sp.temperature <= 0 or sp.temperature == 1.0)
+        )
+
+    def _pick_plain(self, seqs: Seq[Sequence], logits: Any) -> dict[int, tuple[int, float]]:
+        """Rows of ``logits`` ``[B, vocab]`` whose sequence is :meth:`_plain_greedy`: (token, log-prob) for all
+        of them from one argmax and one log-softmax over the batch, copied to the host once (one device sync
+        per step instead of two per sequence). Same tokens as :meth:`choose` (argmax of the same fp32 values)."""
+        rows = [row for row, seq in enumerate(seqs) if self._plain_greedy(seq)]
+        if len(rows) < 2:
+            return {}
+        torch = self.torch
+        sel = logits[torch.tensor(rows, device=logits.device)].float()
+        tokens = torch.argmax(sel, dim=-1)
+        lps = torch.log_softmax(sel, dim=-1).gather(1, tokens[:, None])[:, 0]
+        return {row: (int(t), float(lp)) for row, t, lp in zip(rows, tokens.tolist(), lps.tolist())}
+
+    def _finish(
+        self, seq: Sequence, st: _SeqState, logits: Any, picked: tuple[int, float] | None = None
+    ) -> tuple[int, float]:
+        token, logprob = picked if picked is not None else self.choose(logits.float(), seq, st)
         if token != seq.req.end_id:
             st.counts[token] = st.counts.get(token, 0) + 1
         return token, logprob
@@ -294,13 +394,13 @@ class ReferenceBackend:
         st.cache = _grow_in_place(cache)
         if not seq.req.sampling.greedy:
             seed = seq.req.sampling.seed
-            st.generator = self.torch.Generator().manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
+            st.generator = self.torch.Generator(device=self.device).manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
         seq.state = st
         return st
 
     def _prefill(self, seq: Sequence) -> tuple[int, float]:
         torch = self.torch
-        ids = torch.tensor([seq.req.prompt], dtype=torch.long)
+        ids = torch.tensor([seq.req.prompt], dtype=torch.long, device=self.device)
         kwargs = {self._keep_kw: 1} if self._keep_kw else {}
         res = self.model(input_ids=ids, use_cache=True, **kwargs)
         st = self._new_state(seq, res[self._cache_kw])
@@ -335,18 +435,19 @@ class ReferenceBackend:
             ids[row, longest - n :] = torch.tensor(seq.req.prompt, dtype=torch.long)
             mask[row, longest - n :] = 1
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # 0 at each prompt's first token (padding: 0)
+        ids, mask, positions = (t.to(self.device) for t in (ids, mask, positions))
         kwargs = {self._keep_kw: 1} if self._keep_kw else {}
         res = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs)
         layers = self._layers(res[self._cache_kw])
         self.batched_prefills += 1
-        logits = res.logits[:, -1]
+        picked = self._pick_plain(seqs, res.logits[:, -1])
         out: dict[int, tuple[int, float]] = {}
         for row, (seq, n) in enumerate(zip(seqs, lengths)):
             pad = longest - n
             cache = self._make_cache(
                 [(k[row : row + 1, :, pad:].clone(), v[row : row + 1, :, pad:].clone()) for k, v in layers]
             )
-            out[id(seq)] = self._finish(seq, self._new_state(seq, cache), logits[row])
+            out[id(seq)] = self._finish(seq, self._new_state(seq, cache), res.logits[row, -1], picked.get(row))
         return out
 
     def _decode_one(self, seq: Sequence) -> tuple[int, float]:
@@ -354,7 +455,7 @@ class ReferenceBackend:
         st: _SeqState = seq.state
         if st.cache is None:  # its cache is a row of the stacked batch: take it out first
             self._unstack()
-        ids = torch.tensor([[seq.tokens[-1]]], dtype=torch.long)
+        ids = torch.tensor([[seq.tokens[-1]]], dtype=torch.long, device=self.device)
         res = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: st.cache})
         st.cache = res[self._cache_kw]
         return self._finish(seq, st, res.logits[0, -1])
@@ -418,20 +519,23 @@ class ReferenceBackend:
             mask = torch.zeros((len(seqs), longest), dtype=torch.long)
             for row, n in enumerate(lengths):
                 mask[row, longest - n :] = 1
+            mask = mask.to(self.device)
             self._group = (list(seqs), [longest - n for n in lengths], self._make_cache(stacked))
             self._mask = mask
         seqs_, pads, cache = self._group
         lengths = [self._mask.shape[1] - pad for pad in pads]
-        self._mask = torch.cat([self._mask, torch.ones((len(seqs), 1), dtype=torch.long)], dim=1)
-        ids = torch.tensor([[seq.tokens[-1]] for seq in seqs], dtype=torch.long)
-        positions = torch.tensor([[n] for n in lengths], dtype=torch.long)
+        dev = self.device
+        self._mask = torch.cat([self._mask, torch.ones((len(seqs), 1), dtype=torch.long, device=dev)], dim=1)
+        ids = torch.tensor([[seq.tokens[-1]] for seq in seqs], dtype=torch.long, device=dev)
+        positions = torch.tensor([[n] for n in lengths], dtype=torch.long, device=dev)
         res = self.model(
             input_ids=ids, attention_mask=self._mask, position_ids=positions, use_cache=True, **{self._cache_kw: cache}
         )
         self._group = (seqs_, pads, res[self._cache_kw])
         self.batched_forwards += 1
         logits = res.logits[:, -1]
-        return {id(seq): self._finish(seq, seq.state, logits[row]) for row, seq in enumerate(seqs)}
+        picked = self._pick_plain(seqs, logits)
+        return {id(seq): self._finish(seq, seq.state, logits[row], picked.get(row)) for row, seq in enumerate(seqs)}
 
     def release(self, seq: Sequence) -> None:
         """Drop the sequence's KV cache (a stacked batch holding it is re-stacked at the next step)."""
@@ -443,7 +547,7 @@ class ReferenceBackend:
         torch = self.torch
         logits = logits.clone()
         if req.embedding_bias is not None:
-            logits += torch.from_numpy(np.asarray(req.embedding_bias, dtype=np.float32))
+            logits += torch.from_numpy(np.asarray(req.embedding_bias, dtype=np.float32)).to(logits.device)
         if req.bad_words:
             banned = [t for t in _bad_word_index(req).banned(req.prompt + generated) if 0 <= t < logits.shape[0]]
             if banned:
@@ -452,12 +556,12 @@ class ReferenceBackend:
         if req.end_id is not None and len(generated) < sp.min_tokens and 0 <= req.end_id < logits.shape[0]:
             logits[req.end_id] = float("-inf")
         if sp.repetition_penalty is not None and sp.repetition_penalty != 1.0:
-            seen = torch.tensor(sorted(set(req.prompt) | set(generated)), dtype=torch.long)
+            seen = torch.tensor(sorted(set(req.prompt) | set(generated)), dtype=torch.long, device=logits.device)
             vals = logits[seen]
             logits[seen] = torch.where(vals > 0, vals / sp.repetition_penalty, vals * sp.repetition_penalty)
         if counts and (sp.presence_penalty or sp.frequency_penalty):
-            idx = torch.tensor(list(counts.keys()), dtype=torch.long)
-            cnt = torch.tensor(list(counts.values()), dtype=torch.float32)
+            idx = torch.tensor(list(counts.keys()), dtype=torch.long, device=logits.device)
+            cnt = torch.tensor(list(counts.values()), dtype=torch.float32, device=logits.device)
             logits[idx] -= float(sp.presence_penalty or 0.0) + float(sp.frequency_penalty or 0.0) * cnt
         if sp.temperature is not None and sp.temperature > 0 and sp.temperature != 1.0:
             logits = logits / sp.temperature
