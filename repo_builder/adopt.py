@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import RepoBuilderError
-from .pbtxt import PLACEHOLDER_RE, PbtxtParseError, dtype_name, find_placeholders, parse_model_config
+from .repository.pbtxt import PLACEHOLDER_RE, PbtxtParseError, dtype_name, find_placeholders, parse_model_config
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .schema import Parameter
+    from .profile.schema import Parameter
 
 #: sha256 of NVIDIA's pristine ``model.py`` files, per tensorrtllm_backend tag and model (facts: the files
 #: ``all_models/inflight_batcher_llm/<model>/1/model.py`` at tags v0.5.0 and v0.19.0 of
@@ -239,7 +239,7 @@ def recognise_profile(roles: Mapping[str, AdoptedModel]) -> str:
     Raises:
         AdoptError: models prefer different profiles (two versions mixed); names both files and a tensor.
     """
-    from .contract import list_profiles, load_contract
+    from .profile.contract import list_profiles, load_contract
 
     contracts = {p: load_contract(p) for p in list_profiles()}
     votes: dict[str, AdoptedModel] = {}
@@ -356,7 +356,7 @@ def _unset(text: str) -> bool:
 
 def _dtype_values(profile: str, roles: Mapping[str, AdoptedModel]) -> dict[str, tuple[str, AdoptedModel, str]]:
     """{dtype parameter: (dtype, model, tensor)} from the tensors the contract types by a parameter."""
-    from .contract import load_contract
+    from .profile.contract import load_contract
 
     out: dict[str, tuple[str, AdoptedModel, str]] = {}
     contract = load_contract(profile)
@@ -375,7 +375,7 @@ def _dtype_values(profile: str, roles: Mapping[str, AdoptedModel]) -> dict[str, 
 def _read_values(
     profile: str, roles: Mapping[str, AdoptedModel], findings: list[Finding]
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    from .schema import load_schema
+    from .profile.schema import load_schema
 
     schema = load_schema()
     params = schema.for_profile(profile)
@@ -488,8 +488,8 @@ def _unplaced_key(schema: Any, profile: str, m: AdoptedModel, key: str, text: st
 def _missing(profile: str, roles: Mapping[str, AdoptedModel], values: Mapping[str, Any]) -> list[Finding]:
     """Required inputs of the contract and required parameters of the schema that a model lacks (a key removed
     by hand): render restores them; the finding names the file and the key."""
-    from .contract import load_contract
-    from .schema import load_schema
+    from .profile.contract import load_contract
+    from .profile.schema import load_schema
 
     out: list[Finding] = []
     contract = load_contract(profile)
@@ -535,7 +535,7 @@ def _check_engine(repo: Path, engine_dir: Path, profile: str) -> list[Finding]:
         AdoptError: every error-severity contradiction, each naming the file and key.
     """
     from .errors import EngineError
-    from .validate import check_against_engine
+    from .repository.validate import check_against_engine
 
     try:
         problems = check_against_engine(repo, engine_dir, root=repo)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .pbtxt import PLACEHOLDER_RE, dtype_name
+from .repository.pbtxt import PLACEHOLDER_RE, dtype_name
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def _param(value: str) -> str | None:
 
 
 def _schema_by_key() -> dict[str, Any]:
-    from .schema import load_schema
+    from .profile.schema import load_schema
 
     out: dict[str, Any] = {}
     for p in load_schema().parameters.values():
@@ -186,7 +186,7 @@ def _item(*prefixes: str, models: Iterable[str] | None = None) -> Callable[[Chan
 
 def _ours_tensor(c: Change) -> bool:
     """A tensor the contract marks ``ours: true`` (repo-builder's own, optional), added."""
-    from .contract import list_profiles, load_contract
+    from .profile.contract import list_profiles, load_contract
 
     if c.before is not None or not c.item.startswith(("input ", "output ")):
         return False
@@ -203,7 +203,7 @@ def _ours_tensor(c: Change) -> bool:
 
 def _repo_builder_parameter(c: Change) -> bool:
     """A ``parameters`` key repo-builder's own Python models read (the schema lists it), added."""
-    from .schema import load_schema
+    from .profile.schema import load_schema
 
     if c.before is not None or not c.item.startswith("parameter "):
         return False
@@ -220,7 +220,7 @@ _MULTIMODAL = re.compile(
 
 def _in_contract(c: Change) -> bool:
     """A tensor (or its ensemble wiring) that only ``after`` has, declared by the contract of a profile."""
-    from .contract import list_profiles, load_contract
+    from .profile.contract import list_profiles, load_contract
 
     if c.before is not None:
         return False
@@ -237,7 +237,7 @@ def _in_contract(c: Change) -> bool:
 
 def _profile_default(c: Change) -> bool:
     """A parameter whose value differs as two profiles' defaults differ."""
-    from .schema import load_schema
+    from .profile.schema import load_schema
 
     if not c.item.startswith("parameter ") or c.before is None or c.after is None:
         return False

@@ -54,7 +54,7 @@ def carry_values(adoption: Adoption, profile: str) -> tuple[dict[str, Any], list
     default, where ``profile``'s default differs, is left to the new default (changed_defaults) — the hand-filled
     file only restated the old template's value; any other value is the user's and is kept.
     """
-    from .schema import load_schema
+    from .profile.schema import load_schema
 
     schema = load_schema()
     old_profile = adoption.profile

@@ -32,7 +32,7 @@ def main() -> None:
     from engine_fakes import engine_model_config, req_inputs
     from transformers import AutoTokenizer
 
-    from repo_builder.contract import load_contract  # noqa: F401  (tests' helper below needs the package)
+    from repo_builder.profile.contract import load_contract  # noqa: F401  (tests' helper below needs the package)
     from repo_builder.runtime.engine_core import (
         CollectingSink,
         EngineLimits,

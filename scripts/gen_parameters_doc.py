@@ -7,8 +7,8 @@ tests/test_parameters_doc.py fails when the committed file differs from what thi
 from pathlib import Path
 
 from repo_builder.commands.build import params_markdown
-from repo_builder.contract import list_profiles
-from repo_builder.schema import load_schema
+from repo_builder.profile.contract import list_profiles
+from repo_builder.profile.schema import load_schema
 
 HEADER = """# Parameters
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from _assets import asset
 
-from repo_builder.contract import load_contract
+from repo_builder.profile.contract import load_contract
 
 _BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 

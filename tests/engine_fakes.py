@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from repo_builder.contract import load_contract
+from repo_builder.profile.contract import load_contract
 
 DTYPE_PARAMS = {
     "logits_datatype": "TYPE_FP32",

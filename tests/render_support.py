@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from repo_builder.contract import MODEL_NAMES
-from repo_builder.schema import load_schema
+from repo_builder.profile.contract import MODEL_NAMES
+from repo_builder.profile.schema import load_schema
 
 # Values resolve() would derive from an engine; the tests of templates alone pass them explicitly.
 STRUCTURAL = {

@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import pytest
 
-from repo_builder.contract import load_contract
+from repo_builder.profile.contract import load_contract
 from repo_builder.runtime.bls import (
     BLSCore,
     BLSRequestError,

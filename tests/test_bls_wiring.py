@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from repo_builder.contract import list_profiles, load_contract
+from repo_builder.profile.contract import list_profiles, load_contract
 from repo_builder.runtime.bls import ENGINE_STEP_MODEL, Wiring, WiringError
 
 PROFILES = list_profiles()

@@ -13,9 +13,9 @@ from conftest import ENGINES, asset
 
 from repo_builder.engine import check_rank_files, inspect_engine
 from repo_builder.errors import EngineError, ParameterError, TokenizerError
-from repo_builder.resolve import Resolution, resolve
-from repo_builder.schema import validate_user_values
+from repo_builder.profile.schema import validate_user_values
 from repo_builder.tokenizer import inspect_tokenizer
+from repo_builder.values.resolve import Resolution, resolve
 
 
 def front_half(

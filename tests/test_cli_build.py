@@ -117,7 +117,7 @@ def test_validate_missing_repo(runner, tmp_path):
 
 
 def test_params_json_lists_every_parameter(runner):
-    from repo_builder.schema import load_schema
+    from repo_builder.profile.schema import load_schema
 
     for profile in ("trtllm-1.2", "trtllm-0.5"):
         res = runner.invoke(app, ["params", "--profile", profile, "--json"])

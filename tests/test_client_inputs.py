@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from repo_builder.client import GenerateRequest, GenerateResult, ModelInfo, StreamEvent, check_request, prepare_inputs
-from repo_builder.contract import load_contract
 from repo_builder.errors import ClientError
+from repo_builder.profile.contract import load_contract
 
 
 def _config(profile: str, model: str, max_batch_size: int, decoupled: bool) -> dict:

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from repo_builder.engine import check_rank_files, engine_fingerprint, inspect_engine
 from repo_builder.errors import EngineError, RepoBuilderError
 from repo_builder.render import render_configs
-from repo_builder.resolve import resolve
 from repo_builder.tokenizer import inspect_tokenizer
+from repo_builder.values.resolve import resolve
 
 HF_CONFIG = {
     "architectures": ["LlamaForCausalLM"],

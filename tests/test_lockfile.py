@@ -8,9 +8,9 @@ import pytest
 from conftest import asset
 
 from repo_builder.engine import engine_fingerprint, inspect_engine
-from repo_builder.lockfile import LOCK_NAME, read_lock
 from repo_builder.render import render_repository
-from repo_builder.validate import validate_repository
+from repo_builder.repository.lockfile import LOCK_NAME, read_lock
+from repo_builder.repository.validate import validate_repository
 
 TOK = "sp_tiny_hf_tokenizer"
 
@@ -69,7 +69,7 @@ def test_lock_format(rendered):
     assert lock["values"]["tokenizer_dir"]["origin"] == "tokenizer"
     assert lock["values"]["kv_cache_free_gpu_mem_fraction"]["origin"] == "default"
     assert {v["origin"] for v in lock["values"].values()} <= {"default", "engine", "tokenizer", "user"}
-    from repo_builder.schema import load_schema
+    from repo_builder.profile.schema import load_schema
 
     assert set(lock["values"]) == set(load_schema().for_profile("trtllm-1.2"))
     assert all(v.startswith("sha256:") for v in lock["files"].values())
@@ -139,7 +139,7 @@ def test_read_lock_absent(tmp_path):
 )
 def test_read_launch_names_the_bad_field(launch, key):
     from repo_builder.errors import RenderError
-    from repo_builder.lockfile import read_launch
+    from repo_builder.repository.lockfile import read_launch
 
     with pytest.raises(RenderError) as err:
         read_launch({"launch": launch} if launch is not None else {}, path="x/repo-builder.lock.json")
@@ -147,7 +147,7 @@ def test_read_launch_names_the_bad_field(launch, key):
 
 
 def test_read_launch_of_an_old_lock_file_has_no_tp_pp():
-    from repo_builder.lockfile import read_launch
+    from repo_builder.repository.lockfile import read_launch
 
     facts = read_launch({"launch": {"world_size": 2, "tensorrt_llm_model_names": ["tensorrt_llm"]}})
     assert (facts.world_size, facts.tp_size, facts.pp_size, facts.python_instances) == (2, None, None, None)

@@ -252,7 +252,7 @@ def test_preprocessing_template_mode_takes_one_user_message(tmp_path):
 
 def test_serving_info_from_the_lock_file(tmp_path):
     from repo_builder.errors import RenderError
-    from repo_builder.lockfile import LOCK_NAME, build_lock, dumps, read_serving_info
+    from repo_builder.repository.lockfile import LOCK_NAME, build_lock, dumps, read_serving_info
 
     with pytest.raises(RenderError, match="no lock file"):
         read_serving_info(tmp_path)

@@ -13,8 +13,8 @@ import pytest
 from deploy_support import trtllm_engine
 
 from repo_builder.errors import RepoBuilderError
-from repo_builder.lockfile import read_serving_info
 from repo_builder.render import render_multi_repository, render_repository
+from repo_builder.repository.lockfile import read_serving_info
 from repo_builder.testing import packaged_tokenizer
 
 pytest.importorskip("fastapi")

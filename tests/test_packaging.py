@@ -11,7 +11,7 @@ from pathlib import Path
 import tomllib
 
 import repo_builder
-from repo_builder.paths import runtime_dir, templates_dir
+from repo_builder.profile.paths import runtime_dir, templates_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 

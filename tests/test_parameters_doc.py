@@ -14,8 +14,8 @@ def test_parameters_doc_matches_the_schema():
 
 
 def test_every_parameter_of_every_profile_is_documented():
-    from repo_builder.contract import list_profiles
-    from repo_builder.schema import load_schema
+    from repo_builder.profile.contract import list_profiles
+    from repo_builder.profile.schema import load_schema
 
     text = (PROJECT / "docs" / "parameters.md").read_text()
     for profile in list_profiles():

@@ -15,10 +15,10 @@ from conftest import asset
 
 from repo_builder import placement
 from repo_builder.errors import RenderError
-from repo_builder.pbtxt import load_model_config
 from repo_builder.placement import copy_file, place, plan_placement
 from repo_builder.render import render_repository
-from repo_builder.validate import validate_repository
+from repo_builder.repository.pbtxt import load_model_config
+from repo_builder.repository.validate import validate_repository
 
 TOK = "mistral_v1_tokenizer"
 

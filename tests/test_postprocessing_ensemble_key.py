@@ -11,7 +11,7 @@ import numpy as np
 from _text_support import tokenizer as load
 from test_postprocessing_model import B25_LONG, post, text
 
-from repo_builder.contract import load_contract
+from repo_builder.profile.contract import load_contract
 
 
 def response(ids, arrival=None):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from repo_builder.contract import load_contract
-from repo_builder.pbtxt import dtype_name, load_model_config
+from repo_builder.profile.contract import load_contract
+from repo_builder.repository.pbtxt import dtype_name, load_model_config
 
 MODELS = ("preprocessing", "tensorrt_llm", "ensemble", "tensorrt_llm_bls")
 TABLE_MODELS = ("tensorrt_llm", "ensemble", "tensorrt_llm_bls")

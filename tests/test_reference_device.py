@@ -10,12 +10,12 @@ import pytest
 from engine_fakes import engine_model_config, fake_pb_utils, init_args
 
 from repo_builder.errors import RepoBuilderError
-from repo_builder.pbtxt import load_model_config
 from repo_builder.render import render_repository
+from repo_builder.repository.pbtxt import load_model_config
+from repo_builder.repository.validate import validate_repository
 from repo_builder.runtime.engine_core import EngineLoadError, TritonEngineModel
 from repo_builder.runtime.params import ModelParams, ParameterValueError
 from repo_builder.runtime.reference import ReferenceBackend, select_device
-from repo_builder.validate import validate_repository
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

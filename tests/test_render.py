@@ -11,10 +11,10 @@ import pytest
 from conftest import ENGINES, HF_TOKENIZERS, asset
 
 from repo_builder.errors import EngineError
-from repo_builder.lockfile import LOCK_NAME, sha256_file
-from repo_builder.pbtxt import load_model_config
 from repo_builder.render import render_repository
-from repo_builder.validate import validate_repository
+from repo_builder.repository.lockfile import LOCK_NAME, sha256_file
+from repo_builder.repository.pbtxt import load_model_config
+from repo_builder.repository.validate import validate_repository
 
 DECODERS = sorted(p.name for p in ENGINES.iterdir() if p.is_dir() and p.name != "old-bert-base-benchmark")
 
@@ -127,7 +127,7 @@ def test_hf_checkpoint_renders_the_reference_engine(tiny_llama, tmp_path):
     assert engine_dir == out / "tensorrt_llm" / "1" / "engine" and p["gpt_model_path"] == str(engine_dir)
     assert (engine_dir / "model.safetensors").read_bytes() == (tiny_llama / "model.safetensors").read_bytes()
     assert (engine_dir / "config.json").is_file()
-    from repo_builder.paths import templates_dir
+    from repo_builder.profile.paths import templates_dir
 
     assert (out / "tensorrt_llm" / "1" / "model.py").read_bytes() == (
         templates_dir() / "python_models" / "reference_engine" / "model.py"
@@ -153,7 +153,7 @@ def test_synthetic_engine_streaming(tmp_path):
     p = params(llm)
     assert p["synthetic_token_delay_ms"] == "2.5"
     assert (p["max_input_len"], p["max_seq_len"]) == ("256", "512")
-    from repo_builder.paths import templates_dir
+    from repo_builder.profile.paths import templates_dir
 
     assert (out / "tensorrt_llm" / "1" / "model.py").read_bytes() == (
         templates_dir() / "python_models" / "synthetic_engine" / "model.py"
@@ -162,8 +162,8 @@ def test_synthetic_engine_streaming(tmp_path):
 
 
 def test_python_models_runtime_and_wiring(tmp_path, engine_copy):
-    from repo_builder.contract import load_contract
-    from repo_builder.paths import runtime_dir, templates_dir
+    from repo_builder.profile.contract import load_contract
+    from repo_builder.profile.paths import runtime_dir, templates_dir
 
     out = tmp_path / "repo"
     render_repository(engine_copy("v1.2-smollm-llama-beam5"), asset("mistral_v1_tokenizer"), out)
@@ -198,7 +198,7 @@ def test_both_profiles_render_and_validate(profile, engine_copy, tmp_path):
     assert validate_repository(out, engine_dir=engine) == []
     llm = load_model_config(out / "tensorrt_llm" / "config.pbtxt")
     dtypes = {t.name: t.data_type for t in llm.input}
-    from repo_builder.pbtxt import dtype_name
+    from repo_builder.repository.pbtxt import dtype_name
 
     assert dtype_name(dtypes["request_output_len"]) == ("TYPE_UINT32" if profile == "trtllm-0.5" else "TYPE_INT32")
     lock = json.loads((out / LOCK_NAME).read_text())

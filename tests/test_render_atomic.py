@@ -9,8 +9,8 @@ from conftest import asset
 from test_render_errors import snapshot
 
 from repo_builder.errors import RenderError
-from repo_builder.lockfile import LOCK_NAME
 from repo_builder.render import render_repository
+from repo_builder.repository.lockfile import LOCK_NAME
 
 TOK = "mistral_v1_tokenizer"
 
@@ -78,8 +78,8 @@ def test_interrupt_mid_render_cleans_up(work, engine, monkeypatch):
 
 
 def test_failed_validation_of_the_temp_dir_writes_nothing(work, engine, monkeypatch):
-    import repo_builder.validate as validate_mod
-    from repo_builder.validate import Problem
+    import repo_builder.repository.validate as validate_mod
+    from repo_builder.repository.validate import Problem
 
     monkeypatch.setattr(
         validate_mod,

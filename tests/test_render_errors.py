@@ -18,7 +18,7 @@ from repo_builder.errors import (
     TemplateError,
     TokenizerError,
 )
-from repo_builder.paths import templates_dir
+from repo_builder.profile.paths import templates_dir
 from repo_builder.render import render_repository
 
 

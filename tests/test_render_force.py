@@ -14,8 +14,8 @@ import pytest
 from engine_configs import packaged_mistral, write_engine
 
 from repo_builder.errors import RenderError
-from repo_builder.lockfile import LOCK_NAME, read_lock
 from repo_builder.render import render_repository
+from repo_builder.repository.lockfile import LOCK_NAME, read_lock
 
 PROJECT = Path(__file__).resolve().parents[1]
 

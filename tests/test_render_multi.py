@@ -13,8 +13,8 @@ from deploy_support import trtllm_engine
 from repo_builder.deploy.facts import read_facts
 from repo_builder.deploy.kubernetes import KubernetesOptions, manifests
 from repo_builder.errors import RenderError
-from repo_builder.lockfile import LOCK_NAME, lock_llms
 from repo_builder.render import render_multi_repository
+from repo_builder.repository.lockfile import LOCK_NAME, lock_llms
 from repo_builder.server.config import LaunchConfig, resolve_plan, scan_repository
 from repo_builder.testing import packaged_tokenizer
 

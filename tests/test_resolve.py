@@ -9,9 +9,9 @@ from conftest import ENGINES, asset
 
 from repo_builder.engine import inspect_engine
 from repo_builder.errors import EngineError, ParameterError, TokenizerError
-from repo_builder.resolve import resolve
-from repo_builder.schema import load_schema
+from repo_builder.profile.schema import load_schema
 from repo_builder.tokenizer import inspect_tokenizer
+from repo_builder.values.resolve import resolve
 
 
 @pytest.fixture(scope="module")

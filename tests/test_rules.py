@@ -15,9 +15,9 @@ import pytest
 from engine_configs import config, packaged_mistral, write_engine
 
 from repo_builder.errors import ParameterError, RepoBuilderError
+from repo_builder.profile.schema import load_schema
 from repo_builder.render import render_repository
-from repo_builder.schema import load_schema
-from repo_builder.validate import validate_repository
+from repo_builder.repository.validate import validate_repository
 
 LORA_ENGINE = {
     "build_config": {
@@ -243,7 +243,7 @@ def test_build_time_lengths_are_refused_naming_the_flag(tmp_path, tok):
 
 
 def test_draft_and_multimodal_names_are_known_to_the_schema():
-    from repo_builder.schema import validate_user_values
+    from repo_builder.profile.schema import validate_user_values
 
     with pytest.raises(ParameterError, match="exists in profile trtllm-1.2 only"):
         validate_user_values("trtllm-0.5", {"tensorrt_llm_draft_model_name": "d"}, source="--set")

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from repo_builder.errors import ParameterError
-from repo_builder.schema import load_schema, validate_user_values
+from repo_builder.profile.schema import load_schema, validate_user_values
 
 # Every placeholder of the TRT-LLM 1.2.0rc8 tensorrt_llm template (triton_backend/all_models/
 # inflight_batcher_llm/tensorrt_llm/config.pbtxt @ 0c8de69), see ../shared/docs/upstream-reference.md 2.1.

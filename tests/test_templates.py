@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from render_support import template_values
 from tritonclient.grpc import model_config_pb2
 
-from repo_builder.contract import MODEL_NAMES, list_profiles, load_contract
 from repo_builder.errors import TemplateError
-from repo_builder.paths import templates_dir
-from repo_builder.pbtxt import dtype_name, parse_model_config
+from repo_builder.profile.contract import MODEL_NAMES, list_profiles, load_contract
+from repo_builder.profile.paths import templates_dir
+from repo_builder.profile.schema import load_schema, validate_user_values
 from repo_builder.render import RESERVED_TEMPLATE_VARS, make_environment, render_configs, template_parameter_names
-from repo_builder.schema import load_schema, validate_user_values
+from repo_builder.repository.pbtxt import dtype_name, parse_model_config
 
 PROFILES = ["trtllm-1.2", "trtllm-0.5"]
 # Fixed keys a template writes by itself (not parameters): the C++ backend's input placement and worker

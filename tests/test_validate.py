@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import ENGINES, PROJECT, REPOS, asset
 
-from repo_builder.validate import validate_repository
+from repo_builder.repository.validate import validate_repository
 
 MINI = PROJECT / "tests" / "fixtures" / "pbtxt" / "mini"
 

@@ -208,7 +208,7 @@ def validate(
     engine_dir: Path | None = typer.Option(None, "--engine-dir", help="Engine dir to cross-check against."),
 ) -> None:
     """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
-    from ..validate import validate_repository
+    from ..repository.validate import validate_repository
 
     problems = validate_repository(repo, engine_dir=engine_dir, warnings=True)
     for p in problems:
@@ -228,7 +228,7 @@ def params(
     markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table (docs/parameters.md is this)."),
 ) -> None:
     """List the parameters of a profile: name, models, type, default, allowed values, kind, description."""
-    from ..schema import load_schema
+    from ..profile.schema import load_schema
 
     rows = load_schema().table(profile)
     if as_json:
@@ -289,7 +289,7 @@ def inspect(
     """Show what repo-builder derives from an engine dir, or a repository's lock file values and engine facts."""
     from ..engine import inspect_engine
     from ..errors import RepoBuilderError
-    from ..lockfile import read_lock
+    from ..repository.lockfile import read_lock
 
     lock = read_lock(path) if path.is_dir() else None
     if lock is not None:
@@ -315,7 +315,7 @@ def inspect(
             f"at {lk.get('engine', {}).get('dir')} ({lk.get('engine', {}).get('placement')}), "
             f"world size {lk.get('launch', {}).get('world_size')}"
         )
-        from ..lockfile import lock_llms
+        from ..repository.lockfile import lock_llms
 
         for llm in lock_llms(lk):
             if llm.get("name"):  # several LLMs: each with its own engine, tokenizer and values

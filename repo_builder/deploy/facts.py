@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RepoBuilderError
-from ..lockfile import LOCK_NAME, lock_llms, read_launch, require_lock
+from ..repository.lockfile import LOCK_NAME, lock_llms, read_launch, require_lock
 
 #: DNS-1123 label (Kubernetes object names used as pod hostnames, Slurm job names stay readable too).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

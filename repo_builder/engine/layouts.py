@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
+from ..profile.dtypes import dtype_bytes
 
 #: TRT-LLM SpeculativeDecodingMode bit values (build_config.speculative_decoding_mode) -> name.
 SPECULATIVE_MODES = {
@@ -48,24 +49,11 @@ def _int(value: Any, default: int | None = None) -> int | None:
     return int(value)
 
 
-_DTYPE_BYTES = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "fp32": 4,
-    "fp16": 2,
-    "bf16": 2,
-    "float8": 1,
-    "fp8": 1,
-    "int8": 1,
-}
-
-
 def _kv_bytes(dtype: Any, kv_quant: Any) -> int | None:
     """Bytes per KV-cache value: 1 for an FP8/INT8 KV cache (QuantAlgo FP8 / INT8), else the dtype's size."""
     if isinstance(kv_quant, str) and kv_quant.upper() in ("FP8", "INT8"):
         return 1
-    return _DTYPE_BYTES.get(str(dtype).lower()) if dtype else None
+    return dtype_bytes(dtype)
 
 
 def _head_size(hidden: int | None, heads: int | None, given: int | None) -> int | None:

@@ -144,7 +144,7 @@ def start_beside(server: Any, port: int, *, echo: Callable[[str], None], detach:
 
 def served_name(repo: Path) -> str:
     """The served model id(s), quoted and comma-separated (``'alpha', 'beta'`` for several LLMs)."""
-    from ..lockfile import read_serving_info
+    from ..repository.lockfile import read_serving_info
 
     try:
         return ", ".join(f"'{info.model_name}'" for info in read_serving_info(repo))

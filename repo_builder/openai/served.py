@@ -74,7 +74,7 @@ def load_served_models(config: FrontEndConfig) -> list[ServedModel]:
             ``--tokenizer-dir`` given for a repository with several LLMs.
     """
     from ..errors import RepoBuilderError
-    from ..lockfile import read_serving_info
+    from ..repository.lockfile import read_serving_info
     from ..runtime.text import TokenizerLoadError, load_tokenizer
 
     infos = read_serving_info(config.repo)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RenderError, RepoBuilderError
-from ..lockfile import LOCK_NAME, dumps
 from ..placement import PlacementPlan
+from ..repository.lockfile import LOCK_NAME, dumps
 from .options import RenderOptions
 from .plan import PreparedRender, RenderPlan, prepare_render
 from .write import RenderResult, write_plan, write_repository
@@ -60,7 +60,7 @@ def _combined_plan(
             prefixed by the LLM's name.
     """
     from .. import __version__
-    from ..lockfile import build_multi_lock
+    from ..repository.lockfile import build_multi_lock
 
     plans: list[tuple[str, RenderPlan]] = []
     for name, prep in prepared:

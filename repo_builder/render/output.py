@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import RenderError
-from ..lockfile import LOCK_NAME
+from ..repository.lockfile import LOCK_NAME
 
 
 def check_output(
@@ -59,7 +59,7 @@ def check_replaceable(output: Path, *, delete_unlisted: bool) -> None:
     Raises:
         RenderError: no lock file, a malformed one (naming the key), or unlisted files (listing them).
     """
-    from ..lockfile import read_lock, unlisted_files
+    from ..repository.lockfile import read_lock, unlisted_files
 
     if not ((output / LOCK_NAME).is_file() or (output / LOCK_NAME).is_symlink()):
         raise RenderError(

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..contract import MODEL_NAMES, ProfileContract, load_contract
 from ..engine import EngineInfo
 from ..errors import ParameterError, RenderError
-from ..lockfile import LOCK_NAME, build_lock, dumps
-from ..pbtxt import backend_json, parse_model_config
 from ..placement import PLACEMENT_MODES, PlacementPlan, plan_placement
+from ..profile.contract import MODEL_NAMES, ProfileContract, load_contract
+from ..repository.lockfile import LOCK_NAME, build_lock, dumps
+from ..repository.pbtxt import backend_json, parse_model_config
 from .options import RenderOptions
 from .output import check_output
 from .templates import render_configs
@@ -69,7 +69,7 @@ def _load_values_file(values_file: str | Path) -> dict[str, Any]:
     """
     import yaml
 
-    from ..yamlio import safe_load
+    from ..profile.yamlio import safe_load
 
     path = Path(values_file)
     try:
@@ -142,8 +142,8 @@ class PreparedRender:
         """
         from .. import __version__
         from ..engine import engine_fingerprint
-        from ..resolve import resolve
         from ..tokenizer import inspect_tokenizer
+        from ..values.resolve import resolve
 
         opts, engine, names, placement = self.options, self.engine, self.names, self.placement
         profile, kind = opts.profile, engine.kind
@@ -253,7 +253,7 @@ def prepare_render(
         tokenizer directory).
     """
     from ..engine import check_rank_files, inspect_engine
-    from ..schema import validate_user_values
+    from ..profile.schema import validate_user_values
     from ..tokenizer import check_tokenizer_dir
 
     opts = options
@@ -353,6 +353,6 @@ def _prefixed_contract(contract: ProfileContract, names: Mapping[str, str]) -> P
 
 def _python_instances(parsed: Mapping[str, Any]) -> dict[str, int]:
     """{model: Python-backend stub processes} of the rendered ``backend: "python"`` configs (for the lock file)."""
-    from ..pbtxt import python_instances
+    from ..repository.pbtxt import python_instances
 
     return {model: python_instances(cfg) for model, cfg in parsed.items() if cfg.backend == "python"}

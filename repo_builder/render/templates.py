@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
-from ..contract import MODEL_NAMES, ProfileContract, TritonDType, load_contract
 from ..errors import TemplateError
-from ..paths import templates_dir
-from ..pbtxt import find_placeholders, parse_model_config, quote
+from ..profile.contract import MODEL_NAMES, ProfileContract, load_contract
+from ..profile.dtypes import TRITON_DTYPES as TRITON_DTYPES
+from ..profile.paths import templates_dir
+from ..repository.pbtxt import find_placeholders, parse_model_config, quote
 
 #: Names every template may use besides the profile's parameters (documented; tested).
 RESERVED_TEMPLATE_VARS = {
@@ -24,10 +25,6 @@ RESERVED_TEMPLATE_VARS = {
     "model_name": "the model's name in the repository (its folder name)",
     "engine_kind": "EngineInfo.kind: trtllm, hf or synthetic",
 }
-
-#: Triton data type names (``TYPE_*``): the contract's own type, so a template value and a tensor agree.
-TRITON_DTYPES: tuple[str, ...] = get_args(TritonDType)
-
 
 # ----------------------------------------------------------------------------------------------------
 # value formatting (Jinja2 filters)
@@ -159,7 +156,7 @@ def _tidy(text: str) -> str:
 
 def _schema_params(profile: str) -> list[Any]:
     """The schema's rendered parameters of ``profile`` (build-time keys left out), in schema order."""
-    from ..schema import load_schema
+    from ..profile.schema import load_schema
 
     return list(load_schema().for_profile(profile).values())
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract import ProfileContract
 from ..errors import TemplateError
-from ..paths import runtime_dir, templates_dir
+from ..profile.contract import ProfileContract
+from ..profile.paths import runtime_dir, templates_dir
 
 #: Python model source kind per repository model (model_templates/python_models/<kind>/model.py).
 PYTHON_MODEL_KINDS = {

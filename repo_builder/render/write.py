@@ -230,7 +230,7 @@ def write_repository(
             diff = diff_against(plan, out) if existed else ""
             _write_files(plan, tmp)
             job.wait_small()  # validation reads the engine's config file, not its large files
-            from ..validate import validate_repository
+            from ..repository.validate import validate_repository
 
             problems = validate_repository(tmp, served_at=plan.serve_root)
             if problems:

@@ -13,8 +13,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
-from ..lockfile import LOCK_NAME, read_launch_block
-from ..pbtxt import model_config_pb2 as pbtxt_model_config_pb2
+from ..repository.lockfile import LOCK_NAME, read_launch_block
+from ..repository.pbtxt import model_config_pb2 as pbtxt_model_config_pb2
 from .options import DEFAULTS, HELP
 
 DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
@@ -103,7 +103,7 @@ class RepositoryInfo:
 
 
 def _python_instances(cfg: object) -> int:
-    from ..pbtxt import python_instances
+    from ..repository.pbtxt import python_instances
 
     return python_instances(cfg)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from repo_builder.deploy.facts import read_facts
-from repo_builder.lockfile import LOCK_NAME, lock_llms
+from repo_builder.repository.lockfile import LOCK_NAME, lock_llms
 
 pytestmark = pytest.mark.server
 

@@ -1,0 +1,527 @@
+"""``repo-builder validate``: lint a Triton model repository (rendered by repo-builder or by hand).
+
+Checks (one :class:`Problem` per finding, each with the file and, where known, the line):
+
+* every model folder has a ``config.pbtxt`` that protobuf's text format parses into
+  ``tritonclient.grpc.model_config_pb2.ModelConfig`` (the parse error's line is reported);
+* no ``${...}`` anywhere (one problem per unfilled placeholder with its line, even when the file does
+  not parse: NVIDIA's ``fill_template.py`` leaves unknown placeholders in place);
+* ``name`` matches the folder; no input or output declared twice;
+* ensembles: every ``input_map``/``output_map`` entry exists on its step model with the same dtype (dtypes
+  of ensemble tensors come from the ensemble's declared inputs/outputs and the producing step's outputs),
+  every non-optional input of each step model is fed, every ensemble output is produced by exactly one
+  step, every step model exists;
+* the TRT-LLM model has one instance (case B10); the BLS's ``tensorrt_llm_model_name`` is a model of the repository;
+* ``gpt_model_path``/``engine_dir``/``encoder_model_path`` and ``tokenizer_dir`` parameters name existing
+  directories (a tokenizer dir must hold tokenizer files, case B22); paths under the lock file's
+  ``serve_path`` (or ``served_at``) are looked up inside the repository;
+* with a lock file: the sha256 of every rendered file matches (each changed or missing file is reported);
+* with ``engine_dir`` (also for repositories repo-builder did not render): contradictions between the
+  TRT-LLM model's config and the engine's ``config.json`` (batch size, beam width, streaming with beam
+  search, logits dtype, KV-cache reuse and chunked context preconditions, in-flight batching without
+  paged KV cache / packed input / GPT attention plugin, rank files).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from ..runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
+from .lockfile import LOCK_NAME, changed_files, read_lock
+from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
+
+ENGINE_PATH_KEYS = ("gpt_model_path", "engine_dir", "encoder_model_path")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: ``file`` is relative to the repository (``model/config.pbtxt``); ``line`` is 1-based.
+
+    ``severity`` is ``"error"`` (the repository will not load or will misbehave) or ``"warning"`` (valid, but
+    some requests will be refused, e.g. streaming with beam search, case B30).
+    """
+
+    file: str
+    message: str
+    line: int | None = None
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        prefix = "warning: " if self.severity == "warning" else ""
+        return f"{where}: {prefix}{self.message}"
+
+
+@dataclass
+class _Model:
+    name: str
+    rel: str
+    text: str
+    config: Any | None  # ModelConfig, None when the file did not parse
+
+    @property
+    def cfg(self) -> Any:
+        """The parsed ModelConfig; only for models whose config.pbtxt parsed (callers skip ``config is None``)."""
+        if self.config is None:
+            raise RuntimeError(f"{self.rel}: config.pbtxt did not parse")
+        return self.config
+
+    def line_of(self, pattern: str) -> int | None:
+        """1-based line of the first line matching regex ``pattern``."""
+        rx = re.compile(pattern)
+        for i, line in enumerate(self.text.splitlines(), start=1):
+            if rx.search(line):
+                return i
+        return None
+
+    def param_line(self, key: str) -> int | None:
+        """Line of ``key: "<key>"`` of a parameters entry."""
+        return self.line_of(r'key\s*:\s*"' + re.escape(key) + r'"')
+
+    def tensor_line(self, name: str) -> int | None:
+        return self.line_of(r'name\s*:\s*"' + re.escape(name) + r'"')
+
+    @property
+    def params(self) -> dict[str, str]:
+        return string_parameters(self.config) if self.config is not None else {}
+
+
+def _is_set(value: str | None) -> TypeGuard[str]:
+    return value is not None and value.strip() != "" and "${" not in value
+
+
+def _load_models(root: Path, problems: list[Problem]) -> dict[str, _Model]:
+    models: dict[str, _Model] = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        rel = f"{folder.name}/config.pbtxt"
+        cfg_path = folder / "config.pbtxt"
+        if not cfg_path.is_file():
+            problems.append(Problem(folder.name, "model folder without config.pbtxt (Triton cannot load it)"))
+            continue
+        try:
+            text = cfg_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(Problem(rel, f"unreadable: {exc}"))
+            continue
+        for ph in find_placeholders(text):
+            problems.append(Problem(rel, f"unfilled placeholder ${{{ph.name}}}", ph.line))
+        try:
+            config = parse_model_config(text, path=rel)
+        except PbtxtParseError as exc:
+            detail = exc.message.split(": ", 1)[1] if exc.message.startswith("line ") else exc.message
+            problems.append(Problem(rel, detail, exc.line))
+            config = None
+        models[folder.name] = _Model(folder.name, rel, text, config)
+    return models
+
+
+def _check_model(m: _Model, problems: list[Problem]) -> None:
+    c = m.cfg
+    if c.name and c.name != m.name:
+        problems.append(
+            Problem(m.rel, f"name '{c.name}' differs from the folder name '{m.name}'", m.line_of(r"^\s*name\s*:"))
+        )
+    for section, items in (("input", c.input), ("output", c.output)):
+        seen: set[str] = set()
+        for t in items:
+            if t.name in seen:
+                problems.append(Problem(m.rel, f"{section} '{t.name}' declared twice", m.tensor_line(t.name)))
+            seen.add(t.name)
+
+
+def _io_maps(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {t.name: t for t in c.input}, {t.name: t for t in c.output}
+
+
+def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Problem]) -> None:
+    c = ens.cfg
+    ens_in, ens_out = _io_maps(c)
+    rel = ens.rel
+    # dtype of every ensemble tensor: declared inputs first, then producers
+    tensor_dtype: dict[str, int] = {n: t.data_type for n, t in ens_in.items()}
+    producers: dict[str, list[str]] = {}
+    steps = list(c.ensemble_scheduling.step)
+    if not steps:
+        problems.append(Problem(rel, "ensemble without ensemble_scheduling steps", ens.line_of(r"platform")))
+        return
+    for step in steps:
+        target = models.get(step.model_name)
+        line = ens.line_of(r'model_name\s*:\s*"' + re.escape(step.model_name) + r'"')
+        for tensor in step.output_map.values():
+            producers.setdefault(tensor, []).append(step.model_name)
+        if target is None:
+            problems.append(Problem(rel, f"step model '{step.model_name}' is not in the repository", line))
+            continue
+        if target.config is None:
+            continue
+        t_in, t_out = _io_maps(target.config)
+        for out_name, tensor in step.output_map.items():
+            spec = t_out.get(out_name)
+            if spec is None:
+                problems.append(
+                    Problem(
+                        rel,
+                        f"output_map: '{step.model_name}' has no output '{out_name}'",
+                        ens.line_of(r'key\s*:\s*"' + re.escape(out_name) + r'"') or line,
+                    )
+                )
+                continue
+            tensor_dtype.setdefault(tensor, spec.data_type)
+            if tensor in ens_out and ens_out[tensor].data_type != spec.data_type:
+                problems.append(
+                    Problem(
+                        rel,
+                        f"ensemble output '{tensor}' is {dtype_name(ens_out[tensor].data_type)} "
+                        f"but '{step.model_name}' output '{out_name}' is "
+                        f"{dtype_name(spec.data_type)}",
+                        ens.tensor_line(tensor),
+                    )
+                )
+    for step in steps:
+        target = models.get(step.model_name)
+        if target is None or target.config is None:
+            continue
+        line = ens.line_of(r'model_name\s*:\s*"' + re.escape(step.model_name) + r'"')
+        t_in, _ = _io_maps(target.config)
+        for in_name, tensor in step.input_map.items():
+            spec = t_in.get(in_name)
+            kline = (
+                ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"')
+                or ens.line_of(r'"' + re.escape(in_name) + r'"')
+                or line
+            )
+            if spec is None:
+                problems.append(Problem(rel, f"input_map: '{step.model_name}' has no input '{in_name}'", kline))
+                continue
+            if tensor not in tensor_dtype:
+                problems.append(
+                    Problem(
+                        rel,
+                        f"input_map: '{tensor}' (for {step.model_name}.{in_name}) is neither an "
+                        "ensemble input nor produced by a step",
+                        kline,
+                    )
+                )
+                continue
+            if tensor_dtype[tensor] != spec.data_type:
+                problems.append(
+                    Problem(
+                        rel,
+                        f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
+                        f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
+                        kline,
+                    )
+                )
+        fed = set(step.input_map)
+        for name, spec in t_in.items():
+            if not spec.optional and name not in fed:
+                problems.append(
+                    Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by input_map", line)
+                )
+    for name in ens_out:
+        count = len(producers.get(name, []))
+        if count != 1:
+            what = "no step produces it" if count == 0 else f"produced by {count} steps ({', '.join(producers[name])})"
+            problems.append(Problem(rel, f"ensemble output '{name}': {what}", ens.tensor_line(name)))
+    for tensor, who in producers.items():
+        if len(who) > 1 and tensor not in ens_out:
+            problems.append(
+                Problem(
+                    rel,
+                    f"tensor '{tensor}' produced by {len(who)} steps ({', '.join(who)})",
+                    ens.line_of(r'"' + re.escape(tensor) + r'"'),
+                )
+            )
+
+
+def _map_path(value: str, served_at: Path | None, root: Path) -> Path:
+    p = Path(value)
+    if served_at is not None:
+        try:
+            return root / p.relative_to(served_at)
+        except ValueError:
+            pass
+    return p
+
+
+def _check_paths(m: _Model, root: Path, served_at: Path | None, problems: list[Problem]) -> None:
+    params = m.params
+    for key in ENGINE_PATH_KEYS:
+        value = params.get(key)
+        if not _is_set(value):
+            continue
+        path = _map_path(value, served_at, root)
+        if not path.is_dir():
+            problems.append(Problem(m.rel, f"{key} '{value}' is not an existing directory", m.param_line(key)))
+        elif (
+            key in ("gpt_model_path", "engine_dir")
+            and not (path / "config.json").is_file()
+            and not (path / "synthetic_engine.json").is_file()
+        ):
+            problems.append(
+                Problem(m.rel, f"{key} '{value}' holds no config.json (not an engine directory)", m.param_line(key))
+            )
+    value = params.get("tokenizer_dir")
+    if _is_set(value):
+        path = _map_path(value, served_at, root)
+        if not path.is_dir():
+            problems.append(
+                Problem(
+                    m.rel,
+                    f"tokenizer_dir '{value}' is not an existing directory (a hub id or a "
+                    "path outside the server's filesystem?)",
+                    m.param_line("tokenizer_dir"),
+                )
+            )
+        elif not has_tokenizer_files(path):
+            problems.append(
+                Problem(
+                    m.rel,
+                    f"tokenizer_dir '{value}' holds no tokenizer files ({describe_tokenizer_files()})",
+                    m.param_line("tokenizer_dir"),
+                )
+            )
+
+
+def _trtllm_models(models: dict[str, _Model]) -> list[_Model]:
+    """Models that serve an engine: backend ``tensorrtllm``, or the model called ``tensorrt_llm`` (repo-builder's
+    Python engines use backend python)."""
+    return [
+        m
+        for m in models.values()
+        if m.config is not None and (m.config.backend == "tensorrtllm" or m.name == "tensorrt_llm")
+    ]
+
+
+def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None:
+    for m in _trtllm_models(models):
+        total = sum(g.count or 1 for g in m.cfg.instance_group) if m.cfg.instance_group else 1
+        if total > 1:
+            problems.append(
+                Problem(
+                    m.rel,
+                    f"{total} instances of the TensorRT-LLM model; only one is supported "
+                    "(use gpu_device_ids / participant_ids for replicas, case B10)",
+                    m.line_of(r"^\s*count\s*:"),
+                )
+            )
+    for m in models.values():
+        if m.config is None:
+            continue
+        name = m.params.get("tensorrt_llm_model_name")
+        if _is_set(name):
+            for target in (x.strip() for x in name.split(",")):
+                if target and target not in models:
+                    problems.append(
+                        Problem(
+                            m.rel,
+                            f"tensorrt_llm_model_name '{target}' is not a model of the repository",
+                            m.param_line("tensorrt_llm_model_name"),
+                        )
+                    )
+
+
+def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
+    from ..errors import RepoBuilderError
+
+    try:
+        lock = read_lock(root)
+    except RepoBuilderError as exc:
+        problems.append(Problem(LOCK_NAME, exc.message))
+        return None
+    if lock is None:
+        return None
+    for rel, what in changed_files(root, lock):
+        if what == "missing":
+            problems.append(Problem(rel, "listed in the lock file but missing"))
+        else:
+            problems.append(
+                Problem(
+                    rel,
+                    "changed since it was rendered (sha256 differs from the lock file; "
+                    "re-render with `repo-builder render --force` or keep your edit knowingly)",
+                )
+            )
+    return lock
+
+
+def validate_repository(
+    repo: str | Path,
+    *,
+    engine_dir: str | Path | None = None,
+    served_at: str | Path | None = None,
+    warnings: bool = False,
+) -> list[Problem]:
+    """Lint the Triton model repository ``repo``; returns the problems found (empty = valid).
+
+    Args:
+        warnings: also return findings of severity ``"warning"`` (the CLI prints them; they do not make the
+            repository invalid).
+        repo: the repository directory.
+        engine_dir: an engine directory to cross-check the TRT-LLM model's config against.
+        served_at: the path the server will see the repository at, when it differs from ``repo`` (the
+            lock file's ``serve_path`` is used by default); parameters pointing below it are checked inside ``repo``.
+    Raises:
+        RepoBuilderError: ``repo`` is not a directory; EngineError from inspecting ``engine_dir``.
+    """
+    from ..errors import RepoBuilderError
+
+    root = Path(repo)
+    if not root.is_dir():
+        raise RepoBuilderError("not a directory", path=root, hint="pass the model repository folder")
+    problems: list[Problem] = []
+    lock = _check_lock(root, problems)
+    if served_at is None and lock is not None and lock.get("serve_path"):
+        served_at = lock["serve_path"]
+    served = Path(served_at) if served_at is not None else root.absolute()
+    models = _load_models(root, problems)
+    if not models:
+        problems.append(Problem(".", "no model folders with config.pbtxt"))
+    for m in models.values():
+        if m.config is None:
+            continue
+        _check_model(m, problems)
+        _check_paths(m, root, served, problems)
+        if m.config.platform == "ensemble":
+            _check_ensemble(m, models, problems)
+    _check_structure(models, problems)
+    if engine_dir is not None:
+        problems.extend(check_against_engine(models, engine_dir, root=root, served_at=served))
+    if not warnings:
+        problems = [p for p in problems if p.severity == "error"]
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------------
+# engine cross-checks
+
+
+#: How a structural parameter shows in config.pbtxt (for messages of validate).
+_STRUCTURAL_KEYS = {
+    "triton_max_batch_size": "max_batch_size",
+    "decoupled_mode": "decoupled",
+    "tensorrt_llm_instance_count": "instance_group count",
+}
+
+
+def _schema_by_key() -> dict[str, Any]:
+    """{config.pbtxt parameter key: schema Parameter} over every profile (the keys agree across profiles)."""
+    from ..profile.schema import load_schema
+
+    out: dict[str, Any] = {}
+    for p in load_schema().parameters.values():
+        if p.kind in ("runtime", "derived"):
+            out.setdefault(p.key, p)
+    return out
+
+
+def _typed(param: Any, text: str | None) -> Any:
+    if not _is_set(text):
+        return None
+    try:
+        return param.coerce(text)
+    except ValueError:
+        return None
+
+
+def repository_values(
+    models: dict[str, _Model], target: _Model
+) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
+    """The parameter values a repository gives the engine model ``target``, typed as resolve() types them, and
+    where each was read ({name: (model, line)}): ``target``'s own parameters and structural fields, then the
+    parameters of the other models (BLS, postprocessing) that are not the engine's."""
+    by_key = _schema_by_key()
+    values: dict[str, Any] = {}
+    where: dict[str, tuple[_Model, int | None]] = {}
+    c = target.cfg
+    for key, text in target.params.items():
+        param = by_key.get(key)
+        if param is not None and (value := _typed(param, text)) is not None:
+            values[param.name] = value
+            where[param.name] = (target, target.param_line(key))
+    if c.max_batch_size > 0:
+        values["triton_max_batch_size"] = int(c.max_batch_size)
+        where["triton_max_batch_size"] = (target, target.line_of(r"^\s*max_batch_size\s*:"))
+    values["decoupled_mode"] = bool(c.model_transaction_policy.decoupled)
+    where["decoupled_mode"] = (target, target.line_of(r"^\s*decoupled\s*:"))
+    values["tensorrt_llm_instance_count"] = sum(g.count or 1 for g in c.instance_group) if c.instance_group else 1
+    where["tensorrt_llm_instance_count"] = (target, target.line_of(r"^\s*count\s*:"))
+    for out in c.output:
+        if out.name in ("generation_logits", "context_logits"):
+            values["logits_datatype"] = dtype_name(out.data_type)
+            where["logits_datatype"] = (target, target.tensor_line(out.name))
+            break
+    for m in models.values():
+        if m is target or m.config is None:
+            continue
+        for key, text in m.params.items():
+            param = by_key.get(key)
+            if param is None or param.name in values or "tensorrt_llm" in param.models:
+                continue
+            if (value := _typed(param, text)) is not None:
+                values[param.name] = value
+                where[param.name] = (m, m.param_line(key))
+    post = models.get("postprocessing")
+    if post is not None and post.config is not None and post.config.instance_group:
+        values["postprocessing_instance_count"] = sum(g.count or 1 for g in post.config.instance_group)
+        where["postprocessing_instance_count"] = (post, post.line_of(r"^\s*count\s*:"))
+    return values, where
+
+
+def check_against_engine(
+    models: dict[str, _Model] | str | Path,
+    engine_dir: str | Path,
+    *,
+    root: str | Path | None = None,
+    served_at: str | Path | None = None,
+) -> list[Problem]:
+    """Contradictions between the repository's TRT-LLM model config(s) and the engine at ``engine_dir``.
+
+    ``models`` is a repository path or the parsed models of :func:`validate_repository`. The values are read
+    back from the configs (:func:`repository_values`) and checked by the rule table that render uses
+    (:mod:`repo_builder.rules`), so both report the same contradictions; each finding becomes a Problem at
+    the line of the key, named as it is written in config.pbtxt (``gpt_model_type``, ``max_batch_size``).
+    ``root``/``served_at`` map path values (lora_prefetch_dir, xgrammar_tokenizer_info_path) under the serve
+    path into the repository.
+    """
+    from ..engine import inspect_engine
+    from ..values.rules import check
+
+    if not isinstance(models, dict):
+        root = Path(models) if root is None else root
+        models = _load_models(Path(models), [])
+    engine = inspect_engine(engine_dir)
+    targets = _trtllm_models(models)
+    if not targets:
+        return [
+            Problem(
+                ".",
+                "no TensorRT-LLM model (backend tensorrtllm or a gpt_model_path parameter) to "
+                f"check against the engine {engine_dir}",
+            )
+        ]
+    base = Path(root) if root is not None else Path(".")
+    served = Path(served_at) if served_at is not None else (base.absolute() if root is not None else None)
+    by_name = {p.name: p for p in _schema_by_key().values()}
+    out: list[Problem] = []
+    seen: set[tuple[str, str, int | None]] = set()
+    for m in targets:
+        values, where = repository_values(models, m)
+        for f in check(engine, values, local_path=lambda v: _map_path(v, served, base)):
+            if f.key == "engine_dir":
+                problem = Problem(str(engine_dir), f.message, severity=f.severity)
+            else:
+                model, line = where.get(f.key, (m, None))
+                param = by_name.get(f.key)
+                shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
+                if f.key == "logits_datatype":
+                    shown = "output logits data_type"
+                problem = Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity)
+            ident = (problem.file, problem.message, problem.line)
+            if ident not in seen:
+                seen.add(ident)
+                out.append(problem)
+    return out
