@@ -241,7 +241,7 @@ def recognise_profile(roles: Mapping[str, AdoptedModel]) -> str:
     """
     from .profile.contract import list_profiles, load_contract
 
-    contracts = {p: load_contract(p) for p in list_profiles()}
+    contracts = {p: load_contract(p) for p in list_profiles("ensemble")}
     votes: dict[str, AdoptedModel] = {}
     for role in ROLE_ORDER:
         m = roles.get(role)

@@ -191,7 +191,7 @@ def _ours_tensor(c: Change) -> bool:
     if c.before is not None or not c.item.startswith(("input ", "output ")):
         return False
     kind, _, name = c.item.partition(" ")
-    for profile in list_profiles():
+    for profile in list_profiles("ensemble"):
         cm = load_contract(profile).models.get(c.model)
         if cm is None:
             continue
@@ -228,7 +228,7 @@ def _in_contract(c: Change) -> bool:
     if m is None:
         return False
     name = m.group(2)
-    for profile in list_profiles():
+    for profile in list_profiles("ensemble"):
         for model in load_contract(profile).models.values():
             if any(s.name == name for s in [*model.inputs, *model.outputs]):
                 return True

@@ -11,7 +11,7 @@ import pytest
 from repo_builder.profile.contract import list_profiles, load_contract
 from repo_builder.runtime.bls import ENGINE_STEP_MODEL, Wiring, WiringError
 
-PROFILES = list_profiles()
+PROFILES = list_profiles("ensemble")
 
 
 def _bls_wiring(profile: str) -> Wiring:

@@ -88,7 +88,16 @@ def render(
     engine_dir: Path | None = typer.Option(
         None, "--engine-dir", help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."
     ),
-    tokenizer_dir: Path | None = typer.Option(None, "--tokenizer-dir", help="Local Hugging Face tokenizer directory."),
+    tokenizer_dir: Path | None = typer.Option(
+        None,
+        "--tokenizer-dir",
+        help="Local Hugging Face tokenizer directory (llmapi profiles: default the checkpoint).",
+    ),
+    checkpoint_dir: Path | None = typer.Option(
+        None,
+        "--checkpoint-dir",
+        help="Hugging Face checkpoint served through the LLM API (--profile llmapi-1.2; instead of --engine-dir).",
+    ),
     model: list[str] | None = typer.Option(
         None,
         "--model",
@@ -132,7 +141,20 @@ def render(
     tokenizer_dir is the --tokenizer-dir path; it must exist at the same path for the server.
     """
     from ..errors import RenderError
+    from ..profile.contract import profile_layout
     from ..render import RenderOptions, render_multi_repository, render_repository
+
+    llmapi = profile_layout(profile) == "llmapi"
+    if checkpoint_dir is not None:
+        if engine_dir is not None:
+            raise RenderError("--checkpoint-dir and --engine-dir exclude each other", key="--checkpoint-dir")
+        if not llmapi:
+            raise RenderError(
+                f"--checkpoint-dir is for the llmapi profiles, not {profile}",
+                key="--checkpoint-dir",
+                hint="add --profile llmapi-1.2, or pass the checkpoint as --engine-dir (CPU reference engine)",
+            )
+        engine_dir = checkpoint_dir
 
     options = RenderOptions(
         profile=profile,
@@ -153,7 +175,19 @@ def render(
                 key="--model",
                 hint="give every LLM as --model NAME=ENGINE_DIR,TOKENIZER_DIR",
             )
+        if llmapi:
+            raise RenderError(
+                f"--model (several LLMs in one repository) is not supported by profile {profile} yet",
+                key="--model",
+                hint="render one repository per checkpoint (--checkpoint-dir) and serve them side by side",
+            )
         result = render_multi_repository([_parse_model(m) for m in model], output, options)
+    elif llmapi:
+        if engine_dir is None:
+            raise RenderError(
+                "missing --checkpoint-dir", key="--checkpoint-dir", hint="the Hugging Face checkpoint folder"
+            )
+        result = render_repository(engine_dir, tokenizer_dir, output, options)
     else:
         if engine_dir is None or tokenizer_dir is None:
             missing = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -20,6 +21,13 @@ from .paths import templates_dir
 from .yamlio import safe_load
 
 MODEL_NAMES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
+
+#: How a profile's repository is laid out: ``ensemble`` (the five models of :data:`MODEL_NAMES`, NVIDIA's
+#: inflight_batcher_llm) or ``llmapi`` (one Python-backend ``tensorrt_llm`` model over ``tensorrt_llm.LLM``
+#: that takes and returns text: NVIDIA/TensorRT-LLM ``triton_backend/all_models/llmapi/``).
+Layout = Literal["ensemble", "llmapi"]
+#: The models of an ``llmapi`` profile.
+LLMAPI_MODEL_NAMES = ("tensorrt_llm",)
 
 
 class TensorSpec(BaseModel):
@@ -103,6 +111,7 @@ class ProfileContract(BaseModel):
     title: str
     trtllm_version: str
     triton_container: str
+    layout: Layout = "ensemble"
     models: dict[str, ModelContract]
 
     @model_validator(mode="after")
@@ -122,7 +131,8 @@ class ProfileContract(BaseModel):
                 if spec.name in seen:
                     raise ValueError(f"{self.profile}/{name}: output {spec.name} declared twice")
                 seen.add(spec.name)
-        missing = [m for m in MODEL_NAMES if m not in self.models]
+        required = MODEL_NAMES if self.layout == "ensemble" else LLMAPI_MODEL_NAMES
+        missing = [m for m in required if m not in self.models]
         if missing:
             raise ValueError(f"profile {self.profile} lacks models {missing}")
         return self
@@ -132,9 +142,22 @@ class ProfileContract(BaseModel):
         return [step.model_dump() for step in self.models["ensemble"].steps]
 
 
-def list_profiles() -> list[str]:
-    """Names of all profiles: the folders of ``model_templates/`` holding a ``contract.yaml``."""
-    return sorted(p.parent.name for p in templates_dir().glob("*/contract.yaml"))
+def list_profiles(layout: Layout | None = None) -> list[str]:
+    """Names of all profiles: the folders of ``model_templates/`` holding a ``contract.yaml`` (only those of
+    ``layout`` when given)."""
+    names = sorted(p.parent.name for p in templates_dir().glob("*/contract.yaml"))
+    if layout is None:
+        return names
+    return [n for n in names if load_contract(n).layout == layout]
+
+
+def profile_layout(profile: str) -> Layout:
+    """The layout of ``profile`` (``ensemble`` or ``llmapi``).
+
+    Raises:
+        RepoBuilderError: unknown profile.
+    """
+    return load_contract(profile).layout
 
 
 @cache

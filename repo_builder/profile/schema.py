@@ -86,12 +86,21 @@ class Parameter(BaseModel):
     user_settable: bool = True
     engine_source: str | None = None
     tokenizer_source: str | None = None
+    checkpoint_source: str | None = None
     build_flag: str | None = None
     upstream: str | None = None
     renamed_from: tuple[str, ...] = ()
+    overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> Parameter:
+        for other, fields in self.overrides.items():
+            if other not in self.profiles:
+                raise ValueError(f"{self.name}: overrides for profile {other}, which it is not in")
+            bad = sorted(set(fields) & {"name", "profiles", "overrides", "default_by_profile"})
+            if bad:
+                raise ValueError(f"{self.name}: overrides for {other} may not change {bad}")
+            self.in_profile(other)  # the overridden entry must itself be a valid parameter
         if self.kind == "build_time":
             if not self.build_flag:
                 raise ValueError(f"{self.name}: a build_time parameter needs build_flag")
@@ -115,6 +124,22 @@ class Parameter(BaseModel):
                 except ValueError as exc:
                     raise ValueError(f"{self.name}: default {value!r} ({profile or 'all profiles'}) {exc}") from exc
         return self
+
+    def in_profile(self, profile: str) -> Parameter:
+        """This parameter as ``profile`` has it: the fields of ``overrides[profile]`` replaced (one name may
+        mean a build-time engine limit in one profile and a user's runtime limit in another: ``max_seq_len``
+        is derived from the engine in trtllm-* and an LLM-API argument in llmapi-1.2).
+
+        Raises:
+            ValueError: the overridden fields do not make a valid parameter.
+        """
+        fields = self.overrides.get(profile)
+        if not fields:
+            return self
+        data = self.model_dump()
+        data.update(fields)
+        data["overrides"] = {}
+        return Parameter.model_validate(data)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -307,11 +332,7 @@ class Schema(BaseModel):
     def for_profile(self, profile: str, *, include_build_time: bool = False) -> dict[str, Parameter]:
         """The parameters that exist in ``profile`` (build-time keys only when asked)."""
         self._profile(profile)
-        return {
-            n: p
-            for n, p in self.parameters.items()
-            if profile in p.profiles and (include_build_time or p.kind != "build_time")
-        }
+        return _profile_view(self, profile, include_build_time)
 
     def model_parameters(self, profile: str, model: str, engine_kind: str) -> list[Parameter]:
         """The ``string_value`` parameters (kinds runtime and derived) written into ``model``'s config
@@ -336,6 +357,8 @@ class Schema(BaseModel):
                 if p.engine_source
                 else f"tokenizer: {p.tokenizer_source}"
                 if p.tokenizer_source
+                else f"checkpoint: {p.checkpoint_source}"
+                if p.checkpoint_source
                 else ""
             )
             rows.append(
@@ -355,6 +378,18 @@ class Schema(BaseModel):
                 }
             )
         return rows
+
+
+def _profile_view(schema: Schema, profile: str, include_build_time: bool) -> dict[str, Parameter]:
+    """{name: parameter as ``profile`` has it (overrides applied)} in schema order."""
+    view: dict[str, Parameter] = {}
+    for n, p in schema.parameters.items():
+        if profile not in p.profiles:
+            continue
+        p = p.in_profile(profile)
+        if include_build_time or p.kind != "build_time":
+            view[n] = p
+    return view
 
 
 @cache

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RepoBuilderError
+from .llmapi import PreparedLLMAPIRender, prepare_llmapi_render
 from .multi import render_multi_repository
 from .options import RenderOptions
 from .plan import PreparedRender, RenderPlan, plan_render, prepare_render
@@ -49,7 +50,7 @@ from .write import RenderResult, diff_against, write_plan, write_repository
 
 def render_repository(
     engine_dir: str | Path,
-    tokenizer_dir: str | Path,
+    tokenizer_dir: str | Path | None,
     output: str | Path,
     options: RenderOptions | None = None,
     **fields: Any,
@@ -58,8 +59,9 @@ def render_repository(
 
     Args:
         engine_dir: a TRT-LLM engine dir (``config.json`` + ``rank<N>.engine``), an HF checkpoint (served
-            by the CPU reference engine) or a synthetic engine dir (``synthetic_engine.json``).
-        tokenizer_dir: a local Hugging Face tokenizer directory.
+            by the CPU reference engine) or a synthetic engine dir (``synthetic_engine.json``); for an llmapi
+            profile (``llmapi-1.2``) the Hugging Face checkpoint the LLM API serves (``--checkpoint-dir``).
+        tokenizer_dir: a local Hugging Face tokenizer directory (llmapi profiles: None = the checkpoint's).
         output: the repository directory to create.
         options: how to render (:class:`RenderOptions`: profile, ``--set``/``--values``, engine mode,
             streaming, force, dry run, serve path, progress); default: all defaults.
@@ -71,8 +73,18 @@ def render_repository(
         TemplateError, RenderError (output exists, placement failed, the rendered repository failed validation);
         Interrupted (a signal during the write); TypeError: an unknown option.
     """
+    from ..profile.contract import profile_layout
+
     opts = RenderOptions.of(options, fields)
-    prepared = prepare_render(engine_dir, tokenizer_dir, output, opts)
+    prepared: PreparedRender | PreparedLLMAPIRender
+    if profile_layout(opts.profile) == "llmapi":
+        prepared = prepare_llmapi_render(engine_dir, tokenizer_dir, output, opts)
+    else:
+        if tokenizer_dir is None:
+            from ..errors import RenderError
+
+            raise RenderError("missing --tokenizer-dir", key="--tokenizer-dir")
+        prepared = prepare_render(engine_dir, tokenizer_dir, output, opts)
     if opts.dry_run:
         return write_plan(prepared.finish(), dry_run=True)
     return write_repository(prepared.output, prepared.placement, prepared.finish, progress=opts.progress)
@@ -84,6 +96,7 @@ __all__ = [
     "RESERVED_TEMPLATE_VARS",
     "RUNTIME_FOLDER",
     "TRITON_DTYPES",
+    "PreparedLLMAPIRender",
     "PreparedRender",
     "RenderOptions",
     "RenderPlan",
@@ -93,6 +106,7 @@ __all__ = [
     "make_environment",
     "model_template_vars",
     "param_text",
+    "prepare_llmapi_render",
     "plan_render",
     "prepare_render",
     "render_configs",

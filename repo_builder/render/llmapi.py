@@ -1,0 +1,285 @@
+"""Rendering an llmapi profile (``--profile llmapi-1.2``): one Python-backend ``tensorrt_llm`` model over the
+LLM API for a Hugging Face checkpoint (NVIDIA/TensorRT-LLM v1.2.1 ``triton_backend/all_models/llmapi/``)::
+
+    REPO/
+      repo-builder.lock.json
+      tensorrt_llm/config.pbtxt          NVIDIA's llmapi inputs/outputs (contract.yaml), max_batch_size and
+                                         decoupled equal to model.yaml's triton_config
+      tensorrt_llm/1/model.py            ours (model_templates/python_models/llmapi/model.py)
+      tensorrt_llm/1/model.yaml          LLM() arguments + triton_config, from the schema's typed values
+      tensorrt_llm/1/repo_builder_runtime/   the vendored runtime (llmapi_model.py, llmapi_standin.py, ...)
+      tensorrt_llm/1/engine/             the checkpoint (copy | hardlink | symlink; nothing for reference)
+
+The same two steps as the engine profiles (:mod:`.plan`): :func:`prepare_llmapi_render` checks everything
+cheap and plans the checkpoint placement; :meth:`PreparedLLMAPIRender.finish` inspects the tokenizer,
+resolves (:func:`repo_builder.values.llmapi.resolve_llmapi`) and renders every file in memory. The result is
+a :class:`.plan.RenderPlan`, written atomically by :func:`.write.write_repository`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..engine import EngineInfo
+from ..engine.checkpoint import CheckpointFacts
+from ..errors import RenderError
+from ..placement import PLACEMENT_MODES, PlacementPlan, plan_placement
+from ..profile.contract import ProfileContract, load_contract
+from ..repository.lockfile import LOCK_NAME, build_lock, dumps
+from ..repository.pbtxt import parse_model_config
+from .options import RenderOptions
+from .output import check_output
+from .plan import ADOPTED_FROM_KEY, RenderPlan, _load_values_file, _values_source
+from .templates import _tidy, make_environment, template_path
+from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
+
+#: The model of an llmapi repository and its Python source kind (model_templates/python_models/<kind>/).
+LLMAPI_MODEL = "tensorrt_llm"
+LLMAPI_SOURCE_KIND = "llmapi"
+MODEL_YAML = "model.yaml"
+
+_YAML_HEADER = """\
+# Rendered by repo-builder (profile {profile}); edit the values, not this file: `repo-builder render`.
+# Every key but triton_config is a tensorrt_llm.LLM() argument (TensorRT-LLM {version}); triton_config is read
+# by the model. triton_config.max_batch_size and triton_config.decoupled equal config.pbtxt's max_batch_size and
+# model_transaction_policy.decoupled (render writes both; the model refuses to load when they differ).
+# max_batch_size / max_num_tokens / max_seq_len at the top are the LLM runtime's own limits.
+"""
+
+
+def model_yaml_text(profile: str, values: dict[str, Any], contract: ProfileContract) -> str:
+    """``1/model.yaml``: the profile's parameters with a value, nested at their dots, in schema order,
+    ``triton_config`` last. Unset (None) parameters are left out (the LLM API's defaults apply)."""
+    import yaml
+
+    from ..profile.schema import load_schema
+
+    tree: dict[str, Any] = {}
+    triton: dict[str, Any] = {}
+    for name in load_schema().for_profile(profile):
+        value = values.get(name)
+        if value is None:
+            continue
+        head, _, rest = name.partition(".")
+        if head == "triton_config":
+            triton[rest] = value
+        elif rest:
+            tree.setdefault(head, {})[rest] = value
+        else:
+            tree[head] = value
+    tree["triton_config"] = triton
+    body = yaml.safe_dump(tree, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return _YAML_HEADER.format(profile=profile, version=contract.trtllm_version) + body
+
+
+def render_llmapi_config(profile: str, values: dict[str, Any], contract: ProfileContract, model_name: str) -> str:
+    """``tensorrt_llm/config.pbtxt`` from ``model_templates/<profile>/tensorrt_llm/config.pbtxt.j2``, tidied and
+    parsed with protobuf's text format.
+
+    Raises:
+        TemplateError: a missing template or one protobuf refuses (names it).
+    """
+    from ..errors import TemplateError
+
+    path = template_path(profile, LLMAPI_MODEL)
+    if not path.is_file():
+        raise TemplateError("template missing", path=path)
+    text = (
+        make_environment()
+        .get_template(f"{profile}/{LLMAPI_MODEL}/config.pbtxt.j2")
+        .render(
+            contract=contract.models[LLMAPI_MODEL],
+            model_name=model_name,
+            triton_max_batch_size=values["triton_config.max_batch_size"],
+            decoupled=bool(values["triton_config.decoupled"]),
+        )
+    )
+    text = _tidy(text)
+    parse_model_config(text, path=f"{model_name}/config.pbtxt (rendered from {path})")
+    return text
+
+
+@dataclass
+class PreparedLLMAPIRender:
+    """What :func:`prepare_llmapi_render` checked; :meth:`finish` turns it into the :class:`RenderPlan`."""
+
+    options: RenderOptions
+    contract: ProfileContract
+    output: Path
+    checkpoint_path: Path
+    tokenizer_path: Path
+    serve_root: Path
+    checked: dict[str, Any]
+    engine: EngineInfo
+    checkpoint: CheckpointFacts
+    placement: PlacementPlan
+    values_source: dict[str, Any] | None = None
+
+    def finish(self) -> RenderPlan:
+        """Inspect the tokenizer, resolve every value and render every file in memory.
+
+        Raises:
+            TokenizerError, ParameterError, EngineError (the checks against the checkpoint), TemplateError.
+        """
+        from .. import __version__
+        from ..engine import engine_fingerprint
+        from ..tokenizer import inspect_tokenizer
+        from ..values.llmapi import resolve_llmapi
+
+        opts, profile = self.options, self.options.profile
+        tokenizer = inspect_tokenizer(
+            self.tokenizer_path, trust_remote_code=bool(self.checked.get("trust_remote_code"))
+        )
+        model_path = str(self.placement.engine_dir_in(self.serve_root))
+        resolution = resolve_llmapi(
+            profile, self.checkpoint, tokenizer, self.checked, model_path=model_path, streaming=opts.streaming
+        )
+        values = resolution.as_template_vars()
+        files: dict[str, bytes] = {
+            f"{LLMAPI_MODEL}/config.pbtxt": render_llmapi_config(profile, values, self.contract, LLMAPI_MODEL).encode(),
+            f"{LLMAPI_MODEL}/1/{MODEL_YAML}": model_yaml_text(profile, values, self.contract).encode(),
+            f"{LLMAPI_MODEL}/1/model.py": python_model_source(LLMAPI_SOURCE_KIND),
+        }
+        for rel, data in runtime_files().items():
+            files[f"{LLMAPI_MODEL}/1/{RUNTIME_FOLDER}/{rel}"] = data
+        targets = {f.target for f in self.placement.files}
+        for rel in files:
+            if rel in targets:
+                raise RenderError(
+                    f"a checkpoint file would overwrite a rendered file: {rel}", path=self.checkpoint_path
+                )
+        tp = int(values["tensor_parallel_size"] or 1)
+        pp = int(values["pipeline_parallel_size"] or 1)
+        lock = build_lock(
+            version=__version__,
+            profile=profile,
+            engine={
+                "dir": str(self.checkpoint_path),
+                "kind": "hf",
+                "placement": opts.engine_mode,
+                "fingerprint": engine_fingerprint(self.engine),
+                "engine_dir": model_path,
+            },
+            tokenizer_dir=str(self.tokenizer_path),
+            values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
+            world_size=tp * pp,
+            tensorrt_llm_model_names=[LLMAPI_MODEL],
+            files=files,
+            serve_path=opts.serve_path,
+            engine_files=[f.target for f in self.placement.files],
+            tp_size=tp,
+            pp_size=pp,
+            python_instances={LLMAPI_MODEL: 1},
+        )
+        lock["checkpoint"] = self.checkpoint.lock_block()
+        lock["tokenizer"].update(
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            end_id=tokenizer.end_id,
+            pad_id=tokenizer.pad_id,
+            chat_template=tokenizer.has_chat_template,
+        )
+        if self.values_source is not None:
+            lock["values_source"] = self.values_source
+        files[LOCK_NAME] = dumps(lock)
+        return RenderPlan(
+            output=self.output,
+            serve_root=self.serve_root,
+            profile=profile,
+            engine=self.engine,
+            tokenizer=tokenizer,
+            resolution=resolution,
+            placement=self.placement,
+            files=files,
+            empty_dirs=[],
+            lock=lock,
+            warnings=list(resolution.warnings),
+        )
+
+
+def prepare_llmapi_render(
+    checkpoint_dir: str | Path,
+    tokenizer_dir: str | Path | None,
+    output: str | Path,
+    options: RenderOptions,
+) -> PreparedLLMAPIRender:
+    """Check what needs no tokenizer and plan the checkpoint placement (writes nothing).
+
+    ``tokenizer_dir`` None: the checkpoint folder (the LLM API loads the tokenizer from the model folder).
+
+    Raises:
+        RenderError (unknown ``--engine-mode``, an output that may not be written, a relative serve path),
+        ParameterError (``--values``/``--set``), EngineError (not a checkpoint: names config.json and the key),
+        TokenizerError (no tokenizer files).
+    """
+    from ..engine import inspect_engine
+    from ..engine.checkpoint import read_checkpoint_facts
+    from ..errors import EngineError
+    from ..profile.schema import validate_user_values
+    from ..tokenizer import check_tokenizer_dir
+
+    opts = options
+    if opts.engine_mode not in PLACEMENT_MODES:
+        raise RenderError(
+            f"unknown engine placement mode '{opts.engine_mode}'",
+            key="--engine-mode",
+            hint=f"choose one of {', '.join(PLACEMENT_MODES)}",
+        )
+    contract = load_contract(opts.profile)
+    out = Path(output).expanduser().absolute()
+    checkpoint_path = Path(checkpoint_dir).expanduser().resolve()
+    if not checkpoint_path.is_dir():
+        raise EngineError(
+            "not a directory",
+            path=checkpoint_path,
+            hint="--checkpoint-dir must be a local Hugging Face checkpoint folder (repo-builder never downloads)",
+        )
+    tokenizer_path = check_tokenizer_dir(str(tokenizer_dir if tokenizer_dir is not None else checkpoint_path))
+    check_output(
+        out,
+        checkpoint_path,
+        tokenizer_path,
+        force=opts.force,
+        dry_run=opts.dry_run,
+        placement=opts.engine_mode,
+        delete_unlisted=opts.delete_unlisted,
+    )
+    serve_root = Path(opts.serve_path) if opts.serve_path is not None else out
+    if not serve_root.is_absolute():
+        raise RenderError(
+            "the serve path must be absolute (the repository's path inside the server)",
+            key="--serve-path",
+            path=serve_root,
+        )
+    checked: dict[str, Any] = {}
+    values_source: dict[str, Any] | None = None
+    if opts.values_file is not None:
+        file_values = _load_values_file(opts.values_file)
+        values_source = _values_source(opts.values_file, file_values.pop(ADOPTED_FROM_KEY, None))
+        checked.update(validate_user_values(opts.profile, file_values, source=str(opts.values_file)))
+    if opts.user_values:
+        checked.update(validate_user_values(opts.profile, dict(opts.user_values), source="--set"))
+    facts = read_checkpoint_facts(checkpoint_path)
+    engine = inspect_engine(checkpoint_path)
+    if engine.kind != "hf":
+        raise EngineError(
+            f"a {engine.kind} engine folder, not a Hugging Face checkpoint; the llmapi profiles serve checkpoints",
+            path=checkpoint_path,
+            hint="render TensorRT-LLM engines with --profile trtllm-1.2 --engine-dir",
+        )
+    placement = plan_placement("hf", checkpoint_path, opts.engine_mode)
+    return PreparedLLMAPIRender(
+        options=opts,
+        contract=contract,
+        output=out,
+        checkpoint_path=checkpoint_path,
+        tokenizer_path=tokenizer_path,
+        serve_root=serve_root,
+        checked=checked,
+        engine=engine,
+        checkpoint=facts,
+        placement=placement,
+        values_source=values_source,
+    )
