@@ -19,19 +19,25 @@ Checks (one :class:`Problem` per finding, each with the file and, where known, t
 * with ``engine_dir`` (also for repositories repo-builder did not render): contradictions between the
   TRT-LLM model's config and the engine's ``config.json`` (batch size, beam width, streaming with beam
   search, logits dtype, KV-cache reuse and chunked context preconditions, in-flight batching without
-  paged KV cache / packed input / GPT attention plugin, rank files).
+  paged KV cache / packed input / GPT attention plugin, rank files, the python backend without decoupled mode
+  (B29), and, with the tokenizer ``tokenizer_dir`` names, a vocabulary larger than the engine's): the rule
+  table of :mod:`repo_builder.values.rules`, as render checks them.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .lockfile import LOCK_NAME, changed_files, read_lock
 from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
+
+if TYPE_CHECKING:
+    from ..tokenizer import TokenizerInfo
 
 ENGINE_PATH_KEYS = ("gpt_model_path", "engine_dir", "encoder_model_path")
 
@@ -403,6 +409,7 @@ def validate_repository(
 _STRUCTURAL_KEYS = {
     "triton_max_batch_size": "max_batch_size",
     "decoupled_mode": "decoupled",
+    "triton_backend": "backend",
     "tensorrt_llm_instance_count": "instance_group count",
 }
 
@@ -447,6 +454,9 @@ def repository_values(
         where["triton_max_batch_size"] = (target, target.line_of(r"^\s*max_batch_size\s*:"))
     values["decoupled_mode"] = bool(c.model_transaction_policy.decoupled)
     where["decoupled_mode"] = (target, target.line_of(r"^\s*decoupled\s*:"))
+    if c.backend:
+        values["triton_backend"] = c.backend
+        where["triton_backend"] = (target, target.line_of(r"^\s*backend\s*:"))
     values["tensorrt_llm_instance_count"] = sum(g.count or 1 for g in c.instance_group) if c.instance_group else 1
     where["tensorrt_llm_instance_count"] = (target, target.line_of(r"^\s*count\s*:"))
     for out in c.output:
@@ -471,6 +481,24 @@ def repository_values(
     return values, where
 
 
+def _repository_tokenizer(tokenizer_dir: Any, local_path: Callable[[str], Path]) -> TokenizerInfo | None:
+    """The tokenizer a repository's ``tokenizer_dir`` names, for the rules that need one (vocabulary, end id);
+    None when it is unset, not on this machine or not readable (:func:`_check_paths` reports those paths). Remote
+    code is never run here."""
+    from ..errors import RepoBuilderError
+    from ..tokenizer import inspect_tokenizer
+
+    if not isinstance(tokenizer_dir, str) or not tokenizer_dir:
+        return None
+    path = local_path(tokenizer_dir)
+    if not path.is_dir() or not has_tokenizer_files(path):
+        return None
+    try:
+        return inspect_tokenizer(path)
+    except RepoBuilderError:
+        return None
+
+
 def check_against_engine(
     models: dict[str, _Model] | str | Path,
     engine_dir: str | Path,
@@ -482,10 +510,11 @@ def check_against_engine(
 
     ``models`` is a repository path or the parsed models of :func:`validate_repository`. The values are read
     back from the configs (:func:`repository_values`) and checked by the rule table that render uses
-    (:mod:`repo_builder.rules`), so both report the same contradictions; each finding becomes a Problem at
-    the line of the key, named as it is written in config.pbtxt (``gpt_model_type``, ``max_batch_size``).
-    ``root``/``served_at`` map path values (lora_prefetch_dir, xgrammar_tokenizer_info_path) under the serve
-    path into the repository.
+    (:mod:`repo_builder.values.rules`), with the tokenizer ``tokenizer_dir`` names when it is on this machine, so
+    both report the same contradictions (B29 backend vs decoupled, vocabulary, end id included); each finding
+    becomes a Problem at the line of the key, named as it is written in config.pbtxt (``gpt_model_type``,
+    ``max_batch_size``). ``root``/``served_at`` map path values (lora_prefetch_dir, xgrammar_tokenizer_info_path,
+    tokenizer_dir) under the serve path into the repository.
     """
     from ..engine import inspect_engine
     from ..values.rules import check
@@ -508,9 +537,11 @@ def check_against_engine(
     by_name = {p.name: p for p in _schema_by_key().values()}
     out: list[Problem] = []
     seen: set[tuple[str, str, int | None]] = set()
+    local = lambda v: _map_path(v, served, base)  # noqa: E731
     for m in targets:
         values, where = repository_values(models, m)
-        for f in check(engine, values, local_path=lambda v: _map_path(v, served, base)):
+        tokenizer = _repository_tokenizer(values.get("tokenizer_dir"), local)
+        for f in check(engine, values, local_path=local, tokenizer=tokenizer):
             if f.key == "engine_dir":
                 problem = Problem(str(engine_dir), f.message, severity=f.severity)
             else:
