@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
-from .lockfile import LOCK_NAME, changed_files, read_lock
+from .lockfile import LOCK_NAME, LockFile, changed_files, read_lock
 from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
 
 if TYPE_CHECKING:
@@ -330,7 +330,7 @@ def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None
                     )
 
 
-def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
+def _check_lock(root: Path, problems: list[Problem]) -> LockFile | None:
     from ..errors import RepoBuilderError
 
     try:
@@ -380,8 +380,8 @@ def validate_repository(
         raise RepoBuilderError("not a directory", path=root, hint="pass the model repository folder")
     problems: list[Problem] = []
     lock = _check_lock(root, problems)
-    if served_at is None and lock is not None and lock.get("serve_path"):
-        served_at = lock["serve_path"]
+    if served_at is None and lock is not None and lock.serve_path:
+        served_at = lock.serve_path
     served = Path(served_at) if served_at is not None else root.absolute()
     models = _load_models(root, problems)
     if not models:
