@@ -44,7 +44,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from ..errors import RenderError, RepoBuilderError
+from ..errors import RenderError, RepoBuilderError, field_problems, field_problems_text
 
 LOCK_NAME = "repo-builder.lock.json"
 
@@ -208,19 +208,6 @@ class LockFile(_Open):
     def models(self) -> tuple[str, ...]:
         """The Triton models of the repository (:func:`lock_models`)."""
         return lock_models(self.files)
-
-
-def validation_text(exc: ValidationError, *, limit: int = 3) -> str:
-    """The first ``limit`` problems of a pydantic ValidationError as ``key.path: message`` (``;``-joined)."""
-    parts = []
-    for err in exc.errors()[:limit]:
-        where = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        if err.get("type") == "missing":
-            msg = "missing"
-        parts.append(f"{where}: {msg}")
-    more = len(exc.errors()) - limit
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -394,7 +381,7 @@ def read_lock(repo: str | Path) -> LockFile | None:
     try:
         return LockFile.from_data(data)
     except ValidationError as exc:
-        raise RenderError(f"malformed lock file: {validation_text(exc)}", path=path, hint=hint) from None
+        raise RenderError(f"malformed lock file: {field_problems_text(exc)}", path=path, hint=hint) from None
 
 
 def engine_file_patterns(lock: LockFile) -> tuple[str, ...]:
@@ -467,10 +454,10 @@ def _checked_launch(
     try:
         block = model.model_validate(launch)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = [str(x) for x in first.get("loc", ())]
-        msg = "missing" if first.get("type") == "missing" else str(first.get("msg", "invalid"))
-        got = "" if first.get("type") == "missing" else f", got {first.get('input')!r}"
+        first = field_problems(exc)[0]
+        loc = first.loc
+        msg = "missing" if first.missing else first.message
+        got = "" if first.missing else f", got {first.input!r}"
         inner = "".join(f"{x}: " for x in loc[1:])  # e.g. the model of a python_instances entry
         raise error(
             f"{inner}{msg}{got}",
