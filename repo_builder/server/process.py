@@ -416,10 +416,6 @@ class TritonServer:
             self._kill_now = True
         self.interrupted = signum
 
-    def request_kill(self) -> None:
-        """Make a running :meth:`stop` (or :meth:`wait`) skip the graceful wait and SIGKILL now (second Ctrl-C)."""
-        self._kill_now = True
-
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop every process of this launch and remove its ``/dev/shm`` regions; returns the exit code.
 
