@@ -2,7 +2,8 @@
 
 Why this exists: upstream postprocessing decodes each streamed response's new tokens on their own, so
 SentencePiece word spaces vanish (``decode([▁is]) == "is"``, B24) and characters split over several
-byte tokens turn into U+FFFD (``decode([235]) == "\\ufffd"``, B25); see ../shared/cases/README.md.
+byte tokens turn into U+FFFD (``decode([235]) == "\\ufffd"``, B25; tensorrtllm_backend
+``postprocessing/1/model.py`` at commit c2e65b8).
 
 Algorithm (one :class:`IncrementalDetokenizer` per request, sequence and beam):
 

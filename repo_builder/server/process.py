@@ -5,7 +5,7 @@ clean-up; the lifecycle facts), :mod:`.probe` (HTTP health and model-state probe
 (the log file: tail, load errors, follower), :mod:`.preflight` and :mod:`.command` (checks and argv).
 
 A readiness probe can be answered by another server on the same port, so readiness also requires that our
-rank 0 is alive and holds the listening HTTP socket (tritonserver 2.51.0; ../shared/docs/feasibility.md §9).
+rank 0 is alive and holds the listening HTTP socket (observed with tritonserver 2.51.0 of nvidia-pytriton 0.7.0).
 """
 
 from __future__ import annotations
