@@ -192,7 +192,7 @@ class TritonServer:
             )
         ports = {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port, "--metrics_port": cfg.metrics_port}
         if cfg.openai_port is not None:
-            from ..openai.launch import check_installed
+            from .frontend import check_installed
 
             check_installed()
             ports["--openai_port"] = cfg.openai_port
