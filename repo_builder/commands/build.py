@@ -124,6 +124,12 @@ def render(
         "file does not list (otherwise the render refuses and lists them).",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
+    layout: str = typer.Option(
+        "inflight_batcher_llm",
+        "--layout",
+        help="inflight_batcher_llm (default) | disaggregated: context and generation copies of the engine model "
+        "joined by disaggregated_serving_bls (docs/layouts.md).",
+    ),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
 
@@ -145,6 +151,7 @@ def render(
         dry_run=dry_run,
         serve_path=serve_path,
         progress=not dry_run,
+        layout=layout,
     )
     if model:
         if engine_dir is not None or tokenizer_dir is not None:

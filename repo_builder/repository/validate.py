@@ -12,6 +12,8 @@ Checks (one :class:`Problem` per finding, each with the file and, where known, t
   every non-optional input of each step model is fed, every ensemble output is produced by exactly one
   step, every step model exists;
 * the TRT-LLM model has one instance (case B10); the BLS's ``tensorrt_llm_model_name`` is a model of the repository;
+* layout disaggregated (``disaggregated_serving_bls``): the context and generation models exist and pass
+  ``context_phase_params``, their ids agree, no ensemble step skips the BLS;
 * ``gpt_model_path``/``engine_dir``/``encoder_model_path`` and ``tokenizer_dir`` parameters name existing
   directories (a tokenizer dir must hold tokenizer files, case B22); paths under the lock file's
   ``serve_path`` (or ``served_at``) are looked up inside the repository;
@@ -324,6 +326,78 @@ def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None
                     )
 
 
+def _id_groups(text: str | None) -> list[list[int]] | None:
+    """``"1,2;3,4"`` -> ``[[1, 2], [3, 4]]``; None when unset or not integers."""
+    if not _is_set(text):
+        return None
+    try:
+        return [[int(x) for x in group.split(",") if x.strip()] for group in text.split(";") if group.strip()]
+    except ValueError:
+        return None
+
+
+def _check_disaggregated(models: dict[str, _Model], problems: list[Problem]) -> None:
+    """Layout disaggregated (a model with ``context_model_name``, NVIDIA's ``disaggregated_serving_bls``): both
+    phase models exist, declare ``context_phase_params`` in and out, their ``participant_ids``/``gpu_device_ids``
+    agree (:func:`repo_builder.values.rules.disaggregated_findings`), and no ensemble step names a phase model
+    directly (its requests would skip the other phase)."""
+    from ..values.rules import disaggregated_findings
+
+    for bls in models.values():
+        params = bls.params
+        if bls.config is None or "context_model_name" not in params:
+            continue
+        names = {key: params.get(key) for key in ("context_model_name", "generation_model_name")}
+        values: dict[str, Any] = dict(names)
+        phase_models = []
+        for key, name in names.items():
+            target = models.get(name or "")
+            if target is None:
+                problems.append(
+                    Problem(bls.rel, f"{key} '{name}' is not a model of the repository", bls.param_line(key))
+                )
+                continue
+            if target.config is None:
+                continue
+            phase_models.append(target)
+            phase = key.split("_", 1)[0]
+            for kind in ("participant_ids", "gpu_device_ids"):
+                values[f"{phase}_{kind}"] = _id_groups(target.params.get(kind))
+            ins, outs = _io_maps(target.config)
+            if "context_phase_params" not in ins or "context_phase_params" not in outs:
+                problems.append(
+                    Problem(
+                        target.rel,
+                        f"{key} of {bls.name}: the model must declare context_phase_params as an input and an "
+                        "output (the phases hand it over)",
+                    )
+                )
+        groups = values.get("context_participant_ids") or values.get("context_gpu_device_ids") or [[0]]
+        for finding in disaggregated_findings(len(groups[0]), values):
+            phase, _, kind = finding.key.partition("_")
+            target = (
+                models.get(str(names.get(f"{phase}_model_name")))
+                if kind in ("participant_ids", "gpu_device_ids")
+                else None
+            )
+            where = target if target is not None else bls
+            key = kind if target is not None else finding.key
+            problems.append(Problem(where.rel, f"{key}: {finding.message}", where.param_line(key), finding.severity))
+        for ens in models.values():
+            if ens.config is None or ens.config.platform != "ensemble":
+                continue
+            for step in ens.config.ensemble_scheduling.step:
+                if step.model_name in {m.name for m in phase_models}:
+                    problems.append(
+                        Problem(
+                            ens.rel,
+                            f"step model '{step.model_name}' is a phase of {bls.name}; name {bls.name} instead "
+                            "(a request sent to one phase alone skips the other)",
+                            ens.line_of(r'model_name\s*:\s*"' + re.escape(step.model_name) + r'"'),
+                        )
+                    )
+
+
 def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
     from ..errors import RepoBuilderError
 
@@ -388,6 +462,7 @@ def validate_repository(
         if m.config.platform == "ensemble":
             _check_ensemble(m, models, problems)
     _check_structure(models, problems)
+    _check_disaggregated(models, problems)
     if engine_dir is not None:
         problems.extend(check_against_engine(models, engine_dir, root=root, served_at=served))
     if not warnings:

@@ -255,8 +255,15 @@ class TritonEngineModel:
                 self.scheduler.stop_request(parsed.request_id)
                 sink.send({} if not self.decoupled else None, final=True)
                 continue
-            self.scheduler.submit(RequestGroup(parsed, sink, self.io))
+            group = self.make_group(request, parsed, sink)
+            if group is not None:
+                self.scheduler.submit(group)
         return None
+
+    def make_group(self, request: Any, parsed: ParsedRequest, sink: ResponseSink) -> RequestGroup | None:
+        """The request group the scheduler runs for a parsed request; None when it is already answered
+        (a hook for :class:`.engine_phases.PhasedEngineModel`)."""
+        return RequestGroup(parsed, sink, self.io)
 
     def finalize(self) -> None:
         """Stop the scheduler; unfinished requests get an error response."""

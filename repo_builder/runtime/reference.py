@@ -203,6 +203,12 @@ def _grow_in_place(cache: Any) -> Any:
     return cache
 
 
+def _context(seq: Sequence) -> list[int]:
+    """The token ids a new sequence's prefill runs over: its prompt, plus the tokens it already holds (a
+    generation-only request resumes after the context phase's first token, :mod:`.engine_phases`)."""
+    return seq.req.prompt + seq.tokens if seq.tokens else seq.req.prompt
+
+
 class _NotBatchable(Exception):
     """The model's cache cannot be stacked (not a plain dynamic cache): step sequences one by one."""
 
@@ -392,6 +398,8 @@ class ReferenceBackend:
     def _new_state(self, seq: Sequence, cache: Any) -> _SeqState:
         st = _SeqState()
         st.cache = _grow_in_place(cache)
+        for token in seq.tokens:  # tokens a context phase generated (engine_phases: generation-only requests)
+            st.counts[token] = st.counts.get(token, 0) + 1
         if not seq.req.sampling.greedy:
             seed = seq.req.sampling.seed
             st.generator = self.torch.Generator(device=self.device).manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
@@ -400,7 +408,7 @@ class ReferenceBackend:
 
     def _prefill(self, seq: Sequence) -> tuple[int, float]:
         torch = self.torch
-        ids = torch.tensor([seq.req.prompt], dtype=torch.long, device=self.device)
+        ids = torch.tensor([_context(seq)], dtype=torch.long, device=self.device)
         kwargs = {self._keep_kw: 1} if self._keep_kw else {}
         res = self.model(input_ids=ids, use_cache=True, **kwargs)
         st = self._new_state(seq, res[self._cache_kw])
@@ -411,9 +419,9 @@ class ReferenceBackend:
         ``max_prefill_tokens`` padded tokens (a group always takes at least one sequence)."""
         chunks: list[list[Sequence]] = []
         chunk: list[Sequence] = []
-        for seq in sorted(new, key=lambda s: len(s.req.prompt)):
+        for seq in sorted(new, key=lambda s: len(_context(s))):
             # sorted: this prompt is the chunk's longest
-            if chunk and (len(chunk) + 1) * len(seq.req.prompt) > self.max_prefill_tokens:
+            if chunk and (len(chunk) + 1) * len(_context(seq)) > self.max_prefill_tokens:
                 chunks.append(chunk)
                 chunk = []
             chunk.append(seq)
@@ -427,12 +435,13 @@ class ReferenceBackend:
         KV cache with the padding cut off. Raises _NotBatchable (before any sequence is touched) when the
         model's cache is not a plain dynamic cache."""
         torch = self.torch
-        lengths = [len(seq.req.prompt) for seq in seqs]
+        contexts = [_context(seq) for seq in seqs]
+        lengths = [len(c) for c in contexts]
         longest = max(lengths)
         ids = torch.zeros((len(seqs), longest), dtype=torch.long)  # the pad id never matters: masked out
         mask = torch.zeros((len(seqs), longest), dtype=torch.long)
-        for row, (seq, n) in enumerate(zip(seqs, lengths)):
-            ids[row, longest - n :] = torch.tensor(seq.req.prompt, dtype=torch.long)
+        for row, (context, n) in enumerate(zip(contexts, lengths)):
+            ids[row, longest - n :] = torch.tensor(context, dtype=torch.long)
             mask[row, longest - n :] = 1
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # 0 at each prompt's first token (padding: 0)
         ids, mask, positions = (t.to(self.device) for t in (ids, mask, positions))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -530,3 +531,61 @@ def bls_companions(ctx: RuleContext) -> Iterator[Finding]:
         value = ctx.v(key)
         if value:
             yield Finding(key, message.format(value=value))
+
+
+# ------------------------------------------------------------------------------------------- layout disaggregated
+# Not in RULES: only the disaggregated layout has these keys (render/disaggregated.py and validate call it).
+# Facts: triton-inference-server/tensorrtllm_backend v0.19.0 all_models/disaggregated_serving/README.md
+# (participant_ids "1" and "2", world size = tp*pp of both models + 1 for the orchestrator).
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def disaggregated_findings(world: int, values: Mapping[str, Any]) -> list[Finding]:
+    """A finding for every contradiction between the disaggregated layout's names and ids and an engine of
+    ``world`` (tp x pp) ranks: model names that are empty, not a folder name, equal, or taken by another model
+    of the layout; participant
+    ids that are not one per engine rank in each ``;`` group, repeat within or across the phases, or use
+    rank 0 (the orchestrator); GPU ids that are not one per rank. Used by render and by ``validate``.
+    """
+    out: list[Finding] = []
+    ctx, gen = values.get("context_model_name"), values.get("generation_model_name")
+    taken = {"preprocessing", "postprocessing", "ensemble", "disaggregated_serving_bls"}
+    for key, name in (("context_model_name", ctx), ("generation_model_name", gen)):
+        if not name:
+            out.append(Finding(key, "must name the model (it is the folder name too)"))
+        elif not _MODEL_NAME.match(str(name)):
+            out.append(Finding(key, f"'{name}' is not a model folder name (letters, digits, '_', '.', '-')"))
+        elif name in taken:
+            out.append(Finding(key, f"'{name}' is the name of another model of the layout"))
+    if ctx and ctx == gen:
+        out.append(Finding("generation_model_name", f"'{gen}' is also context_model_name; the phases need two models"))
+    seen: dict[int, str] = {}
+    for phase in ("context", "generation"):
+        for kind in ("participant_ids", "gpu_device_ids"):
+            key = f"{phase}_{kind}"
+            groups = values.get(key)
+            if groups is None:
+                continue
+            for group in groups:
+                if len(group) != world:
+                    shown = ";".join(",".join(str(i) for i in g) for g in groups)
+                    out.append(
+                        Finding(
+                            key, f"'{shown}' lists {len(group)} id(s) for an instance; the engine has {world} rank(s)"
+                        )
+                    )
+                    break
+                if len(set(group)) != len(group):
+                    out.append(Finding(key, f"repeats an id in {group}"))
+                    break
+            if kind != "participant_ids":
+                continue
+            for rank in (r for g in groups for r in g):
+                if rank == 0:
+                    out.append(Finding(key, "rank 0 is the orchestrator (tritonserver); participants start at 1"))
+                elif rank in seen and seen[rank] != key:
+                    out.append(
+                        Finding(key, f"rank {rank} is also in {seen[rank]}; every engine rank is one MPI process")
+                    )
+                seen.setdefault(rank, key)
+    return out
