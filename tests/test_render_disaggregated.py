@@ -50,7 +50,8 @@ def test_tp2_engine_gets_two_phase_models_with_their_ranks(parts, tmp_path):
     assert ctx["gpt_model_path"] == gen["gpt_model_path"] == str(repo / "context" / "1")  # one engine, placed once
     assert sorted(p.name for p in (repo / "context" / "1").iterdir()) == ["config.json", "rank0.engine", "rank1.engine"]
     lock = read_lock(repo)
-    assert lock["launch"]["world_size"] == 5  # 2 + 2 engine ranks + the orchestrator
+    assert lock["launch"]["world_size"] == 2  # the engine's tp x pp
+    assert lock["launch"]["orchestrator_world_size"] == 5  # 2 + 2 engine ranks + the orchestrator
     assert lock["launch"]["tensorrt_llm_model_names"] == ["context", "generation"]
     assert lock["layout"]["models"] == {
         "context": "context",
@@ -150,3 +151,19 @@ def test_dry_run_lists_the_layouts_files(parts, tmp_path):
     assert not (tmp_path / "repo").exists()
     assert "disaggregated_serving_bls/config.pbtxt" in result.plan.files
     assert json.loads(result.plan.files[LOCK_NAME])["layout"]["name"] == "disaggregated"
+
+
+def test_launch_and_deploy_refuse_the_orchestrator_mode_they_do_not_start(parts, tmp_path):
+    from repo_builder.deploy.facts import DeployError, read_facts
+    from repo_builder.errors import LaunchError
+    from repo_builder.server.config import LaunchConfig, resolve_plan, scan_repository
+
+    repo = tmp_path / "repo"
+    render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated")
+    assert read_lock(repo)["launch"]["orchestrator_world_size"] == 3
+    with pytest.raises(LaunchError, match="--world_size 3") as err:
+        resolve_plan(LaunchConfig(model_repo=repo), scan_repository(repo), cpu_count=2, have_mpirun=True)
+    assert err.value.key == "launch.orchestrator_world_size"
+    with pytest.raises(DeployError) as err:
+        read_facts(repo)
+    assert err.value.key == "launch.orchestrator_world_size"

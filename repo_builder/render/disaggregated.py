@@ -251,7 +251,7 @@ class _Prepared:
             },
             tokenizer_dir=str(prep.tokenizer_path),
             values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
-            world_size=world_size(values) if is_trt else 1,
+            world_size=world,
             tensorrt_llm_model_names=[ctx, gen],
             files=files,
             serve_path=opts.serve_path,
@@ -260,6 +260,8 @@ class _Prepared:
             pp_size=engine.pp_size if is_trt else 1,
             python_instances=instances,
         )
+        if is_trt:  # NVIDIA's launch: --multi-model --disable-spawn-processes --world_size <world_size>
+            lock["launch"]["orchestrator_world_size"] = world_size(values)
         lock["layout"] = {
             "name": "disaggregated",
             "models": {"context": ctx, "generation": gen, "bls": BLS},

@@ -87,6 +87,7 @@ class RepositoryInfo:
     models: list[ModelEntry]
     lock_world_size: int | None = None
     lock_model_names: list[str] | None = None
+    lock_orchestrator_world_size: int | None = None
     lock_path: Path | None = None
     engine_world_sizes: dict[str, tuple[int, Path]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -202,6 +203,7 @@ def scan_repository(repo: Path) -> RepositoryInfo:
         models=models,
         lock_world_size=launch.world_size if launch else None,
         lock_model_names=(launch.tensorrt_llm_model_names or None) if launch else None,
+        lock_orchestrator_world_size=launch.orchestrator_world_size if launch else None,
         lock_path=repo / LOCK_NAME if launch else None,
         engine_world_sizes=engine_ws,
         warnings=warnings,
@@ -238,6 +240,16 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
             not installed.
     """
     notes: list[str] = list(repo.warnings)
+    if repo.lock_orchestrator_world_size:
+        raise LaunchError(
+            "the repository's engine models run in orchestrator mode with participant ids (layout "
+            f"disaggregated, world size {repo.lock_orchestrator_world_size}); repo-builder's launch does not "
+            "start that mode",
+            path=repo.lock_path,
+            key="launch.orchestrator_world_size",
+            hint="start it with tensorrtllm_backend's scripts/launch_triton_server.py --multi-model "
+            f"--disable-spawn-processes --world_size {repo.lock_orchestrator_world_size} (docs/layouts.md)",
+        )
     engine_sizes = {ws for ws, _ in repo.engine_world_sizes.values()}
     if len(engine_sizes) > 1:
         detail = ", ".join(f"{m}: {ws} ({path})" for m, (ws, path) in sorted(repo.engine_world_sizes.items()))
