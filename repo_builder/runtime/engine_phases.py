@@ -1,4 +1,5 @@
-"""Disaggregated serving for the Python engines: context-only and generation-only requests.
+"""Disaggregated serving for the Python engines: context-only and generation-only requests, and
+draft-token verification (``draft_input_ids``, :mod:`.engine_draft`).
 
 NVIDIA's C++ backend reads the request parameter ``request_type`` (``context_and_generation``,
 ``context_only``, ``generation_only``; an unknown value logs an error and runs both phases) and maps it to
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .engine_core import TritonEngineModel
+from .engine_draft import DRAFT_INPUT_IDS, DraftGroup, draft_tokens, limit_to_draft
 from .engine_outputs import RequestGroup, ResponseSink, Sequence, build_outputs
 from .engine_request import ParsedRequest, RequestError, parse_request
 
@@ -178,8 +180,13 @@ class PhasedEngineModel(TritonEngineModel):
         kind = request_type(request)
         tensors = self._tensors(request)
         params = tensors.pop(CONTEXT_PHASE_PARAMS, None)
+        draft = tensors.pop(DRAFT_INPUT_IDS, None)
         rid = request.request_id() if hasattr(request, "request_id") else ""
         parsed = parse_request(tensors, self.io, self.limits, request_id=rid or "")
+        if draft is not None and np.asarray(draft).size and not parsed.stop:
+            if kind != CONTEXT_AND_GENERATION:
+                raise RequestError(DRAFT_INPUT_IDS, f"is not read by a {kind} request", "send it without request_type")
+            limit_to_draft(parsed, draft_tokens(draft, self.limits.vocab_size))
         if kind == CONTEXT_AND_GENERATION:
             if params is not None and np.asarray(params).size:
                 raise RequestError(
@@ -215,6 +222,9 @@ class PhasedEngineModel(TritonEngineModel):
 
     def make_group(self, request: Any, parsed: ParsedRequest, sink: ResponseSink) -> RequestGroup | None:
         kind = request_type(request) if parsed.rows else CONTEXT_AND_GENERATION
+        draft = self.pb_utils.get_input_tensor_by_name(request, DRAFT_INPUT_IDS)
+        if draft is not None and draft.as_numpy().size:
+            return DraftGroup(parsed, sink, self.io, draft_tokens(draft.as_numpy(), self.limits.vocab_size))
         if kind == CONTEXT_ONLY:
             return _ContextGroup(parsed, sink, self.io)
         group = RequestGroup(parsed, sink, self.io)

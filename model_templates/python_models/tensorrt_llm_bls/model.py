@@ -222,6 +222,7 @@ class TritonPythonModel:
             decoupled=self.decoupled,
             coalesce=bool(params.bool("coalesce_streaming_responses", False)),
             exclude_input_default=bool(params.bool("exclude_input_in_output", False)),
+            draft_model=params.str("tensorrt_llm_draft_model_name") or None,
         )
         here = os.path.dirname(os.path.abspath(__file__))
         try:
