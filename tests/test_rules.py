@@ -130,7 +130,7 @@ CASES = [
         {},
         {"tensorrt_llm_draft_model_name": "draft"},
         "error",
-        "tensorrt_llm_draft_model_name: 'draft': repo-builder's BLS has no draft-model loop",
+        "tensorrt_llm_draft_model_name: 'draft': render does not yet render a tensorrt_llm_draft model",
     ),
     (
         "multimodal",

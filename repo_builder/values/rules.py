@@ -512,9 +512,9 @@ def lora(ctx: RuleContext) -> Iterator[Finding]:
 BLS_COMPANIONS = (
     (
         "tensorrt_llm_draft_model_name",
-        "'{value}': repo-builder's BLS has no draft-model loop (it refuses num_draft_tokens > 0); for "
-        "draft/target speculative decoding use tensorrtllm_backend's own tensorrt_llm_bls, or engine-side modes "
-        "(decoding_mode medusa, eagle, lookahead)",
+        "'{value}': render does not yet render a tensorrt_llm_draft model (repo-builder's BLS has the draft loop, "
+        "docs/layouts.md); for draft/target speculative decoding use tensorrtllm_backend's own tensorrt_llm_bls, or "
+        "engine-side modes (decoding_mode medusa, eagle, lookahead)",
     ),
     (
         "multimodal_encoders_name",
