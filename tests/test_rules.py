@@ -130,7 +130,7 @@ CASES = [
         {},
         {"tensorrt_llm_draft_model_name": "draft"},
         "error",
-        "tensorrt_llm_draft_model_name: 'draft': render does not yet render a tensorrt_llm_draft model",
+        "tensorrt_llm_draft_model_name: 'draft': the draft model is rendered by `render --draft-engine-dir DIR`",
     ),
     (
         "multimodal",

@@ -124,6 +124,12 @@ def render(
         "file does not list (otherwise the render refuses and lists them).",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
+    draft_engine_dir: Path | None = typer.Option(
+        None,
+        "--draft-engine-dir",
+        help="Draft engine for draft-target speculative decoding: adds tensorrt_llm_draft, which the BLS calls "
+        "for requests with num_draft_tokens > 0 (docs/layouts.md).",
+    ),
     layout: str = typer.Option(
         "inflight_batcher_llm",
         "--layout",
@@ -152,6 +158,7 @@ def render(
         serve_path=serve_path,
         progress=not dry_run,
         layout=layout,
+        draft_engine_dir=draft_engine_dir,
     )
     if model:
         if engine_dir is not None or tokenizer_dir is not None:

@@ -73,6 +73,10 @@ def render_repository(
         Interrupted (a signal during the write); TypeError: an unknown option.
     """
     opts = RenderOptions.of(options, fields)
+    if opts.draft_engine_dir is not None:
+        from .speculative import render_speculative_repository
+
+        return render_speculative_repository(engine_dir, tokenizer_dir, output, opts)
     if opts.layout == "disaggregated":
         from .disaggregated import render_disaggregated_repository
 

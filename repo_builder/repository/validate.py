@@ -313,16 +313,14 @@ def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None
     for m in models.values():
         if m.config is None:
             continue
-        name = m.params.get("tensorrt_llm_model_name")
-        if _is_set(name):
+        for key in ("tensorrt_llm_model_name", "tensorrt_llm_draft_model_name"):
+            name = m.params.get(key)
+            if not _is_set(name):
+                continue
             for target in (x.strip() for x in name.split(",")):
                 if target and target not in models:
                     problems.append(
-                        Problem(
-                            m.rel,
-                            f"tensorrt_llm_model_name '{target}' is not a model of the repository",
-                            m.param_line("tensorrt_llm_model_name"),
-                        )
+                        Problem(m.rel, f"{key} '{target}' is not a model of the repository", m.param_line(key))
                     )
 
 

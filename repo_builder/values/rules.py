@@ -512,9 +512,8 @@ def lora(ctx: RuleContext) -> Iterator[Finding]:
 BLS_COMPANIONS = (
     (
         "tensorrt_llm_draft_model_name",
-        "'{value}': render does not yet render a tensorrt_llm_draft model (repo-builder's BLS has the draft loop, "
-        "docs/layouts.md); for draft/target speculative decoding use tensorrtllm_backend's own tensorrt_llm_bls, or "
-        "engine-side modes (decoding_mode medusa, eagle, lookahead)",
+        "'{value}': the draft model is rendered by `render --draft-engine-dir DIR`, which sets this name itself "
+        "(docs/layouts.md); without a draft engine there is no model to call",
     ),
     (
         "multimodal_encoders_name",
