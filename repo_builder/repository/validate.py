@@ -454,6 +454,10 @@ def repository_values(
             values["logits_datatype"] = dtype_name(out.data_type)
             where["logits_datatype"] = (target, target.tensor_line(out.name))
             break
+    for inp in c.input:
+        if inp.name == "lora_weights":
+            values["lora_weights_data_type"] = dtype_name(inp.data_type)
+            where["lora_weights_data_type"] = (target, target.tensor_line(inp.name))
     for m in models.values():
         if m is target or m.config is None:
             continue
@@ -519,6 +523,8 @@ def check_against_engine(
                 shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
                 if f.key == "logits_datatype":
                     shown = "output logits data_type"
+                elif f.key == "lora_weights_data_type":
+                    shown = "input lora_weights data_type"
                 problem = Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity)
             ident = (problem.file, problem.message, problem.line)
             if ident not in seen:
