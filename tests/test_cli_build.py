@@ -145,6 +145,35 @@ def test_inspect_engine_dir(runner):
     assert data["engine"]["world_size"] == 4 and data["engine"]["max_batch_size"] == 8
 
 
+def test_inspect_shows_the_engines_lora_and_kv_cache_facts(runner, tmp_path):
+    from engine_configs import config, write_engine
+
+    lora = {
+        "pretrained_config": {"dtype": "bfloat16"},
+        "build_config": {
+            "kv_cache_type": "paged",
+            "plugin_config": {"lora_plugin": "auto"},
+            "lora_config": {"max_lora_rank": 16, "lora_target_modules": ["attn_q", "attn_v"], "max_loras": 4},
+        },
+    }
+    engine = write_engine(tmp_path / "engine", config("new", **lora))
+    res = runner.invoke(app, ["inspect", str(engine), "--json"])
+    assert res.exit_code == 0, res.output
+    facts = json.loads(res.stdout)["engine"]
+    assert {
+        k: facts[k] for k in ("lora_plugin", "lora_dtype", "max_lora_rank", "lora_target_modules", "max_loras")
+    } == {
+        "lora_plugin": "auto",
+        "lora_dtype": "bfloat16",
+        "max_lora_rank": 16,
+        "lora_target_modules": ["attn_q", "attn_v"],
+        "max_loras": 4,
+    }
+    assert facts["kv_cache_type"] == "paged"
+    res = runner.invoke(app, ["inspect", str(engine)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "lora_dtype" in res.stdout and "bfloat16" in res.stdout
+
+
 def test_inspect_repository(runner, engine, tmp_path):
     out = tmp_path / "repo"
     assert runner.invoke(app, render_args(engine, out)).exit_code == 0
