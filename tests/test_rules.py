@@ -426,3 +426,83 @@ def test_lora_weights_input_follows_the_engine_dtype(tmp_path, tok):
         p.file == "tensorrt_llm/config.pbtxt" and p.message.startswith("input lora_weights data_type: TYPE_FP16")
         for p in problems
     ), "\n".join(str(p) for p in problems)
+
+
+TP2 = {"pretrained_config": {"mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1, "cp_size": 1}}}
+
+
+@pytest.mark.parametrize(
+    ("values", "severity", "needle"),
+    [
+        ({"gpu_device_ids": "0,0"}, "error", "gpu_device_ids: '0,0': instance 0 lists GPU 0 twice"),
+        (
+            {"gpu_device_ids": "0,1,2"},
+            "warning",
+            "gpu_device_ids: '0,1,2': instance 0 lists 3 ids, but the engine's world size is 2 (tp 2 x pp 1): ids 2 "
+            "are never used",
+        ),
+        (
+            {"gpu_device_ids": "0,1;1,2"},
+            "warning",
+            "gpu_device_ids: '0,1;1,2': GPU 1 is in instance 0 and instance 1; instances must not share a GPU",
+        ),
+        (
+            {"gpu_device_ids": "0,1;2,3", "participant_ids": "1,2"},
+            "error",
+            "participant_ids: '1,2' has 1 instance group(s), gpu_device_ids '0,1;2,3' has 2",
+        ),
+        (
+            {"gpu_device_ids": "0,1", "participant_ids": "1,2,3"},
+            "error",
+            "participant_ids: instance 0: 3 MPI rank(s) (1,2,3) for 2 GPU(s) (0,1) in gpu_device_ids",
+        ),
+    ],
+)
+def test_gpu_placement_render(tmp_path, tok, values, severity, needle):
+    engine = write_engine(tmp_path / "engine", config("new", **TP2), ranks=2)
+    got, text = _render_text(engine, tok, tmp_path / "dry", values)
+    assert got == severity and needle in text, text
+
+
+def _placement_repo(tmp_path: Path, tok: Path, gpu_ids: str) -> tuple[Path, Path]:
+    engine = write_engine(tmp_path / "engine", config("new", **TP2), ranks=2)
+    repo = tmp_path / "repo"
+    render_repository(engine, tok, repo, engine_mode="reference", user_values={"gpu_device_ids": gpu_ids})
+    return engine, repo
+
+
+def test_gpu_placement_validate_with_and_without_lock_file(tmp_path, tok):
+    engine, repo = _placement_repo(tmp_path, tok, "0,1,2")
+    needle = "gpu_device_ids: '0,1,2': instance 0 lists 3 ids, but the engine's world size is 2"
+    # with the lock file and no --engine-dir: the world size is the lock file's
+    problems = validate_repository(repo, warnings=True)
+    mine = [p for p in problems if needle in p.message]
+    assert mine and mine[0].file == "tensorrt_llm/config.pbtxt", problems
+    assert "launch.world_size" in mine[0].message and mine[0].severity == "warning" and mine[0].line is not None
+    # without the lock file: --engine-dir gives it
+    from repo_builder.repository.lockfile import LOCK_NAME
+
+    (repo / LOCK_NAME).unlink()
+    assert not [p for p in validate_repository(repo, warnings=True) if needle in p.message]
+    problems = validate_repository(repo, engine_dir=engine, warnings=True)
+    assert any(needle in p.message and "(tp 2 x pp 1)" in p.message for p in problems), problems
+
+
+def test_kind_gpu_instance_group_is_counted_per_listed_gpu(tmp_path, tok):
+    engine, repo = _placement_repo(tmp_path, tok, "0,1")
+    path = repo / "tensorrt_llm" / "config.pbtxt"
+    text = path.read_text()
+    assert "kind: KIND_CPU" in text
+    path.write_text(text.replace("kind: KIND_CPU", "kind: KIND_GPU\n    gpus: [ 0, 1 ]", 1))
+    for problems in (validate_repository(repo), validate_repository(repo, engine_dir=engine, warnings=True)):
+        text = "\n".join(str(p) for p in problems)
+        assert "2 instances of the TensorRT-LLM model" in text, text
+    problems = validate_repository(repo, warnings=True)
+    kind = [p for p in problems if p.message.startswith("instance_group kind: KIND_GPU with gpus [0, 1]")]
+    assert kind and kind[0].severity == "warning" and "the C++ backend places its 2 rank(s) itself" in kind[0].message
+    path.write_text(path.read_text().replace("gpus: [ 0, 1 ]", "gpus: [ 3 ]", 1))
+    problems = validate_repository(repo, engine_dir=engine)
+    assert any(
+        p.message.startswith("instance_group kind: KIND_GPU with gpus [3] disagrees with gpu_device_ids '0,1'")
+        for p in problems
+    ), problems

@@ -31,7 +31,14 @@ from typing import Any, TypeGuard
 
 from ..runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .lockfile import LOCK_NAME, changed_files, read_lock
-from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
+from .pbtxt import (
+    PbtxtParseError,
+    dtype_name,
+    find_placeholders,
+    parse_model_config,
+    python_instances,
+    string_parameters,
+)
 
 ENGINE_PATH_KEYS = ("gpt_model_path", "engine_dir", "encoder_model_path")
 
@@ -298,7 +305,7 @@ def _trtllm_models(models: dict[str, _Model]) -> list[_Model]:
 
 def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None:
     for m in _trtllm_models(models):
-        total = sum(g.count or 1 for g in m.cfg.instance_group) if m.cfg.instance_group else 1
+        total = python_instances(m.cfg)  # Triton creates count instances per GPU a KIND_GPU group lists
         if total > 1:
             problems.append(
                 Problem(
@@ -390,6 +397,8 @@ def validate_repository(
     _check_structure(models, problems)
     if engine_dir is not None:
         problems.extend(check_against_engine(models, engine_dir, root=root, served_at=served))
+    elif lock is not None:
+        problems.extend(check_placement_with_lock(models, lock))
     if not warnings:
         problems = [p for p in problems if p.severity == "error"]
     return problems
@@ -404,6 +413,7 @@ _STRUCTURAL_KEYS = {
     "triton_max_batch_size": "max_batch_size",
     "decoupled_mode": "decoupled",
     "tensorrt_llm_instance_count": "instance_group count",
+    "tensorrt_llm_instance_kind": "instance_group kind",
 }
 
 
@@ -427,6 +437,10 @@ def _typed(param: Any, text: str | None) -> Any:
         return None
 
 
+#: Triton's ModelInstanceGroup.Kind numbers (model_config.proto).
+_KIND_NAMES = {0: "KIND_AUTO", 1: "KIND_GPU", 2: "KIND_CPU", 3: "KIND_MODEL"}
+
+
 def repository_values(
     models: dict[str, _Model], target: _Model
 ) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
@@ -447,8 +461,13 @@ def repository_values(
         where["triton_max_batch_size"] = (target, target.line_of(r"^\s*max_batch_size\s*:"))
     values["decoupled_mode"] = bool(c.model_transaction_policy.decoupled)
     where["decoupled_mode"] = (target, target.line_of(r"^\s*decoupled\s*:"))
-    values["tensorrt_llm_instance_count"] = sum(g.count or 1 for g in c.instance_group) if c.instance_group else 1
+    values["tensorrt_llm_instance_count"] = python_instances(c)  # Triton's count: count x listed GPUs
     where["tensorrt_llm_instance_count"] = (target, target.line_of(r"^\s*count\s*:"))
+    if c.instance_group:
+        group = c.instance_group[0]
+        values["tensorrt_llm_instance_kind"] = _KIND_NAMES.get(group.kind, str(group.kind))
+        values["tensorrt_llm_instance_gpus"] = list(group.gpus)
+        where["tensorrt_llm_instance_kind"] = (target, target.line_of(r"^\s*kind\s*:"))
     for out in c.output:
         if out.name in ("generation_logits", "context_logits"):
             values["logits_datatype"] = dtype_name(out.data_type)
@@ -530,4 +549,24 @@ def check_against_engine(
             if ident not in seen:
                 seen.add(ident)
                 out.append(problem)
+    return out
+
+
+def check_placement_with_lock(models: dict[str, _Model], lock: dict[str, Any]) -> list[Problem]:
+    """The GPU-placement rule (:func:`repo_builder.values.rules.placement_findings`) without ``--engine-dir``:
+    the world size is the lock file's ``launch.world_size`` (the engine's tp x pp when it was rendered)."""
+    from ..values.rules import placement_findings
+
+    world = (lock.get("launch") or {}).get("world_size")
+    if not isinstance(world, int) or world < 1:
+        return []
+    by_name = {p.name: p for p in _schema_by_key().values()}
+    out: list[Problem] = []
+    for m in _trtllm_models(models):
+        values, where = repository_values(models, m)
+        for f in placement_findings(values, world, world_source=f"{LOCK_NAME} launch.world_size"):
+            model, line = where.get(f.key, (m, None))
+            param = by_name.get(f.key)
+            shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
+            out.append(Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity))
     return out

@@ -265,6 +265,119 @@ def device_groups(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+def _groups_text(groups: list[list[int]]) -> str:
+    return ";".join(",".join(str(i) for i in g) for g in groups)
+
+
+def placement_findings(values: Mapping[str, Any], world_size: int, *, world_source: str) -> list[Finding]:
+    """gpu_device_ids, participant_ids and the tensorrt_llm instance_group against each other and against the
+    engine's world size (``world_source`` says where it came from: the engine's tp x pp, or the lock file).
+
+    Facts (tensorrtllm_backend v0.19.0 docs/model_config.md, TensorRT-LLM ``WorldConfig``): each ``;``-separated
+    group of gpu_device_ids is one tensorrt_llm instance, one id per rank (rank r of the instance runs on the
+    group's r-th id); participant_ids lists the MPI ranks of each instance the same way; Triton creates one
+    instance per GPU listed in a KIND_GPU ``instance_group`` (times its count), while the C++ backend places its
+    ranks itself (NVIDIA's templates use KIND_CPU). Short groups are the ``device_groups`` rule's.
+    """
+    out: list[Finding] = []
+    gpus = values.get("gpu_device_ids")
+    parts = values.get("participant_ids")
+    gpus = [g for g in gpus if isinstance(g, list)] if isinstance(gpus, list) else None
+    parts = [g for g in parts if isinstance(g, list)] if isinstance(parts, list) else None
+    for key, groups in (("gpu_device_ids", gpus), ("participant_ids", parts)):
+        if not groups:
+            continue
+        shown = _groups_text(groups)
+        what = "GPU" if key == "gpu_device_ids" else "MPI rank"
+        for n, group in enumerate(groups):
+            dup = sorted({i for i in group if group.count(i) > 1})
+            if dup:
+                out.append(
+                    Finding(
+                        key,
+                        f"{shown!r}: instance {n} lists {what} {', '.join(map(str, dup))} twice: each rank of an "
+                        f"instance needs its own {what}",
+                    )
+                )
+            if len(group) > world_size:
+                out.append(
+                    Finding(
+                        key,
+                        f"{shown!r}: instance {n} lists {len(group)} ids, but the engine's world size is {world_size} "
+                        f"({world_source}): ids {','.join(map(str, group[world_size:]))} are never used",
+                        severity="warning",
+                        blame="engine",
+                    )
+                )
+        seen: dict[int, int] = {}
+        for n, group in enumerate(groups):
+            for i in group:
+                if seen.setdefault(i, n) != n:
+                    out.append(
+                        Finding(
+                            key,
+                            f"{shown!r}: {what} {i} is in instance {seen[i]} and instance {n}; instances must not "
+                            f"share a {what}",
+                            severity="warning" if key == "gpu_device_ids" else "error",
+                        )
+                    )
+                    break
+            else:
+                continue
+            break
+    if gpus and parts:
+        if len(gpus) != len(parts):
+            out.append(
+                Finding(
+                    "participant_ids",
+                    f"{_groups_text(parts)!r} has {len(parts)} instance group(s), gpu_device_ids "
+                    f"{_groups_text(gpus)!r} has {len(gpus)}: one participant group per device group",
+                )
+            )
+        else:
+            for n, (g, q) in enumerate(zip(gpus, parts, strict=True)):
+                if len(g) != len(q):
+                    out.append(
+                        Finding(
+                            "participant_ids",
+                            f"instance {n}: {len(q)} MPI rank(s) ({','.join(map(str, q))}) for {len(g)} GPU(s) "
+                            f"({','.join(map(str, g))}) in gpu_device_ids: one rank per GPU",
+                        )
+                    )
+    kind = values.get("tensorrt_llm_instance_kind")
+    listed = values.get("tensorrt_llm_instance_gpus")
+    if kind == "KIND_GPU":
+        listed_text = f"gpus [{', '.join(map(str, listed))}]" if listed else "no gpus (one instance per visible GPU)"
+        if gpus and listed and list(listed) != gpus[0][: len(listed)]:
+            out.append(
+                Finding(
+                    "tensorrt_llm_instance_kind",
+                    f"KIND_GPU with {listed_text} disagrees with gpu_device_ids {_groups_text(gpus)!r}, which "
+                    "places the ranks; use KIND_CPU and let gpu_device_ids say where they run",
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    "tensorrt_llm_instance_kind",
+                    f"KIND_GPU with {listed_text}: Triton creates one tensorrt_llm instance per listed GPU, while "
+                    f"the C++ backend places its {world_size} rank(s) itself (gpu_device_ids, default the visible "
+                    "GPUs in order); NVIDIA's templates and repo-builder use KIND_CPU",
+                    severity="warning",
+                )
+            )
+    return out
+
+
+@rule
+def gpu_placement(ctx: RuleContext) -> Iterator[Finding]:
+    """:func:`placement_findings` with the engine's world size (tp x pp)."""
+    if not ctx.is_trt:
+        return
+    e = ctx.engine
+    yield from placement_findings(ctx.values, e.world_size, world_source=f"tp {e.tp_size} x pp {e.pp_size}")
+
+
 # ------------------------------------------------------------------------------------------- batching
 @rule
 def inflight_batching(ctx: RuleContext) -> Iterator[Finding]:
