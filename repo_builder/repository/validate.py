@@ -395,6 +395,7 @@ def validate_repository(
         if m.config.platform == "ensemble":
             _check_ensemble(m, models, problems)
     _check_structure(models, problems)
+    _check_backend_reads(models, lock, problems)
     if engine_dir is not None:
         problems.extend(check_against_engine(models, engine_dir, root=root, served_at=served))
     elif lock is not None:
@@ -570,3 +571,82 @@ def check_placement_with_lock(models: dict[str, _Model], lock: dict[str, Any]) -
             shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
             out.append(Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity))
     return out
+
+
+def _backend_reads(lock: dict[str, Any] | None) -> Any:
+    """The ``backend_reads`` table of the lock file's profile (None when it has none), else of the newest profile
+    that has one (the C++ backend's reads are the same from tensorrtllm_backend v0.19.0 to TensorRT-LLM 1.x)."""
+    from ..profile.contract import list_profiles, load_contract
+
+    names = list_profiles()
+    profile = (lock or {}).get("profile")
+    if profile in names:
+        return load_contract(profile).backend_reads  # the lock file's profile decides (trtllm-0.5 has none)
+    for name in sorted(names, reverse=True):
+        reads = load_contract(name).backend_reads
+        if reads is not None:
+            return reads
+    return None
+
+
+def _check_backend_reads(models: dict[str, _Model], lock: dict[str, Any] | None, problems: list[Problem]) -> None:
+    """Inputs of a ``backend: "tensorrtllm"`` model declared with another dtype than the C++ backend reads them
+    as (it casts the buffer without a check: the value is misread); inputs it reads under another name
+    (``read_as``) are listed by :func:`text_unreachable_inputs`. Warnings: the inputs are optional, so the
+    repository loads and serves requests that do not send them (NVIDIA's own v0.19.0 templates declare
+    early_stopping TYPE_BOOL)."""
+    reads = _backend_reads(lock)
+    if reads is None:
+        return
+    for m in _trtllm_models(models):
+        if m.cfg.backend != "tensorrtllm":
+            continue
+        if not (lock or {}).get("profile"):
+            # without a lock file: only a repository for the v0.6+ backend, which declares request_output_len
+            # TYPE_INT32 (v0.5.0's backend read its integer inputs as uint32, and its templates said so)
+            out_len = next((t for t in m.cfg.input if t.name == "request_output_len"), None)
+            if out_len is None or dtype_name(out_len.data_type) != reads.dtypes.get("request_output_len"):
+                continue
+        for t in m.cfg.input:
+            have, want = dtype_name(t.data_type), reads.dtypes.get(t.name)
+            if want is not None and have != want:
+                problems.append(
+                    Problem(
+                        m.rel,
+                        f"input '{t.name}' is declared {have}, but NVIDIA's C++ backend reads its bytes as {want} "
+                        f"without checking ({reads.source}): a request sending it gets a misread value; declare "
+                        f"{want}",
+                        m.tensor_line(t.name),
+                        severity="warning",
+                    )
+                )
+
+
+def text_unreachable_inputs(repo: str | Path) -> list[tuple[str, str]]:
+    """The engine model's inputs a text client cannot reach: those of the TensorRT-LLM model that no step of the
+    ensemble feeds (the BLS follows the same wiring), as (input, why) in declaration order; the reasons come from
+    the contract's ``backend_reads.text_unreachable``. Empty without an ensemble or an engine model."""
+    root = Path(repo)
+    models = _load_models(root, [])
+    targets = _trtllm_models(models)
+    ens = next((m for m in models.values() if m.config is not None and m.config.platform == "ensemble"), None)
+    if not targets or ens is None:
+        return []
+    reads = _backend_reads(_lock_or_none(root))
+    why = reads.text_unreachable if reads is not None else {}
+    out: list[tuple[str, str]] = []
+    for m in targets:
+        fed = {k for step in ens.cfg.ensemble_scheduling.step if step.model_name == m.name for k in step.input_map}
+        for t in m.cfg.input:
+            if t.name not in fed:
+                out.append((t.name, why.get(t.name, "the ensemble does not wire it")))
+    return out
+
+
+def _lock_or_none(root: Path) -> dict[str, Any] | None:
+    from ..errors import RepoBuilderError
+
+    try:
+        return read_lock(root)
+    except RepoBuilderError:
+        return None
