@@ -220,13 +220,21 @@ def _parse_model(text: str) -> tuple[str, Path, Path]:
 def validate(
     repo: Path = typer.Argument(..., help="Model repository to check."),
     engine_dir: Path | None = typer.Option(None, "--engine-dir", help="Engine dir to cross-check against."),
+    engine_inputs: bool = typer.Option(
+        False,
+        "--engine-inputs",
+        help="Also list the engine model's inputs a text client (ensemble, BLS) cannot reach, and why.",
+    ),
 ) -> None:
     """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
-    from ..repository.validate import validate_repository
+    from ..repository.validate import text_unreachable_inputs, validate_repository
 
     problems = validate_repository(repo, engine_dir=engine_dir, warnings=True)
     for p in problems:
         typer.echo(str(p))
+    if engine_inputs:
+        for name, why in text_unreachable_inputs(repo):
+            typer.echo(f"unreachable from text: {name} ({why})")
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         typer.echo(f"{len(errors)} problem(s) in {repo}", err=True)

@@ -190,6 +190,21 @@ def scan_repository(repo: Path) -> RepositoryInfo:
                 python_instances=_python_instances(cfg) if cfg.backend == "python" else 0,
             )
         )
+    folders = (p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
+    stray = sorted(p.name for p in folders if not (p / "config.pbtxt").is_file())
+    if stray and models:
+        # tritonserver polls every folder of the repository and refuses to start over one without a config
+        # (2.51 with --disable-auto-complete-config: "Poll failed for model directory 'X': failed to open text
+        # file for read .../config.pbtxt", then "failed to load all models"); checked here, before anything starts
+        raise LaunchError(
+            f"model folder(s) {', '.join(stray)} hold no config.pbtxt: tritonserver treats every folder of the "
+            "repository as a model and would refuse to start (Poll failed for model directory "
+            f"'{stray[0]}')",
+            path=repo / stray[0],
+            key="--model_repo",
+            hint="move the folder out of the repository, or give it a config.pbtxt (`repo-builder validate` lists "
+            "such problems)",
+        )
     if not models:
         raise LaunchError(
             "model repository holds no <model>/config.pbtxt",
