@@ -58,8 +58,8 @@ PANELS: tuple[Panel, ...] = (
         "Generated tokens / s",
         "short",
         "timeseries",
-        "Tokens the engine generated per second (NVIDIA's nv_llm_output_token_len histogram sum).",
-        (Query("sum by (model) (rate(nv_llm_output_token_len_sum{" + _J + "}[{window}]))", "{{model}}"),),
+        "Tokens the engine generated per second, counted every iteration.",
+        (Query("sum by (model) (rate(repo_builder_engine_output_tokens_total{" + _J + "}[{window}]))", "{{model}}"),),
     ),
     Panel(
         "requests_rate",
@@ -81,7 +81,7 @@ PANELS: tuple[Panel, ...] = (
         "Tokens generated (total)",
         "short",
         "stat",
-        "Tokens generated since the server started, per engine model.",
+        "Tokens of the requests the engine finished since it started (NVIDIA's nv_llm_output_token_len sum).",
         (Query("sum by (model) (nv_llm_output_token_len_sum{" + _J + "})", "{{model}}"),),
     ),
     Panel(
@@ -269,14 +269,13 @@ PANELS: tuple[Panel, ...] = (
         "Text-side CPU (cores)",
         "short",
         "timeseries",
-        "Seconds per second spent tokenizing, building word lists and detokenizing, per model.",
-        (
+        "Seconds per second spent tokenizing, building word lists and detokenizing, per model and stage.",
+        tuple(
             Query(
-                'sum by (model) (rate({__name__=~"repo_builder_(tokenize|word_list|detokenize)_seconds_total",'
-                + _J
-                + "}[{window}]))",
-                "{{model}}",
-            ),
+                "sum by (model) (rate(repo_builder_" + stage + "_seconds_total{" + _J + "}[{window}]))",
+                "{{model}} " + stage,
+            )
+            for stage in ("tokenize", "word_list", "detokenize")
         ),
     ),
     Panel(

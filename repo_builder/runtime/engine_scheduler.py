@@ -172,6 +172,7 @@ class Scheduler:
             return
         batch = list(self._active)
         context = [s for s in batch if not s.first_token_ns] if obs is not None else []
+        held = sum(len(s.tokens) for s in batch) if obs is not None else 0
         results: list[tuple[int, float] | None]
         try:
             results = list(self.backend.step(batch))
@@ -189,7 +190,12 @@ class Scheduler:
         self._retire()
         if obs is not None:
             obs.iteration(
-                self._active, len(self._waiting), len(batch), len(context), sum(len(s.req.prompt) for s in context)
+                self._active,
+                len(self._waiting),
+                len(batch),
+                len(context),
+                sum(len(s.req.prompt) for s in context),
+                sum(len(s.tokens) for s in batch) - held,
             )
 
     def _step_isolated(self, batch: list[Sequence], first_exc: Exception) -> list[tuple[int, float] | None]:

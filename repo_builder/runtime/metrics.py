@@ -174,7 +174,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "repo_builder_engine_output_tokens_total",
         COUNTER,
-        "Tokens the engine generated (every sequence, the end token not counted)",
+        "Tokens the engine generated, counted every iteration (the end token not counted)",
         _E,
         unit="tokens",
     ),
@@ -582,9 +582,14 @@ class EngineMetrics:
         self.kv_tokens = 0
         metrics.add_collector(self.gauges)
 
-    def iteration(self, active: Iterable[Any], waiting: int, scheduled: int, context: int, context_tokens: int) -> None:
+    def iteration(
+        self, active: Iterable[Any], waiting: int, scheduled: int, context: int, context_tokens: int, generated: int = 0
+    ) -> None:
         """After an iteration and its retirements: ``active`` the sequences still running (``Sequence``),
-        ``waiting`` the sequences not admitted yet; ``scheduled``/``context``/``context_tokens`` of the step."""
+        ``waiting`` the sequences not admitted yet; ``scheduled``/``context``/``context_tokens`` of the step and
+        the tokens it ``generated`` (counted live in ``repo_builder_engine_output_tokens_total``)."""
+        if generated:
+            self.metrics.inc("repo_builder_engine_output_tokens_total", generated)
         tpb = self.tokens_per_block
         used = tokens = running = 0
         for seq in active:
@@ -606,7 +611,6 @@ class EngineMetrics:
         reason = seq.finished if seq.finished in FINISH_REASONS else "error"
         m.inc("repo_builder_engine_finished_total", 1.0, reason)
         n_out = len(seq.tokens)
-        m.inc("repo_builder_engine_output_tokens_total", n_out)
         m.observe("nv_llm_output_token_len", n_out, "total_output_tokens")
         m.observe("nv_llm_input_token_len", len(seq.req.prompt), "total_input_tokens")
         if arrival_ns and seq.first_scheduled_ns:

@@ -83,8 +83,12 @@ class Prometheus:
         return body["data"]["result"]
 
     def values(self, expr: str, by: str = "", at: float | None = None) -> dict[str, float]:
-        """{label value of ``by`` (or ""): value}."""
-        return {r["metric"].get(by, ""): float(r["value"][1]) for r in self.query(expr, at)}
+        """{label value of ``by`` (or ""): value, summed over the series sharing it}."""
+        out: dict[str, float] = {}
+        for r in self.query(expr, at):
+            key = r["metric"].get(by, "")
+            out[key] = out.get(key, 0.0) + float(r["value"][1])
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -246,8 +250,10 @@ def test_text_side_panels(load, prom, server):
     assert panel(prom, server, "tokenize_per_request", "model", at)["preprocessing"] > 0
     assert panel(prom, server, "word_lists_per_request", "model", at)["preprocessing"] > 0
     assert panel(prom, server, "detokenize_per_token", "model", at)["postprocessing"] > 0
-    cpu = panel(prom, server, "text_cpu", "model", at)
-    assert cpu["preprocessing"] > 0 and cpu["postprocessing"] > 0
+    stages = [panel(prom, server, "text_cpu", "model", at, query=i) for i in range(3)]
+    tokenize, word_lists, detokenize = stages
+    assert tokenize["preprocessing"] > 0 and word_lists["preprocessing"] > 0
+    assert detokenize["postprocessing"] > 0
 
 
 def test_refused_requests_and_stop_strings_are_counted(load, prom, server):
@@ -267,17 +273,24 @@ def test_refused_requests_and_stop_strings_are_counted(load, prom, server):
             grpc_input("stop_words", np.array([[stop.encode()]], dtype=object)),
         ]
         stream.send("tensorrt_llm_bls", inputs, "stopper")
-        _got, errors = stream.collect({"stopper"})
+        got, errors = stream.collect({"stopper"})
         assert not errors
     finally:
         stream.close()
 
-    def counted() -> bool:
+    def counted() -> Any:
         refused = panel(prom, server, "refused", "reason")
         stops = panel(prom, server, "bls_stream_ends", query=1).get("", 0)
-        return refused.get("max_tokens", 0) > 0 and stops > 0
+        if refused.get("max_tokens", 0) > 0 and stops > 0:
+            return True
+        raw = prom.values('{__name__=~"repo_builder_(requests_refused|stop_strings_hit)_total"} > 0', "__name__")
+        return raw, stop, [r.as_numpy("text_output") for r in got["stopper"]]
 
-    wait_for("the refusal and the stop string in Prometheus", counted)
+    deadline = time.monotonic() + 30
+    while (last := counted()) is not True:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the refusal and the stop string are not in Prometheus: {last}")
+        time.sleep(0.5)
     assert panel(prom, server, "bls_stream_ends", query=0).get("", 0) == 0  # nothing was cancelled
 
 
