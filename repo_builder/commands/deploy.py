@@ -1,4 +1,4 @@
-"""``repo-builder deploy kubernetes|slurm``: argument parsing only (logic in repo_builder.deploy).
+"""``repo-builder deploy kubernetes|slurm|monitoring``: argument parsing only (logic in repo_builder.deploy).
 
 Everything a deployment states about the model (world size, tp/pp, ranks > 0 models, /dev/shm size, engine
 and tokenizer paths) comes from the repository's lock file, so it cannot disagree with what was rendered.
@@ -14,7 +14,8 @@ from ..cli import app, report_errors
 from ..server.options import DEFAULTS
 
 deploy_app = typer.Typer(
-    help="Generate deployments (Kubernetes manifests, a Slurm batch script) from a rendered repository's lock file.",
+    help="Generate deployments (Kubernetes manifests, a Slurm batch script, Prometheus/Grafana monitoring) "
+    "from a rendered repository's lock file.",
     no_args_is_help=True,
 )
 app.add_typer(deploy_app, name="deploy")
