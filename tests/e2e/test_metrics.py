@@ -230,6 +230,26 @@ def test_tokens_counted_equal_tokens_received_and_gauges_return_to_zero(load, pr
     assert panel(prom, server, "kv_fraction", "model")["tensorrt_llm"] == 0
 
 
+def test_top_shows_the_engine_and_the_models(load, server):
+    """`repo-builder top URL --once` after the load: the engine's row with every generated token."""
+    import subprocess
+    import sys
+
+    url = server.metrics_url
+    out = subprocess.run(
+        [sys.executable, "-m", "repo_builder", "top", url, "--once", "--interval", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert out.returncode == 0, out.stderr
+    engine = next(line for line in out.stdout.splitlines() if line.lstrip("│ ").startswith("tensorrt_llm "))
+    assert str(load["received"]) in engine.split()
+    for model in ("preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls"):
+        assert model in out.stdout
+
+
 def test_latency_panels(load, prom, server):
     at = load["done_at"] + 2
     wait_for("a scrape after the load", lambda: time.time() > at + 1, timeout=10)
