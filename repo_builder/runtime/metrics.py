@@ -337,6 +337,7 @@ class ModelMetrics:
         self._thread: threading.Thread | None = None
         if pb is not None:
             self._create_in_triton(pb)
+        if self._pb is not None:
             self._thread = threading.Thread(target=self._run, name=f"metrics-{model}", daemon=True)
             self._thread.start()
 
@@ -382,7 +383,8 @@ class ModelMetrics:
         s = self._series.get((name, category))
         if s is not None:
             with self._lock:
-                s.observations.append(value)
+                if self._pb is not None:  # kept for the next push (nothing to push to otherwise)
+                    s.observations.append(value)
                 s.observed_sum += value
                 s.observed_count += 1
 
