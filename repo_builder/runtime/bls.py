@@ -71,6 +71,7 @@ from .bls_responses import (
 )
 from .bls_wiring import ENGINE_STEP_MODEL, Step, Wiring, WiringError
 from .errors import StepError
+from .metrics import NULL_METRICS, Metrics
 
 __all__ = [
     "BATCH_INDEX",
@@ -206,6 +207,8 @@ class BLSCore:
         src = engine.input_map.get(RETURN_PERF_METRICS)
         self._perf_source = src if src is not None and src not in wiring.inputs else None
         self._pre = [(s, [o for o, ens in s.output_map.items() if ens != self._perf_source]) for s in wiring.pre_steps]
+        #: counts cancelled streams and stop-string hits (model.py sets :func:`.metrics.for_model`'s)
+        self.metrics: Metrics = NULL_METRICS
 
     def _model_name(self, step: Step) -> str:
         return self.settings.engine_model if step.model == ENGINE_STEP_MODEL else step.model
@@ -368,6 +371,7 @@ class BLSCore:
                 if now - polled >= CANCEL_POLL_SECONDS:
                     count, polled = 0, now
                     if cancelled():
+                        self.metrics.inc("repo_builder_streams_cancelled_total")
                         stream.cancel()
                         stopped_all = True
                         break
@@ -396,6 +400,7 @@ class BLSCore:
                         penv[tname] = _encode_like(emitted, arr)
                     send(assemble(penv), False)
                     if plan.stop_words and self._all_stopped(seqs, plan):
+                        self.metrics.inc("repo_builder_stop_strings_hit_total")
                         stream.cancel()
                         stopped_all = True
                         break

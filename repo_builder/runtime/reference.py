@@ -209,6 +209,19 @@ def _context(seq: Sequence) -> list[int]:
     return seq.req.prompt + seq.tokens if seq.tokens else seq.req.prompt
 
 
+def kv_bytes_per_token(cfg: Any, element_size: int) -> int:
+    """Bytes the KV cache holds per token: 2 (keys, values) x layers x KV heads x head dim x ``element_size``,
+    from a transformers model config (``num_key_value_heads`` falls back to ``num_attention_heads``,
+    ``head_dim`` to hidden size / heads); 0 when the config lacks them."""
+    try:
+        heads = int(cfg.num_attention_heads)
+        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // heads)
+        return 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * int(element_size)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return 0
+
+
 class _NotBatchable(Exception):
     """The model's cache cannot be stacked (not a plain dynamic cache): step sequences one by one."""
 
@@ -287,6 +300,8 @@ class ReferenceBackend:
         self.vocab_size = int(cfg.vocab_size)
         self.max_seq_len = int(getattr(cfg, "max_position_embeddings", 0) or 0) or None
         self.max_input_len = self.max_seq_len
+        #: KV-cache bytes per token (keys + values of every layer), for nv_trt_llm_runtime_memory_metrics
+        self.kv_bytes_per_token = kv_bytes_per_token(cfg, torch.empty((), dtype=self.dtype).element_size())
         self._batch_ok = True
         self.max_prefill_tokens = max(1, int(max_prefill_tokens))
         self.batched_forwards = 0  # decode forwards that stepped more than one sequence (for tests/benchmarks)
