@@ -377,7 +377,9 @@ FIXES: tuple[Fix, ...] = (
         "newer-contract-tensors",
         "new_inputs",
         "tensors of the profile's contract (TensorRT-LLM 1.2 request inputs such as min_tokens, seed, "
-        "return_num_input_tokens and their outputs) that the filled template predates; optional for clients",
+        "return_num_input_tokens and their outputs) that the filled template predates, the v0.5-v0.19 names "
+        "min_length/random_seed the contract keeps for old clients, and engine inputs the ensemble and BLS now "
+        "wire (lookahead_*, retention_*); optional for clients",
         _in_contract,
     ),
     Fix(
