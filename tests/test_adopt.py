@@ -219,6 +219,24 @@ def test_trtllm_12_hand_edits(world, tmp_path):
     assert a.paths["tokenizer_dir"] == str(world["tok"])  # postprocessing still names it
 
 
+def test_trtllm_12_dtype_disagreement_named(world, tmp_path):
+    """The 1.2.0rc8 BLS and ensemble declare prompt_embedding_table TYPE_FP16 themselves; a fill that gives the
+    engine's another dtype leaves the models disagreeing: the engine's is adopted, the BLS's and the ensemble's
+    named by file and tensor."""
+    repo = world["filled"]("v1.2.0rc8", tmp_path / "repo")
+    table = r'(name: "prompt_embedding_table"\s*data_type: )TYPE_FP16'
+    _edit(repo / "tensorrt_llm/config.pbtxt", table, r"\g<1>TYPE_BF16")
+    a = adopt_repository(repo)
+    assert a.values["prompt_embedding_table_data_type"] == "TYPE_BF16"
+    disagree = {(f.file, f.key): f.message for f in a.findings if f.kind == "disagree"}
+    message = disagree["tensorrt_llm_bls/config.pbtxt", "prompt_embedding_table data_type"]
+    assert "TYPE_FP16" in message and "TYPE_BF16" in message and "tensorrt_llm/config.pbtxt" in message
+    assert set(disagree) == {
+        ("tensorrt_llm_bls/config.pbtxt", "prompt_embedding_table data_type"),
+        ("ensemble/config.pbtxt", "prompt_embedding_table data_type"),  # hard-coded TYPE_FP16 there too
+    }
+
+
 def test_trtllm_12_structural_placeholder_left(world, tmp_path):
     """1.2's prompt_embedding_table_data_type sits in a data_type field: left unfilled, Triton cannot parse the
     file (upstream server #8592); adopt names the file and the key and writes no values file."""
