@@ -249,7 +249,29 @@ def _profile_default(c: Change) -> bool:
     return False
 
 
+def _backend_read_dtype(c: Change) -> bool:
+    """An engine-model input retyped to the dtype NVIDIA's C++ backend reads it as (contract ``backend_reads``)."""
+    from .profile.contract import list_profiles, load_contract
+
+    if c.model != "tensorrt_llm" or not c.item.startswith("input ") or not c.item.endswith(" data_type"):
+        return False
+    name = c.item.split(" ")[1]
+    for profile in list_profiles():
+        reads = load_contract(profile).backend_reads
+        if reads is not None and reads.dtypes.get(name) == c.after:
+            return True
+    return False
+
+
 FIXES: tuple[Fix, ...] = (
+    Fix(
+        "backend-read-dtypes",
+        "renamed_inputs",
+        "tensorrt_llm inputs declared with the dtype NVIDIA's C++ backend reads them as (early_stopping TYPE_INT32, "
+        "not TYPE_BOOL; mrope_position_deltas TYPE_INT32, not TYPE_INT64): the backend casts the buffer without "
+        "checking the declared dtype, so a value sent as declared upstream is misread",
+        _backend_read_dtype,
+    ),
     Fix(
         "repo-builder-tensors",
         "new_inputs",

@@ -39,6 +39,7 @@ ROUND_TRIP_FIXES = {
         "tokenizer-type-dropped",
     },
     "v0.19.0": {
+        "backend-read-dtypes",
         "explicit-defaults",
         "multimodal-dropped",
         "newer-contract-tensors",

@@ -50,6 +50,7 @@ in the text, B27).
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -58,6 +59,7 @@ import numpy as np
 
 from .detokenizer import DetokenizerCache, DetokenizerFactory
 from .limits import check_token_ids
+from .metrics import NULL_METRICS, Metrics
 from .params import ModelParams
 from .stream_ledger import StreamLedger
 from .text import tokenizer_from_params
@@ -99,6 +101,8 @@ class Postprocessor:
         self.ledger: StreamLedger | None = None
         #: stream key -> [ledger slot, slot key, tokens left] of the streams counted against their budget
         self._budgets: OrderedDict[tuple, list[int]] = OrderedDict()
+        #: where detokenize times go (set by the model hosting this code: postprocessing, or the BLS)
+        self.metrics: Metrics = NULL_METRICS
 
     @property
     def keys_ensemble_streams(self) -> bool:
@@ -157,6 +161,7 @@ class Postprocessor:
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 
+        t0 = time.perf_counter()
         texts = np.empty((batch, beam), dtype=object)
         for b in range(batch):
             key = _flag(keys, b)
@@ -196,6 +201,10 @@ class Postprocessor:
                 else:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")
+        metrics = self.metrics
+        if metrics.enabled:
+            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
+            metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
         return {"OUTPUT": texts.reshape(-1)}
 
     def _empty_id_registered(self) -> bool:
