@@ -133,6 +133,18 @@ def render(
         "file does not list (otherwise the render refuses and lists them).",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
+    draft_engine_dir: Path | None = typer.Option(
+        None,
+        "--draft-engine-dir",
+        help="Draft engine for draft-target speculative decoding: adds tensorrt_llm_draft, which the BLS calls "
+        "for requests with num_draft_tokens > 0 (docs/layouts.md).",
+    ),
+    layout: str = typer.Option(
+        "inflight_batcher_llm",
+        "--layout",
+        help="inflight_batcher_llm (default) | disaggregated: context and generation copies of the engine model "
+        "joined by disaggregated_serving_bls (docs/layouts.md).",
+    ),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
 
@@ -167,6 +179,8 @@ def render(
         dry_run=dry_run,
         serve_path=serve_path,
         progress=not dry_run,
+        layout=layout,
+        draft_engine_dir=draft_engine_dir,
     )
     if model:
         if engine_dir is not None or tokenizer_dir is not None:
@@ -240,13 +254,21 @@ def _parse_model(text: str) -> tuple[str, Path, Path]:
 def validate(
     repo: Path = typer.Argument(..., help="Model repository to check."),
     engine_dir: Path | None = typer.Option(None, "--engine-dir", help="Engine dir to cross-check against."),
+    engine_inputs: bool = typer.Option(
+        False,
+        "--engine-inputs",
+        help="Also list the engine model's inputs a text client (ensemble, BLS) cannot reach, and why.",
+    ),
 ) -> None:
     """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
-    from ..repository.validate import validate_repository
+    from ..repository.validate import text_unreachable_inputs, validate_repository
 
     problems = validate_repository(repo, engine_dir=engine_dir, warnings=True)
     for p in problems:
         typer.echo(str(p))
+    if engine_inputs:
+        for name, why in text_unreachable_inputs(repo):
+            typer.echo(f"unreachable from text: {name} ({why})")
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         typer.echo(f"{len(errors)} problem(s) in {repo}", err=True)
@@ -327,8 +349,8 @@ def inspect(
 
     lock = read_lock(path) if path.is_dir() else None
     if lock is not None:
-        data: dict[str, Any] = {"repository": str(path), "lock": lock}
-        engine_dir = (lock.get("engine") or {}).get("dir")
+        data: dict[str, Any] = {"repository": str(path), "lock": lock.data}
+        engine_dir = lock.engine.dir
         if engine_dir and Path(engine_dir).is_dir():
             try:
                 data["engine"] = _engine_facts(inspect_engine(engine_dir))
@@ -342,27 +364,23 @@ def inspect(
     from rich.table import Table
 
     console = _console()
-    if "lock" in data:
-        lk = data["lock"]
+    if lock is not None:
         console.print(
-            f"repository {path}: profile {lk.get('profile')}, engine {lk.get('engine', {}).get('kind')} "
-            f"at {lk.get('engine', {}).get('dir')} ({lk.get('engine', {}).get('placement')}), "
-            f"world size {lk.get('launch', {}).get('world_size')}"
+            f"repository {path}: profile {lock.profile}, engine {lock.engine.kind} "
+            f"at {lock.engine.dir} ({lock.engine.placement}), "
+            f"world size {lock.launch.world_size}"
         )
-        from ..repository.lockfile import lock_llms
-
-        for llm in lock_llms(lk):
-            if llm.get("name"):  # several LLMs: each with its own engine, tokenizer and values
-                engine = llm.get("engine") or {}
+        for llm in lock.llms:
+            if llm.name:  # several LLMs: each with its own engine, tokenizer and values
                 console.print(
-                    f"LLM {llm['name']}: models {', '.join(sorted(llm.get('models', {}).values()))}; "
-                    f"engine {engine.get('kind')} at {engine.get('dir')}; tokenizer "
-                    f"{(llm.get('tokenizer') or {}).get('dir')}"
+                    f"LLM {llm.name}: models {', '.join(sorted(llm.models.values()))}; "
+                    f"engine {llm.engine.get('kind')} at {llm.engine.get('dir')}; tokenizer "
+                    f"{llm.tokenizer.get('dir')}"
                 )
-            t = Table(title=f"values of {llm['name']}" if llm.get("name") else "values")
+            t = Table(title=f"values of {llm.name}" if llm.name else "values")
             for col in ("parameter", "value", "origin"):
                 t.add_column(col)
-            for name, entry in (llm.get("values") or {}).items():
+            for name, entry in llm.values.items():
                 t.add_row(name, _fmt(entry.get("value")), str(entry.get("origin")))
             console.print(t)
     if "engine" in data:

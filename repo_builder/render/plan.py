@@ -152,7 +152,13 @@ class PreparedRender:
         )
         engine_dir_value = placement.engine_dir_in(self.serve_root)
         resolution = resolve(
-            profile, engine, tokenizer, self.checked, streaming=opts.streaming, engine_dir_in_repo=str(engine_dir_value)
+            profile,
+            engine,
+            tokenizer,
+            self.checked,
+            streaming=opts.streaming,
+            engine_dir_in_repo=str(engine_dir_value),
+            prechecked=True,
         )
         values = resolution.as_template_vars()
         render_contract = self.contract
@@ -293,6 +299,9 @@ def prepare_render(
     if opts.user_values:
         checked.update(validate_user_values(opts.profile, dict(opts.user_values), source="--set"))
 
+    from .disaggregated import check_layout_values
+
+    check_layout_values(opts.layout, opts.profile, checked)
     engine = inspect_engine(engine_path)
     check_rank_files(engine)
     placement = plan_placement(engine.kind, engine_path, opts.engine_mode)

@@ -9,8 +9,8 @@ config Triton passes to ``initialize``, so one model serves the ``trtllm-1.2`` a
 profiles). Everything here is independent of ``triton_python_backend_utils``: the Triton adapter
 (:class:`TritonEngineModel`) receives that module as an argument, so the logic is unit-tested in-process.
 
-Semantics (chosen to match TensorRT-LLM's executor; facts from ../shared/docs/upstream-reference.md §2.1
-and TRT-LLM 1.2 ``LlmRequest``/sampling layers):
+Semantics (chosen to match TensorRT-LLM's executor; facts from tensorrtllm_backend's ``tensorrt_llm/config.pbtxt``
+at commit c2e65b8 and NVIDIA/TensorRT-LLM 1.2 ``LlmRequest``/sampling layers):
 
 * **Greedy** unless sampling is asked for: ``runtime_top_k`` unset/0 and ``runtime_top_p`` unset/0 means
   greedy (TRT-LLM turns top_k=0, top_p=0 into top_k=1), ``runtime_top_k == 1`` is greedy, and
@@ -67,6 +67,7 @@ from .engine_request import (
     parse_word_list,
 )
 from .engine_scheduler import Scheduler
+from .metrics import attach_engine_metrics
 from .params import ModelParams
 from .triton_io import triton_error
 
@@ -199,6 +200,7 @@ class TritonEngineModel:
         self.scheduler = Scheduler(
             backend, max_active=int(max_active), cancel_check_period_s=period_ms / 1000.0, log=log, info=info
         )
+        self.metrics = attach_engine_metrics(pb_utils, args, self.params, self.scheduler, backend, self.limits)
         self.scheduler.start()
 
     def _tensors(self, request: Any) -> dict[str, np.ndarray]:
@@ -249,15 +251,24 @@ class TritonEngineModel:
             try:
                 parsed = self._parse(request)
             except RequestError as exc:
+                self.metrics.refused(exc.field)
                 sink.send(None, final=True, error=str(exc), client=True)
                 continue
             if parsed.stop:
                 self.scheduler.stop_request(parsed.request_id)
                 sink.send({} if not self.decoupled else None, final=True)
                 continue
-            self.scheduler.submit(RequestGroup(parsed, sink, self.io))
+            group = self.make_group(request, parsed, sink)
+            if group is not None:
+                self.scheduler.submit(group)
         return None
+
+    def make_group(self, request: Any, parsed: ParsedRequest, sink: ResponseSink) -> RequestGroup | None:
+        """The request group the scheduler runs for a parsed request; None when it is already answered
+        (a hook for :class:`.engine_phases.PhasedEngineModel`)."""
+        return RequestGroup(parsed, sink, self.io)
 
     def finalize(self) -> None:
         """Stop the scheduler; unfinished requests get an error response."""
         self.scheduler.shutdown()
+        self.metrics.close()

@@ -50,6 +50,7 @@ in the text, B27).
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -58,6 +59,7 @@ import numpy as np
 
 from .detokenizer import DetokenizerCache, DetokenizerFactory
 from .limits import check_token_ids
+from .metrics import NULL_METRICS, Metrics
 from .params import ModelParams
 from .stream_ledger import StreamLedger
 from .text import tokenizer_from_params
@@ -65,8 +67,11 @@ from .triton_io import RequestError
 
 
 def _flag(array: np.ndarray | None, b: int) -> Any:
+    """Row ``b``'s first value of a ``[batch, 1]`` input (row 0 when the input has a single row), or None."""
     if array is None:
         return None
+    if type(array) is np.ndarray and array.size == 1:  # every streamed response: one row, one value
+        return array.item()
     a = np.asarray(array)
     a = a.reshape(a.shape[0] if a.ndim else 1, -1)
     row = a[b] if a.shape[0] > b else a[0]
@@ -96,6 +101,8 @@ class Postprocessor:
         self.ledger: StreamLedger | None = None
         #: stream key -> [ledger slot, slot key, tokens left] of the streams counted against their budget
         self._budgets: OrderedDict[tuple, list[int]] = OrderedDict()
+        #: where detokenize times go (set by the model hosting this code: postprocessing, or the BLS)
+        self.metrics: Metrics = NULL_METRICS
 
     @property
     def keys_ensemble_streams(self) -> bool:
@@ -135,25 +142,26 @@ class Postprocessor:
         batch, beam, length = t.shape
         lengths = inputs.get("SEQUENCE_LENGTH")
         if lengths is None:
-            seq_len = np.full((batch, beam), length, dtype=np.int64)
+            seq_lens = [[length] * beam for _ in range(batch)]
         else:
             seq_len = np.asarray(lengths).reshape(-1)
             if seq_len.size != batch * beam:
                 raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
-            seq_len = seq_len.reshape(batch, beam)
+            seq_lens = seq_len.reshape(batch, beam).tolist()  # Python ints: one conversion, not one per row
         # every row is checked before any state changes; ids as Python lists (one tolist per sequence)
         row_ids: list[list[list[int]]] = []
         vocab = self.vocab_size
         for b in range(batch):
             row_ids.append([])
             for k in range(beam):
-                ids = t[b, k, : max(0, min(int(seq_len[b, k]), length))].tolist()
+                ids = t[b, k, : max(0, min(int(seq_lens[b][k]), length))].tolist()
                 if ids and (min(ids) < 0 or max(ids) >= vocab):
                     check_token_ids("TOKENS_BATCH", t[b, k, : len(ids)], vocab)  # raises, naming the id
                 row_ids[b].append(ids)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 
+        t0 = time.perf_counter()
         texts = np.empty((batch, beam), dtype=object)
         for b in range(batch):
             key = _flag(keys, b)
@@ -193,6 +201,10 @@ class Postprocessor:
                 else:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")
+        metrics = self.metrics
+        if metrics.enabled:
+            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
+            metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
         return {"OUTPUT": texts.reshape(-1)}
 
     def _empty_id_registered(self) -> bool:

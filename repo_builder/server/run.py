@@ -89,6 +89,21 @@ def launch(
                 for rank, host in enumerate(plan.rank_hosts):
                     role = "all models + HTTP/gRPC/metrics" if rank == 0 else ",".join(plan.trtllm_models)
                     echo(f"rank {rank} -> {host} ({role})")
+            if plan is not None:
+                import os
+
+                from .devices import rank_device_lines
+
+                env = {**os.environ, **server.env}
+                for line in rank_device_lines(
+                    config.model_repo,
+                    plan.trtllm_models[0],
+                    plan.world_size,
+                    env,
+                    rank_hosts=plan.rank_hosts,
+                    exported=tuple(server.env),
+                ):
+                    echo(line)
             echo(" ".join(shlex.quote(a) for a in server.argv))
             return 0
         plan = server.plan
@@ -110,7 +125,7 @@ def launch(
             files = sorted({str(pid_file.absolute()), str(default)})
             echo(_describe_ready(server, elapsed))
             if config.openai_port is not None:
-                from ..openai.launch import start_beside
+                from .frontend import start_beside
 
                 start_beside(server, config.openai_port, echo=echo, detach=True)  # exits when tritonserver does
             for path in files:
@@ -135,7 +150,7 @@ def launch(
         elapsed = server.wait_ready()
         echo(_describe_ready(server, elapsed))
         if config.openai_port is not None:
-            from ..openai.launch import start_beside, wait_either
+            from .frontend import start_beside, wait_either
 
             front = start_beside(server, config.openai_port, echo=echo)
             code, front_code = wait_either(server, front)
