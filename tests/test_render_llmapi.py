@@ -191,3 +191,45 @@ def test_cli_checkpoint_dir(tiny_llama, tmp_path):
     )
     assert bad.exit_code != 0 and "--checkpoint-dir" in bad.output, bad.output
     assert "Traceback" not in bad.output and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "edit"),
+    [
+        ("decoupled", ("decoupled: false", "decoupled: true")),
+        ("max_batch_size", ("max_batch_size: 0", "max_batch_size: 4")),
+    ],
+)
+def test_model_refuses_to_load_when_the_two_files_differ(rendered, tmp_path, key, edit):
+    """The rendered model's own load check (before any LLM is built): triton_config in model.yaml must equal
+    config.pbtxt, else a load error names the key and both files."""
+    import shutil
+
+    from google.protobuf.json_format import MessageToJson
+
+    from repo_builder.runtime.errors import ModelLoadError
+    from repo_builder.runtime.llmapi_model import LLMAPIModel
+
+    model_dir = tmp_path / "tensorrt_llm"
+    shutil.copytree(rendered / "tensorrt_llm", model_dir, ignore=shutil.ignore_patterns("engine"))
+    yaml_path = model_dir / "1" / "model.yaml"
+    text_before = yaml_path.read_text()
+    assert f"  {edit[0]}" in text_before
+    yaml_path.write_text(text_before.replace(f"  {edit[0]}", f"  {edit[1]}"))
+    config = parse_model_config((model_dir / "config.pbtxt").read_text())
+    args = {
+        "model_config": MessageToJson(config, preserving_proto_field_name=True),
+        "model_repository": str(model_dir),
+        "model_version": "1",
+    }
+
+    def no_llm(**kwargs):
+        raise AssertionError("the LLM must not be built when the files differ")
+
+    with pytest.raises(ModelLoadError) as info:
+        LLMAPIModel(object(), args, llm_factory=no_llm)
+    text = str(info.value)
+    assert f"triton_config.{key}" in text and "config.pbtxt" in text and "model.yaml" in text, text
+    yaml_path.write_text(text_before)  # the rendered pair passes the check and reaches the LLM factory
+    with pytest.raises(ModelLoadError, match="failed to start"):
+        LLMAPIModel(object(), args, llm_factory=no_llm)
