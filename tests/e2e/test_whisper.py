@@ -139,3 +139,64 @@ def test_bad_audio_fails_alone_naming_the_field(server, inputs, words):
     status, body = infer(server, inputs())
     assert status == 400, body
     assert words in body.get("error", ""), body
+
+
+# ------------------------------------------------------------------ OpenAI front end: /v1/audio/transcriptions
+
+
+def wav_file(samples: np.ndarray, rate: int = RATE, channels: int = 1) -> bytes:
+    """A 16-bit PCM RIFF WAV file of ``samples`` (the test's own encoder: the standard library's ``wave``)."""
+    import io
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        pcm = np.clip(np.round(samples * 32767), -32768, 32767).astype("<i2")
+        w.writeframes(np.repeat(pcm, channels).tobytes())
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def front_end(server, tmp_path_factory):
+    from e2e_support import openai_front_end
+
+    logs = tmp_path_factory.mktemp("front")
+    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
+        yield base
+
+
+def test_openai_transcription_equals_transformers_greedy_generate(front_end, reference):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none")
+    wav = tone(2.0, 440.0, 0)
+    pcm16 = np.clip(np.round(wav * 32767), -32768, 32767).astype(np.int16).astype(np.float32) / 32768.0
+    got = client.audio.transcriptions.create(model="whisper", file=("a.wav", wav_file(wav), "audio/wav"))
+    expected = reference(pcm16, [50258, 50259, 50359, 50363])
+    assert got.text == expected and expected.strip()
+    german = client.audio.transcriptions.create(
+        model="whisper", file=("a.wav", wav_file(wav), "audio/wav"), language="de", response_format="text"
+    )
+    assert german == reference(pcm16, [50258, 50261, 50359, 50363])
+    assert [m.id for m in client.models.list().data] == ["whisper"]
+
+
+def test_openai_bad_audio_is_a_400_naming_the_field(front_end):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    cases = [
+        (wav_file(tone(1.0, 440.0, 0), rate=8000), {}, "file", "8000 Hz"),
+        (wav_file(tone(1.0, 440.0, 0), channels=2), {}, "file", "2 channels"),
+        (b"not a wav file", {}, "file", "not a PCM WAV file"),
+        (wav_file(tone(10.5, 440.0, 0)), {}, "file", "exceed max_audio_seconds 10"),
+        (wav_file(tone(1.0, 440.0, 0)), {"language": "xx"}, "language", "language 'xx'"),
+    ]
+    for data, extra, param, words in cases:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.audio.transcriptions.create(model="whisper", file=("a.wav", data, "audio/wav"), **extra)
+        body = err.value.body
+        assert body["param"] == param and words in body["message"], body
