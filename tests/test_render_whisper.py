@@ -143,6 +143,13 @@ def test_an_existing_output_is_never_touched(tiny_whisper, tmp_path):
     with pytest.raises(RenderError, match="already exists"):
         render_whisper_repository(tiny_whisper, out)
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    from repo_builder.render import RenderOptions
+
+    refused = [(RenderOptions(engine_mode="symlink"), "--engine-mode"), (RenderOptions(streaming=True), "--streaming")]
+    for opts, key in refused:
+        with pytest.raises(RenderError) as err:
+            render_whisper_repository(tiny_whisper, tmp_path / "new", opts)
+        assert err.value.key == key and not (tmp_path / "new").exists()
 
 
 def test_cli_render(tiny_whisper, tmp_path):

@@ -354,13 +354,21 @@ def render_whisper_repository(
 
     Raises:
         EngineError / TokenizerError (:func:`whisper_facts`), ParameterError (:func:`resolve_whisper_values`),
-        RenderError: ``output`` exists, an unsupported profile, or the write failed.
+        RenderError: ``output`` exists, an unsupported profile, ``engine_mode`` other than copy, ``streaming``,
+            or the write failed.
     """
     opts = options or RenderOptions()
     checkpoint = Path(checkpoint_dir).resolve()
     out = Path(output).absolute()
     if opts.profile not in _PROFILES:
         raise RenderError(f"layout whisper needs profile {', '.join(_PROFILES)}, not {opts.profile}", key="--profile")
+    if opts.engine_mode != "copy":
+        raise RenderError(
+            f"--engine-mode {opts.engine_mode} is not supported by layout whisper (the checkpoint is copied)",
+            key="--engine-mode",
+        )
+    if opts.streaming:
+        raise RenderError("layout whisper has no streaming (decoupled) mode yet", key="--streaming")
     if out.exists():
         raise RenderError("already exists", path=out, hint="layout whisper writes a new directory; remove it first")
     if not checkpoint.is_dir():
