@@ -145,7 +145,10 @@ def start_beside(server: Any, port: int, *, echo: Callable[[str], None], detach:
 def served_name(repo: Path) -> str:
     """The served model id(s), quoted and comma-separated (``'alpha', 'beta'`` for several LLMs)."""
     from ..repository.lockfile import read_serving_info
+    from .audio import WHISPER_MARKER
 
+    if (Path(repo) / WHISPER_MARKER).is_file():  # layout whisper: /v1/audio/transcriptions, model id "whisper"
+        return "'whisper'"
     try:
         return ", ".join(f"'{info.model_name}'" for info in read_serving_info(repo))
     except Exception:  # noqa: BLE001 - only for the message
