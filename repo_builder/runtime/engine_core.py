@@ -253,9 +253,9 @@ class TritonEngineModel:
                 continue
             if parsed.stop:
                 self.scheduler.stop_request(parsed.request_id)
-                sink.send({} if not self.decoupled else None, final=True)
+                sink.send({}, final=True)  # an empty response, flagged final (a bare flag can be dropped)
                 continue
-            self.scheduler.submit(RequestGroup(parsed, sink, self.io))
+            self.scheduler.submit(RequestGroup(parsed, sink, self.io, split_rows=self.decoupled))
         return None
 
     def finalize(self) -> None:

@@ -50,8 +50,9 @@ in the text, B27).
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,10 @@ from .params import ModelParams
 from .stream_ledger import StreamLedger
 from .text import tokenizer_from_params
 from .triton_io import RequestError
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _flag(array: np.ndarray | None, b: int) -> Any:
@@ -94,6 +99,9 @@ class Postprocessor:
         self.factory = DetokenizerFactory(tokenizer, self.skip_special_tokens)
         self.streams = DetokenizerCache(self.factory, self.max_streams)
         self.ledger: StreamLedger | None = None
+        #: warning sink (model.py sets ``pb_utils.Logger.log_warn``; default: stderr, in Triton's log)
+        self.log: Callable[[str], None] = _stderr
+        self._undecodable_logged = False
         #: stream key -> [ledger slot, slot key, tokens left] of the streams counted against their budget
         self._budgets: OrderedDict[tuple, list[int]] = OrderedDict()
 
@@ -121,8 +129,9 @@ class Postprocessor:
         streaming key.
 
         Raises:
-            RequestError: ``TOKENS_BATCH`` missing, of the wrong rank, or holding a token id outside
-                ``[0, len(tokenizer))`` within the sequence length; ``SEQUENCE_LENGTH`` shape mismatch.
+            RequestError: ``TOKENS_BATCH`` missing, of the wrong rank, or holding a negative token id within
+                the sequence length; ``SEQUENCE_LENGTH`` shape mismatch. Ids at or past ``len(tokenizer)``
+                decode as nothing (:meth:`_drop_undecodable`).
         """
         tokens = inputs.get("TOKENS_BATCH")
         if tokens is None:
@@ -148,8 +157,10 @@ class Postprocessor:
             row_ids.append([])
             for k in range(beam):
                 ids = t[b, k, : max(0, min(int(seq_len[b, k]), length))].tolist()
-                if ids and (min(ids) < 0 or max(ids) >= vocab):
-                    check_token_ids("TOKENS_BATCH", t[b, k, : len(ids)], vocab)  # raises, naming the id
+                if ids and min(ids) < 0:
+                    check_token_ids("TOKENS_BATCH", t[b, k, : len(ids)], None)  # raises, naming the id
+                if ids and max(ids) >= vocab:
+                    ids = self._drop_undecodable(ids)
                 row_ids[b].append(ids)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
@@ -194,6 +205,29 @@ class Postprocessor:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")
         return {"OUTPUT": texts.reshape(-1)}
+
+    def _drop_undecodable(self, ids: list[int]) -> list[int]:
+        """``ids`` without those at or past the tokenizer's size, which decode as nothing.
+
+        Engines are often built with a vocabulary padded past the tokenizer's (``vocab_size`` rounded up to
+        a multiple of 64 or of the tensor-parallel size; TensorRT-LLM ``convert_checkpoint.py``), and the
+        logits of the padding ids are not always masked, so a (random-weight, fine-tuned, quantized) engine
+        can pick one. The client never sent such an id, so the request must not fail on it: the id is
+        dropped from the text and the first occurrence is logged once per model instance, naming the id,
+        the tokenizer's size and the count dropped from that sequence. Negative ids are never engine output
+        (padding past ``sequence_length`` is not read) and stay a request error naming ``TOKENS_BATCH``.
+        """
+        vocab = self.vocab_size
+        kept = [i for i in ids if i < vocab]
+        if not self._undecodable_logged:
+            self._undecodable_logged = True
+            first = next(i for i in ids if i >= vocab)
+            self.log(
+                f"postprocessing: the engine returned token id {first} ({len(ids) - len(kept)} id(s) in this "
+                f"sequence) at or past the tokenizer's size {vocab}; such ids decode as nothing (the engine's "
+                "vocabulary is padded past the tokenizer's). Logged once."
+            )
+        return kept
 
     def _empty_id_registered(self) -> bool:
         """True while a stream of the empty request id is registered (preprocessing keyed it alone)."""
