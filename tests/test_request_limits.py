@@ -175,3 +175,28 @@ def test_postprocessing_drops_ids_past_the_tokenizer_and_logs_once(post):
     )
     assert "\ufffd" not in streamed["OUTPUT"].reshape(-1)[0].decode()
     assert len(logged) == 1 and "token id 32000" in logged[0] and "tokenizer's size 32000" in logged[0]
+
+
+def test_postprocessing_never_ends_a_text_with_a_cut_character(post, tok_dir):
+    """Issue 28: max_tokens cutting inside a UTF-8 character (byte-fallback ids 235, 194 of "迭") gives no
+    U+FFFD: not in a whole decode, not at the end of a stream the caller flushes."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    ids = [*tok.encode("Hello", add_special_tokens=False), 235, 194]
+    assert tok.decode(ids).endswith("\ufffd")  # what a plain decode would send
+    seq = np.array([[len(ids)]], np.int32)
+    whole = post.process({"TOKENS_BATCH": np.array([[ids]], np.int32), "SEQUENCE_LENGTH": seq})
+    assert whole["OUTPUT"].reshape(-1)[0].decode() == "Hello"
+    streamed = ""
+    for i, t in enumerate(ids):
+        out = post.process(
+            {
+                "TOKENS_BATCH": np.array([[[t]]], np.int32),
+                "SEQUENCE_LENGTH": np.array([[1]], np.int32),
+                "FLUSH": np.array([[i == len(ids) - 1]], bool),
+            },
+            request_id="cut-1",
+        )
+        streamed += out["OUTPUT"].reshape(-1)[0].decode()
+    assert streamed == "Hello"

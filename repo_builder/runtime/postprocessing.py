@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from .detokenizer import DetokenizerCache, DetokenizerFactory
+from .detokenizer import REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory
 from .limits import check_token_ids
 from .params import ModelParams
 from .stream_ledger import StreamLedger
@@ -116,8 +116,10 @@ class Postprocessor:
         self.ledger = ledger if self.keys_ensemble_streams else None
 
     def decode(self, ids: list[int]) -> str:
-        """Non-streaming text of ``ids``."""
-        return self.factory.decode(ids)
+        """Non-streaming text of ``ids``, without a trailing U+FFFD run: a character the sequence's end cut
+        inside (``max_tokens`` reached mid-character) is left out, as a stream holds it back
+        (detokenizer.py edge 1), so no front door ever sends the client U+FFFD for it."""
+        return self.factory.decode(ids).rstrip(REPLACEMENT_CHAR)
 
     def process(
         self, inputs: Mapping[str, np.ndarray | None], request_id: str = "", correlation_id: int | str = 0
