@@ -18,6 +18,7 @@ DTYPE_PARAMS = {
     "logits_datatype": "TYPE_FP32",
     "encoder_input_features_data_type": "TYPE_FP16",
     "prompt_embedding_table_data_type": "TYPE_FP16",
+    "lora_weights_data_type": "TYPE_FP16",
 }
 
 

@@ -61,15 +61,15 @@ def test_b03_structured_list_values(engine_copy):
         LLAMA2,
         {
             "gpu_device_ids": "0,1;2,3",
-            "participant_ids": "1,2",
+            "participant_ids": "1,2;3,4",  # one MPI-rank group per device group (rules.gpu_placement)
             "medusa_choices": "{0, 0, 0}, {0, 1}",
             "decoding_mode": "medusa",
         },
     )
-    assert res["gpu_device_ids"] == [[0, 1], [2, 3]] and res["participant_ids"] == [[1, 2]]
+    assert res["gpu_device_ids"] == [[0, 1], [2, 3]] and res["participant_ids"] == [[1, 2], [3, 4]]
     text = res.as_strings()
     assert text["gpu_device_ids"] == "0,1;2,3"
-    assert text["participant_ids"] == "1,2"
+    assert text["participant_ids"] == "1,2;3,4"
     assert text["medusa_choices"] == "{0, 0, 0}, {0, 1}"
 
 

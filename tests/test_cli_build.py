@@ -145,6 +145,68 @@ def test_inspect_engine_dir(runner):
     assert data["engine"]["world_size"] == 4 and data["engine"]["max_batch_size"] == 8
 
 
+def test_validate_lists_the_engine_inputs_a_text_client_cannot_reach(runner, engine, tmp_path):
+    out = tmp_path / "repo"
+    assert runner.invoke(app, render_args(engine, out)).exit_code == 0
+    res = runner.invoke(app, ["validate", str(out), "--engine-inputs"])
+    assert res.exit_code == 0, res.output
+    listed = {
+        line.split(": ", 1)[1].split(" ")[0]: line
+        for line in res.stdout.splitlines()
+        if line.startswith("unreachable from text: ")
+    }
+    # every engine input the ensemble does not wire is listed with its reason; the ones the C++ backend reads for
+    # text requests (sampling, lookahead, KV retention, early stopping) are wired, so they are not listed
+    assert set(listed) == {
+        "encoder_input_features",
+        "encoder_output_lengths",
+        "decoder_input_ids",
+        "decoder_input_lengths",
+        "draft_input_ids",
+        "draft_logits",
+        "draft_acceptance_threshold",
+        "runtime_top_p_min",
+        "stop",
+        "cross_attention_mask",
+        "mrope_rotary_cos_sin",
+        "mrope_position_deltas",
+        "context_phase_params",
+        "skip_cross_attn_blocks",
+    }, res.stdout
+    assert "reads it under the name runtime_top_k_min" in listed["runtime_top_p_min"]
+    assert "disaggregated serving" in listed["context_phase_params"]
+    assert res.stdout.strip().splitlines()[-1] == f"{out}: valid"
+
+
+def test_inspect_shows_the_engines_lora_and_kv_cache_facts(runner, tmp_path):
+    from engine_configs import config, write_engine
+
+    lora = {
+        "pretrained_config": {"dtype": "bfloat16"},
+        "build_config": {
+            "kv_cache_type": "paged",
+            "plugin_config": {"lora_plugin": "auto"},
+            "lora_config": {"max_lora_rank": 16, "lora_target_modules": ["attn_q", "attn_v"], "max_loras": 4},
+        },
+    }
+    engine = write_engine(tmp_path / "engine", config("new", **lora))
+    res = runner.invoke(app, ["inspect", str(engine), "--json"])
+    assert res.exit_code == 0, res.output
+    facts = json.loads(res.stdout)["engine"]
+    assert {
+        k: facts[k] for k in ("lora_plugin", "lora_dtype", "max_lora_rank", "lora_target_modules", "max_loras")
+    } == {
+        "lora_plugin": "auto",
+        "lora_dtype": "bfloat16",
+        "max_lora_rank": 16,
+        "lora_target_modules": ["attn_q", "attn_v"],
+        "max_loras": 4,
+    }
+    assert facts["kv_cache_type"] == "paged"
+    res = runner.invoke(app, ["inspect", str(engine)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "lora_dtype" in res.stdout and "bfloat16" in res.stdout
+
+
 def test_inspect_repository(runner, engine, tmp_path):
     out = tmp_path / "repo"
     assert runner.invoke(app, render_args(engine, out)).exit_code == 0

@@ -235,3 +235,21 @@ def test_fingerprint_uses_names_and_sizes_not_contents(engine_copy):
     assert engine_fingerprint(info) == second  # same name and size: contents are never read
     (d / "config.json").write_text((d / "config.json").read_text() + "\n")
     assert engine_fingerprint(info) != second  # config bytes count
+
+
+@pytest.mark.parametrize(
+    ("layout", "sections", "kind"),
+    [
+        ("new", {}, "paged"),
+        ("new", {"build_config": {"kv_cache_type": "DISABLED"}}, "disabled"),
+        ("new", {"build_config": {"kv_cache_type": "continuous"}}, "continuous"),
+        ("new", {"build_config": {"kv_cache_type": None, "plugin_config": {"paged_kv_cache": False}}}, "continuous"),
+        ("old", {}, "paged"),
+        ("old", {"plugin_config": {"paged_kv_cache": False}}, "continuous"),
+    ],
+)
+def test_kv_cache_type_is_read_from_either_layout(tmp_path, layout, sections, kind):
+    from engine_configs import config, write_engine
+
+    info = inspect_engine(write_engine(tmp_path / "e", config(layout, **sections)))
+    assert info.kv_cache_type == kind and info.paged_kv_cache is (kind == "paged")

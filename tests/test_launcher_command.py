@@ -485,3 +485,68 @@ def test_launch_option_defaults_have_one_home() -> None:
         env={**os.environ, "COLUMNS": "200"},
     )
     assert f"[default: {DEFAULTS['http_port']}]" in shown.stdout and f"[default: {DEFAULTS['timeout']}]" in shown.stdout
+
+
+# ---------------------------------------------------------------- what tritonserver logged when it would not start
+
+#: A 2.51 log of a repository whose postprocessing config names another model, as mpirun --tag-output writes it
+#: (tags split tritonserver's last line into pieces), with the errors every GPU-less start logs.
+TAGGED_LOG = (
+    '[1,0]<stderr>:E1203 08:23:17.873544 28951 server.cc:241] "CudaDriverHelper has not been initialized."'
+    "[1,0]<stderr>:\n"
+    '[1,0]<stderr>:E1203 08:23:17.875536 28951 model_repository_manager.cc:1460] "Poll failed for model directory '
+    "'postprocessing': unexpected directory name 'postprocessing' for model 'postprocessing_x', directory name must "
+    'equal model name"[1,0]<stderr>:\n'
+    '[1,0]<stderr>:E1203 08:23:17.875785 28951 model_repository_manager.cc:703] "Invalid argument: ensemble ensemble '
+    'contains models that are not available or ambiguous: postprocessing"[1,0]<stderr>:\n'
+    "[1,0]<stderr>:I1203 08:23:18.709502 28951 model_lifecycle.cc:624] \"successfully unloaded 'ensemble' version 1\"\n"
+    "[1,0]<stderr>:error: [1,0]<stderr>:creating server[1,0]<stderr>:: [1,0]<stderr>:Internal[1,0]<stderr>: - "
+    "[1,0]<stderr>:failed to load all models[1,0]<stderr>:\n"
+)
+
+
+def test_the_causes_tritonserver_logged_are_read_from_a_tagged_log(tmp_path: Path) -> None:
+    from repo_builder.server.server_log import ServerLog
+
+    log = tmp_path / "ts.log"
+    log.write_text(TAGGED_LOG + "\n".join(f"[1,0]<stderr>:I1203 teardown line {i}" for i in range(60)) + "\n")
+    assert ServerLog(log).triton_errors() == [
+        "Poll failed for model directory 'postprocessing': unexpected directory name 'postprocessing' for model "
+        "'postprocessing_x', directory name must equal model name",
+        "Invalid argument: ensemble ensemble contains models that are not available or ambiguous: postprocessing",
+        "creating server: Internal - failed to load all models",
+    ]
+    assert "Poll failed" not in ServerLog(log).tail()  # the 40-line tail alone would not show the cause
+
+
+def test_a_stray_folder_is_refused_before_anything_starts(tiny: Path) -> None:
+    (tiny / "notes").mkdir()
+    (tiny / "notes" / "todo.txt").write_text("x")
+    h, g, m = free_ports(3)
+    out = run_cli(
+        "launch", str(tiny), "--http_port", str(h), "--grpc_port", str(g), "--metrics_port", str(m), "--dry-run"
+    )
+    assert out.returncode == 2, out.stdout
+    assert (
+        "model folder(s) notes hold no config.pbtxt" in out.stderr and "Poll failed for model directory" in out.stderr
+    )
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.server
+def test_launch_of_a_repository_triton_cannot_load_prints_what_triton_logged(tiny: Path) -> None:
+    """A config whose name differs from its folder passes the launcher's own checks; tritonserver refuses it and
+    exits, and the launcher's error quotes tritonserver's reasons, not only that rank 0 exited."""
+    config = tiny / "postprocessing" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "postprocessing"', 'name: "postprocessing_x"', 1))
+    (tiny / "ensemble" / "1").mkdir(exist_ok=True)
+    h, g, m = free_ports(3)
+    out = run_cli(
+        "launch", str(tiny), "--http_port", str(h), "--grpc_port", str(g), "--metrics_port", str(m), "--timeout", "110"
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    error = out.stderr[out.stderr.index("error: ") :]
+    assert "exited" in error.splitlines()[0] and "before the server was ready" in error.splitlines()[0], error
+    logged = error[error.index("tritonserver logged:") :]
+    assert "Poll failed for model directory 'postprocessing': unexpected directory name 'postprocessing'" in logged
+    assert "creating server: Internal - failed to load all models" in logged

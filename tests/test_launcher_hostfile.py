@@ -93,9 +93,41 @@ def test_dry_run_prints_the_rank_to_host_mapping(tmp_path) -> None:
         "rank 1 -> node-b (tensorrt_llm)",
         "rank 2 -> node-b (tensorrt_llm)",
     ]
-    argv = lines[3].split()
+    argv = lines[-1].split()
     assert argv[0] == "mpirun" and argv[argv.index("--hostfile") + 1] == str(hosts)
     assert argv[argv.index("--map-by") + 1] == "slot"
+
+
+def test_dry_run_shows_each_ranks_device_environment(tmp_path) -> None:
+    """Per rank: the device variables it starts with (a remote host's own unless exported) and the GPU the
+    C++ backend runs it on (gpu_device_ids' r-th id, else its local rank on its host)."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun is not installed (apt-get install openmpi-bin)")
+    repo = tiny_repo(tmp_path)
+    config = repo / "tensorrt_llm" / "config.pbtxt"
+    engine_text = config.read_text().replace('backend: "python"', 'backend: "tensorrtllm"')
+    config.write_text(engine_text)
+    hosts = hostfile(tmp_path, "localhost slots=2\nnode-b slots=2\n")
+    env = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    out = cli("launch", str(repo), "--world_size", "3", "--hostfile", str(hosts), "--dry-run", env=env)
+    assert out.returncode == 0, out.stderr
+    devices = [line for line in out.stdout.splitlines() if " devices: " in line]
+    assert devices == [
+        "rank 0 devices: CUDA_VISIBLE_DEVICES=4,5,6,7; tensorrt_llm runs on visible GPU 0 (its local rank on "
+        "localhost; gpu_device_ids unset)",
+        "rank 1 devices: CUDA_VISIBLE_DEVICES=4,5,6,7; tensorrt_llm runs on visible GPU 1 (its local rank on "
+        "localhost; gpu_device_ids unset)",
+        "rank 2 devices: node-b's own environment; tensorrt_llm runs on visible GPU 0 (its local rank on node-b; "
+        "gpu_device_ids unset)",
+    ], out.stdout
+    config.write_text(engine_text + 'parameters: { key: "gpu_device_ids" value: { string_value: "2,3" } }\n')
+    out = cli("launch", str(repo), "--world_size", "3", "--hostfile", str(hosts), "--dry-run", env=env)
+    devices = [line.split("; ", 1)[1] for line in out.stdout.splitlines() if " devices: " in line]
+    assert devices == [
+        "tensorrt_llm runs on visible GPU 2 (gpu_device_ids 2,3)",
+        "tensorrt_llm runs on visible GPU 3 (gpu_device_ids 2,3)",
+        "tensorrt_llm runs on no GPU of its own (gpu_device_ids 2,3 lists 2)",
+    ], out.stdout
 
 
 def test_first_host_must_be_this_machine(tmp_path) -> None:

@@ -35,6 +35,18 @@ def tok(tmp_path_factory):
     return packaged_mistral(tmp_path_factory)
 
 
+def lora_dir(tmp: Path, rows: list[tuple[int, int, int]], dtype: str = "float16", task: int = 1) -> str:
+    """A prefetch dir holding adapter ``task`` (``model.lora_{weights,config}.npy``, TRT-LLM's layout) with one
+    config row (module id, layer, rank) per entry of ``rows``."""
+    import numpy as np
+
+    adapter = tmp / "loras" / str(task)
+    adapter.mkdir(parents=True, exist_ok=True)
+    np.save(adapter / "model.lora_config.npy", np.array([rows], dtype=np.int32))
+    np.save(adapter / "model.lora_weights.npy", np.zeros((1, len(rows), 8 * 512), dtype=dtype))
+    return str(tmp / "loras")
+
+
 def xgrammar_file(tmp: Path, content: Any) -> str:
     path = tmp / "xgrammar.json"
     path.write_text(content if isinstance(content, str) else json.dumps(content))
@@ -56,7 +68,8 @@ CASES = [
         BEAM,
         {"max_beam_width": 4, "max_tokens_in_paged_kv_cache": 8320},
         "warning",
-        "fewer than the batch size 8: requests will wait for KV-cache blocks; 66560 tokens hold a full batch",
+        "fewer than the batch size 8: at most 1 request(s) run at once and the others wait for KV-cache blocks; "
+        "66560 tokens hold a full batch",
     ),
     (
         "kv-tiny-fraction",
@@ -126,11 +139,49 @@ CASES = [
         "lora_cache_gpu_memory_fraction: the engine was built without the LoRA plugin",
     ),
     (
+        "lora-adapter-dtype",
+        LORA_ENGINE,
+        lambda t: {"lora_prefetch_dir": lora_dir(t, [(1, 0, 8), (3, 0, 8)], dtype="float32")},
+        "error",
+        "lora_prefetch_dir: '{tmp}/loras': 1/model.lora_weights.npy: dtype float32, but the engine's LoRA weights "
+        "are float16",
+    ),
+    (
+        "lora-adapter-rank",
+        LORA_ENGINE,
+        lambda t: {"lora_prefetch_dir": lora_dir(t, [(1, 0, 128)])},
+        "error",
+        "lora_prefetch_dir: '{tmp}/loras': 1/model.lora_config.npy: rank 128 is above the engine's max_lora_rank 64 "
+        "(rebuild with `trtllm-build --max_lora_rank 128`)",
+    ),
+    (
+        "lora-adapter-module",
+        LORA_ENGINE,
+        lambda t: {"lora_prefetch_dir": lora_dir(t, [(1, 0, 8), (5, 1, 8), (6, 1, 8)])},
+        "error",
+        "lora_prefetch_dir: '{tmp}/loras': 1/model.lora_config.npy: module(s) mlp_4h_to_h, mlp_h_to_4h are not among "
+        "the engine's lora_target_modules (attn_q, attn_v)",
+    ),
+    (
+        "lora-adapter-layer",
+        LORA_ENGINE,
+        lambda t: {"lora_prefetch_dir": lora_dir(t, [(1, 4, 8)])},
+        "error",
+        "lora_prefetch_dir: '{tmp}/loras': 1/model.lora_config.npy: layer 4 is outside the engine's 0..3",
+    ),
+    (
+        "lora-prefetch-empty",
+        LORA_ENGINE,
+        lambda t: {"lora_prefetch_dir": str((t / "empty").mkdir() or t / "empty")},
+        "warning",
+        "lora_prefetch_dir: '{tmp}/empty' holds no adapter folder",
+    ),
+    (
         "draft-model",
         {},
         {"tensorrt_llm_draft_model_name": "draft"},
         "error",
-        "tensorrt_llm_draft_model_name: 'draft': repo-builder's BLS has no draft-model loop",
+        "tensorrt_llm_draft_model_name: 'draft': the draft model is rendered by `render --draft-engine-dir DIR`",
     ),
     (
         "multimodal",
@@ -152,6 +203,71 @@ CASES = [
         {"max_attention_window_size": "4096"},
         "warning",
         "max_attention_window_size: 4096 is above the engine's max_seq_len 2048",
+    ),
+    (
+        "window-list-longer-than-layers",
+        {},
+        {"max_attention_window_size": "512,512,512,512,1024"},
+        "warning",
+        "max_attention_window_size: 5 values for an engine with 4 layers: layer i takes value i, so values 5 to 5 "
+        "(1024) are never used",
+    ),
+    (
+        "window-list-cut",
+        {},
+        {"max_attention_window_size": "512,1024,2048"},
+        "warning",
+        "max_attention_window_size: 3 values for an engine with 4 layers: the list repeats every 3 layers (layer i "
+        "takes value i mod 3) and 4 is not a multiple of 3, so the last repeat stops after its first 1 value(s) (512)",
+    ),
+    (
+        "kv-counts-the-window",  # 512 tokens hold one sequence of a 512-token window (not of max_seq_len 2048)
+        {},
+        {"max_attention_window_size": "512", "max_tokens_in_paged_kv_cache": 512},
+        "warning",
+        "max_tokens_in_paged_kv_cache: 512 tokens hold 1 full sequence(s) (max_attention_window_size 512 (below "
+        "max_seq_len 2048) in blocks of 32 tokens = 16 blocks = 512 tokens, x max_beam_width 1 = 512 tokens each), "
+        "fewer than the batch size 8: at most 1 request(s) run at once",
+    ),
+    (
+        "kv-window-beam-sink",  # sink 4 -> 28 tokens of bubble; beam search with a window keeps one spare block
+        BEAM,
+        {
+            "max_beam_width": 4,
+            "max_attention_window_size": "512",
+            "sink_token_length": 4,
+            "max_tokens_in_paged_kv_cache": 2300,
+        },
+        "error",
+        "max_tokens_in_paged_kv_cache: 2300 tokens cannot hold one full sequence (max_attention_window_size 512 "
+        "(below max_seq_len 2050) + 28 tokens of sink bubble + 32 tokens of the spare block beam search keeps with "
+        "a window in blocks of 32 tokens = 18 blocks = 576 tokens, x max_beam_width 4 = 2304 tokens)",
+    ),
+    (
+        "kv-continuous-cache",
+        {
+            "build_config": {
+                "kv_cache_type": "continuous",
+                "plugin_config": {"paged_kv_cache": False, "use_paged_context_fmha": False},
+            }
+        },
+        {"batching_strategy": "V1", "max_tokens_in_paged_kv_cache": 4096},
+        "warning",
+        "max_tokens_in_paged_kv_cache: has no effect: the engine keeps a continuous KV cache (one max_seq_len slab "
+        "per sequence of its batch, allocated when it loads); that cache takes 0.06 GiB per GPU (max_batch_size 8 x "
+        "max_seq_len 2048 x beam 1 x 4096 bytes per token)",
+    ),
+    (
+        "no-kv-cache-window",
+        {
+            "build_config": {
+                "kv_cache_type": "disabled",
+                "plugin_config": {"paged_kv_cache": False, "use_paged_context_fmha": False},
+            }
+        },
+        {"batching_strategy": "V1", "max_attention_window_size": "512"},
+        "warning",
+        "max_attention_window_size: has no effect: the engine keeps no KV cache",
     ),
     (
         "max-num-tokens",
@@ -209,7 +325,8 @@ def test_render_and_validate_report_it_alike(tmp_path, tok, case):
     assert got_severity == severity and needle in text, text
     # the same finding from validate --engine-dir, on a repository whose configs carry the values
     repo = tmp_path / "repo"
-    render_repository(engine, tok, repo, engine_mode="reference")
+    strategy = {k: str(v) for k, v in values.items() if k == "batching_strategy"}  # an engine only V1 can run
+    render_repository(engine, tok, repo, engine_mode="reference", user_values=strategy)
     _add_params(repo, values)
     problems = validate_repository(repo, engine_dir=engine, warnings=True)
     key = needle.split(":")[0]
@@ -222,13 +339,12 @@ def test_render_and_validate_report_it_alike(tmp_path, tok, case):
 
 def test_a_good_xgrammar_file_and_lora_settings_pass(tmp_path, tok):
     engine = write_engine(tmp_path / "engine", config("new", **LORA_ENGINE))
-    loras = tmp_path / "loras"
-    loras.mkdir()
+    loras = lora_dir(tmp_path, [(1, 0, 64), (3, 3, 8)])
     info = xgrammar_file(tmp_path, {"encoded_vocab": [], "tokenizer_str": "", "stop_token_ids": [2]})
     values = {
         "guided_decoding_backend": "xgrammar",
         "xgrammar_tokenizer_info_path": info,
-        "lora_prefetch_dir": str(loras),
+        "lora_prefetch_dir": loras,
         "lora_cache_host_memory_bytes": LORA_BYTES,
         "kv_cache_free_gpu_mem_fraction": 0.9,
     }
@@ -250,3 +366,143 @@ def test_draft_and_multimodal_names_are_known_to_the_schema():
     assert validate_user_values("trtllm-1.2", {"multimodal_encoders_name": "m"}, source="--set") == {
         "multimodal_encoders_name": "m"
     }
+
+
+def test_engine_without_kv_cache_says_what_it_can_serve(tmp_path, tok):
+    sections = {
+        "build_config": {
+            "kv_cache_type": "disabled",
+            "plugin_config": {"paged_kv_cache": False, "use_paged_context_fmha": False},
+        }
+    }
+    engine = write_engine(tmp_path / "engine", config("new", **sections))
+    severity, text = _render_text(engine, tok, tmp_path / "dry", {"batching_strategy": "V1"})
+    assert severity == "warning" and "engine_dir: the engine was built without a KV cache" in text, text
+    assert "one generated token" in text and "V1 is the only batching_strategy left" in text
+    # in-flight batching is refused, naming the paged KV cache it needs
+    severity, text = _render_text(engine, tok, tmp_path / "dry2", {})
+    assert severity == "error" and "batching_strategy: in-flight batching" in text and "paged KV cache" in text
+    repo = tmp_path / "repo"
+    render_repository(engine, tok, repo, engine_mode="reference", user_values={"batching_strategy": "V1"})
+    problems = validate_repository(repo, engine_dir=engine, warnings=True)
+    assert any(p.file == str(engine) and "without a KV cache" in p.message for p in problems), problems
+
+
+def test_pipeline_parallel_engine_needs_kv_for_pp_micro_batches(tmp_path):
+    from repo_builder.engine import inspect_engine
+    from repo_builder.values.rules import check
+
+    pre = {"mapping": {"world_size": 2, "tp_size": 1, "pp_size": 2, "cp_size": 1}}
+    engine = inspect_engine(write_engine(tmp_path / "engine", config("new", pretrained_config=pre), ranks=2))
+    found = [f for f in check(engine, {"max_tokens_in_paged_kv_cache": 8 * 2048}) if f.severity == "warning"]
+    assert [f.key for f in found] == ["max_tokens_in_paged_kv_cache"], found
+    assert "fewer than the 16 sequences the engine runs at once (batch size 8 x pp 2)" in found[0].message
+    assert "16384 tokens hold 8 full sequence(s)" in found[0].message and "32768 tokens hold a full batch" in (
+        found[0].message
+    )
+
+
+def test_lora_weights_input_follows_the_engine_dtype(tmp_path, tok):
+    """A bfloat16 engine gets lora_weights TYPE_BF16 (NVIDIA's TYPE_FP16 would make TRT-LLM refuse every request's
+    weights); a repository declaring another dtype is refused by render and validate alike."""
+    bf16 = {"pretrained_config": {"dtype": "bfloat16"}, **LORA_ENGINE}
+    engine = write_engine(tmp_path / "engine", config("new", **bf16))
+    repo = tmp_path / "repo"
+    render_repository(engine, tok, repo, engine_mode="reference")
+    for model in ("tensorrt_llm", "ensemble", "tensorrt_llm_bls"):
+        text = (repo / model / "config.pbtxt").read_text()
+        block = text[text.index('name: "lora_weights"') :][:80]
+        assert "TYPE_BF16" in block, (model, block)
+    severity, text = _render_text(engine, tok, tmp_path / "dry", {"lora_weights_data_type": "TYPE_FP16"})
+    assert severity == "error" and "lora_weights_data_type: TYPE_FP16 contradicts the engine's LoRA dtype bfloat16" in (
+        text
+    ), text
+    path = repo / "tensorrt_llm" / "config.pbtxt"
+    text = path.read_text()
+    at = text.index('name: "lora_weights"')
+    path.write_text(text[:at] + text[at:].replace("TYPE_BF16", "TYPE_FP16", 1))
+    problems = validate_repository(repo, engine_dir=engine)
+    assert any(
+        p.file == "tensorrt_llm/config.pbtxt" and p.message.startswith("input lora_weights data_type: TYPE_FP16")
+        for p in problems
+    ), "\n".join(str(p) for p in problems)
+
+
+TP2 = {"pretrained_config": {"mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1, "cp_size": 1}}}
+
+
+@pytest.mark.parametrize(
+    ("values", "severity", "needle"),
+    [
+        ({"gpu_device_ids": "0,0"}, "error", "gpu_device_ids: '0,0': instance 0 lists GPU 0 twice"),
+        (
+            {"gpu_device_ids": "0,1,2"},
+            "warning",
+            "gpu_device_ids: '0,1,2': instance 0 lists 3 ids, but the engine's world size is 2 (tp 2 x pp 1): ids 2 "
+            "are never used",
+        ),
+        (
+            {"gpu_device_ids": "0,1;1,2"},
+            "warning",
+            "gpu_device_ids: '0,1;1,2': GPU 1 is in instance 0 and instance 1; instances must not share a GPU",
+        ),
+        (
+            {"gpu_device_ids": "0,1;2,3", "participant_ids": "1,2"},
+            "error",
+            "participant_ids: '1,2' has 1 instance group(s), gpu_device_ids '0,1;2,3' has 2",
+        ),
+        (
+            {"gpu_device_ids": "0,1", "participant_ids": "1,2,3"},
+            "error",
+            "participant_ids: instance 0: 3 MPI rank(s) (1,2,3) for 2 GPU(s) (0,1) in gpu_device_ids",
+        ),
+    ],
+)
+def test_gpu_placement_render(tmp_path, tok, values, severity, needle):
+    engine = write_engine(tmp_path / "engine", config("new", **TP2), ranks=2)
+    got, text = _render_text(engine, tok, tmp_path / "dry", values)
+    assert got == severity and needle in text, text
+
+
+def _placement_repo(tmp_path: Path, tok: Path, gpu_ids: str) -> tuple[Path, Path]:
+    engine = write_engine(tmp_path / "engine", config("new", **TP2), ranks=2)
+    repo = tmp_path / "repo"
+    render_repository(engine, tok, repo, engine_mode="reference", user_values={"gpu_device_ids": gpu_ids})
+    return engine, repo
+
+
+def test_gpu_placement_validate_with_and_without_lock_file(tmp_path, tok):
+    engine, repo = _placement_repo(tmp_path, tok, "0,1,2")
+    needle = "gpu_device_ids: '0,1,2': instance 0 lists 3 ids, but the engine's world size is 2"
+    # with the lock file and no --engine-dir: the world size is the lock file's
+    problems = validate_repository(repo, warnings=True)
+    mine = [p for p in problems if needle in p.message]
+    assert mine and mine[0].file == "tensorrt_llm/config.pbtxt", problems
+    assert "launch.world_size" in mine[0].message and mine[0].severity == "warning" and mine[0].line is not None
+    # without the lock file: --engine-dir gives it
+    from repo_builder.repository.lockfile import LOCK_NAME
+
+    (repo / LOCK_NAME).unlink()
+    assert not [p for p in validate_repository(repo, warnings=True) if needle in p.message]
+    problems = validate_repository(repo, engine_dir=engine, warnings=True)
+    assert any(needle in p.message and "(tp 2 x pp 1)" in p.message for p in problems), problems
+
+
+def test_kind_gpu_instance_group_is_counted_per_listed_gpu(tmp_path, tok):
+    engine, repo = _placement_repo(tmp_path, tok, "0,1")
+    path = repo / "tensorrt_llm" / "config.pbtxt"
+    text = path.read_text()
+    assert "kind: KIND_CPU" in text
+    path.write_text(text.replace("kind: KIND_CPU", "kind: KIND_GPU\n    gpus: [ 0, 1 ]", 1))
+    for problems in (validate_repository(repo), validate_repository(repo, engine_dir=engine, warnings=True)):
+        text = "\n".join(str(p) for p in problems)
+        assert "2 instances of the TensorRT-LLM model" in text, text
+    problems = validate_repository(repo, warnings=True)
+    kind = [p for p in problems if p.message.startswith("instance_group kind: KIND_GPU with gpus [0, 1]")]
+    assert kind and kind[0].severity == "warning" and "the C++ backend places its 2 rank(s) itself" in kind[0].message
+    path.write_text(path.read_text().replace("gpus: [ 0, 1 ]", "gpus: [ 3 ]", 1))
+    problems = validate_repository(repo, engine_dir=engine)
+    assert any(
+        p.message.startswith("instance_group kind: KIND_GPU with gpus [3] disagrees with gpu_device_ids '0,1'")
+        for p in problems
+    ), problems

@@ -101,6 +101,7 @@ def test_token_delay_paces_each_iteration(synth_dir, monkeypatch):
     class S:  # minimal sequence
         def __init__(self):
             self.state = None
+            self.tokens = []
             self.req = type("R", (), {"prompt": [1], "end_id": None, "sampling": type("P", (), {"seed": None})()})()
 
     seqs = [S(), S()]

@@ -398,3 +398,19 @@ def test_inflight_batching_without_paged_kv_cache(mini, engine_copy):
     assert "gpt_model_type: in-flight batching (inflight_fused_batching)" in got[0] and "paged KV cache" in got[0]
     edit(mini, "tensorrt_llm", "inflight_fused_batching", "V1")
     assert _engine_lines(mini, engine) == []
+
+
+def test_engine_inputs_declared_as_the_cpp_backend_reads_them(tmp_path):
+    """NVIDIA's v0.19.0 tensorrt_llm declares early_stopping TYPE_BOOL and mrope_position_deltas TYPE_INT64, but
+    its C++ backend casts them to int32: validate warns, naming the input and the dtype to declare."""
+    from conftest import asset
+
+    nvidia = tmp_path / "nvidia"
+    shutil.copytree(asset("nvidia_filled", "v0.19.0"), nvidia)
+    problems = validate_repository(nvidia, warnings=True)
+    by_input = {p.message.split("'")[1]: p for p in problems if p.message.startswith("input '")}
+    assert "is declared TYPE_BOOL, but NVIDIA's C++ backend reads its bytes as TYPE_INT32" in (
+        by_input["early_stopping"].message
+    )
+    assert by_input["early_stopping"].severity == "warning" and by_input["early_stopping"].line is not None
+    assert "declared TYPE_INT64" in by_input["mrope_position_deltas"].message

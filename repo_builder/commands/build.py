@@ -124,6 +124,18 @@ def render(
         "file does not list (otherwise the render refuses and lists them).",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
+    draft_engine_dir: Path | None = typer.Option(
+        None,
+        "--draft-engine-dir",
+        help="Draft engine for draft-target speculative decoding: adds tensorrt_llm_draft, which the BLS calls "
+        "for requests with num_draft_tokens > 0 (docs/layouts.md).",
+    ),
+    layout: str = typer.Option(
+        "inflight_batcher_llm",
+        "--layout",
+        help="inflight_batcher_llm (default) | disaggregated: context and generation copies of the engine model "
+        "joined by disaggregated_serving_bls (docs/layouts.md).",
+    ),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
 
@@ -145,6 +157,8 @@ def render(
         dry_run=dry_run,
         serve_path=serve_path,
         progress=not dry_run,
+        layout=layout,
+        draft_engine_dir=draft_engine_dir,
     )
     if model:
         if engine_dir is not None or tokenizer_dir is not None:
@@ -206,13 +220,21 @@ def _parse_model(text: str) -> tuple[str, Path, Path]:
 def validate(
     repo: Path = typer.Argument(..., help="Model repository to check."),
     engine_dir: Path | None = typer.Option(None, "--engine-dir", help="Engine dir to cross-check against."),
+    engine_inputs: bool = typer.Option(
+        False,
+        "--engine-inputs",
+        help="Also list the engine model's inputs a text client (ensemble, BLS) cannot reach, and why.",
+    ),
 ) -> None:
     """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
-    from ..repository.validate import validate_repository
+    from ..repository.validate import text_unreachable_inputs, validate_repository
 
     problems = validate_repository(repo, engine_dir=engine_dir, warnings=True)
     for p in problems:
         typer.echo(str(p))
+    if engine_inputs:
+        for name, why in text_unreachable_inputs(repo):
+            typer.echo(f"unreachable from text: {name} ({why})")
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         typer.echo(f"{len(errors)} problem(s) in {repo}", err=True)

@@ -1,4 +1,4 @@
-"""CLI commands ``generate`` and ``bench`` (argument parsing and display only).
+"""CLI commands ``generate``, ``bench`` and ``top`` (argument parsing and display only).
 
 Logic lives in :mod:`repo_builder.client` and :mod:`repo_builder.bench`; heavy imports (tritonclient,
 transformers, matplotlib) happen inside the command functions so ``repo-builder --help`` stays fast.
@@ -163,3 +163,35 @@ def bench(
     console.print(format_table(report))
     for kind in ("json", "csv", "png", "requests"):
         console.print(f"wrote {paths[kind]}")
+
+
+@app.command()
+@report_errors
+def top(
+    url: str = typer.Argument(..., help="Triton's metrics endpoint: host:port (e.g. localhost:8002) or a URL."),
+    once: bool = typer.Option(False, "--once", help="Print one view (two scrapes --interval apart) and exit."),
+    interval: float = typer.Option(2.0, "--interval", min=0.1, help="Seconds between scrapes (rates span one)."),
+) -> None:
+    """Live view of a running server: engine requests, KV cache, tokens/s, TTFT/ITL, text-side cost per model."""
+    import time
+
+    from rich.console import Console, Group
+    from rich.live import Live
+
+    from ..top import metrics_url, scrape, tables
+
+    target = metrics_url(url)
+    prev = scrape(target)
+    if once:
+        time.sleep(interval)
+        Console().print(*tables(prev, scrape(target), target))
+        return
+    with Live(Group(*tables(None, prev, target)), refresh_per_second=4, screen=False) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                cur = scrape(target)
+                live.update(Group(*tables(prev, cur, target)))
+                prev = cur
+        except KeyboardInterrupt:
+            pass

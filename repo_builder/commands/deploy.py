@@ -1,4 +1,4 @@
-"""``repo-builder deploy kubernetes|slurm``: argument parsing only (logic in repo_builder.deploy).
+"""``repo-builder deploy kubernetes|slurm|monitoring``: argument parsing only (logic in repo_builder.deploy).
 
 Everything a deployment states about the model (world size, tp/pp, ranks > 0 models, /dev/shm size, engine
 and tokenizer paths) comes from the repository's lock file, so it cannot disagree with what was rendered.
@@ -14,7 +14,8 @@ from ..cli import app, report_errors
 from ..server.options import DEFAULTS
 
 deploy_app = typer.Typer(
-    help="Generate deployments (Kubernetes manifests, a Slurm batch script) from a rendered repository's lock file.",
+    help="Generate deployments (Kubernetes manifests, a Slurm batch script, Prometheus/Grafana monitoring) "
+    "from a rendered repository's lock file.",
     no_args_is_help=True,
 )
 app.add_typer(deploy_app, name="deploy")
@@ -71,6 +72,12 @@ def kubernetes(
         "-o",
         help="Write one YAML file per object into this folder instead of a multi-document stream on stdout.",
     ),
+    service_monitor: bool = typer.Option(
+        False,
+        "--service-monitor",
+        help="Add a prometheus-operator ServiceMonitor scraping the Service's metrics port (docs/metrics.md).",
+    ),
+    scrape_interval: str = typer.Option("15s", "--scrape-interval", help="The ServiceMonitor's scrape interval."),
 ) -> None:
     """Kubernetes manifests: Deployment + Service (one node) or LeaderWorkerSet + RBAC + Service (several)."""
     from ..deploy.facts import default_name, read_facts
@@ -90,6 +97,7 @@ def kubernetes(
         replicas=replicas,
         shm_size=shm_size,
         startup_seconds=startup_seconds,
+        service_monitor=scrape_interval if service_monitor else None,
     )
     docs = manifests(facts, opts)
     _warn(facts)
@@ -199,5 +207,37 @@ def slurm(
     typer.echo(str(output), err=True)
 
 
+def monitoring(
+    repo: Path = typer.Argument(..., help="Rendered repository (holds repo-builder.lock.json)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Folder for prometheus.yml and grafana-dashboard.json."),
+    job: str | None = typer.Option(
+        None,
+        "--job",
+        help="Prometheus job name the dashboard's queries select (Kubernetes ServiceMonitor: the Service name, "
+        "i.e. deploy kubernetes --name). Default: the repository folder's name.",
+    ),
+    target: list[str] = typer.Option(
+        [],
+        "--target",
+        help="host:port of Triton's metrics endpoint to scrape (repeatable). Default: localhost:<metrics port>.",
+    ),
+    scrape_interval: str = typer.Option("5s", "--scrape-interval", help="Prometheus scrape interval."),
+) -> None:
+    """A Prometheus scrape config and a Grafana dashboard (throughput, TTFT/ITL, queue and KV cache, text cost)."""
+    from ..deploy.facts import default_name, read_facts
+    from ..deploy.monitoring import monitoring_files
+
+    facts = read_facts(repo)
+    files = monitoring_files(
+        facts,
+        job=job or default_name(repo),
+        targets=list(target) or [f"localhost:{facts.metrics_port}"],
+        scrape_interval=scrape_interval,
+    )
+    _warn(facts)
+    _write_files(output, files)
+
+
 deploy_app.command("kubernetes")(report_errors(kubernetes))
+deploy_app.command("monitoring")(report_errors(monitoring))
 deploy_app.command("slurm")(report_errors(slurm))

@@ -157,6 +157,14 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
     lock = require_lock(root)
     path = root / LOCK_NAME
     launch = read_launch(lock, path=path)
+    if launch.orchestrator_world_size:
+        raise DeployError(
+            "the repository's engine models run in orchestrator mode with participant ids (layout disaggregated); "
+            "the deployment generators do not write that launch",
+            path=path,
+            key="launch.orchestrator_world_size",
+            hint="render the default layout for a deployment, or launch by hand (docs/layouts.md)",
+        )
     notes: list[str] = []
     files = lock["files"]
     models = _models(files)

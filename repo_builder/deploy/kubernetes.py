@@ -63,6 +63,8 @@ class KubernetesOptions:
         replicas: model replicas (Deployment replicas or LeaderWorkerSet groups).
         shm_size: ``/dev/shm`` size limit override (a Kubernetes quantity, e.g. ``4Gi``).
         startup_seconds: how long the startup probe allows for loading the engine (and for the workers).
+        service_monitor: also a prometheus-operator ``ServiceMonitor`` scraping the Service's metrics port every
+            this interval (e.g. ``15s``; :func:`.monitoring.service_monitor`), or None.
     """
 
     image: str
@@ -77,6 +79,7 @@ class KubernetesOptions:
     replicas: int = 1
     shm_size: str | None = None
     startup_seconds: int = 1800
+    service_monitor: str | None = None
 
 
 def _quantity_mib(nbytes: int) -> str:
@@ -247,12 +250,23 @@ def _check(facts: DeploymentFacts, opts: KubernetesOptions) -> int:
 
 def manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str, Any]]:
     """The manifests, in apply order: [Deployment, Service] for one node; [ServiceAccount, Role, RoleBinding,
-    LeaderWorkerSet, Service] for several.
+    LeaderWorkerSet, Service] for several; then the ServiceMonitor when ``opts.service_monitor`` is set.
 
     Raises:
         DeployError: options contradict the lock file (nodes x GPUs != world size), a port is taken, options
             contradict each other (both or neither of --pvc/--baked), or a name is not a DNS label.
     """
+    docs = _manifests(facts, opts)
+    if opts.service_monitor:
+        from .monitoring import service_monitor
+
+        docs.append(
+            service_monitor(opts.name, _selector(opts), namespace=opts.namespace, interval=opts.service_monitor)
+        )
+    return docs
+
+
+def _manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str, Any]]:
     gpus = _check(facts, opts)
     launch_id = "rb"
     ranks = _rank_argvs(facts, launch_id)

@@ -24,6 +24,13 @@ class EngineInfo(BaseModel):
 
     ``max_seq_len`` is prompt + output; for old layouts and TRT-LLM 0.8 it is ``max_input_len +
     max_output_len``. ``logits_dtype`` is a torch-style name (``float32``, ``float16``, ``bfloat16``).
+    ``kv_cache_type`` is how the engine keeps keys and values between steps: ``paged`` (blocks of
+    ``tokens_per_block`` tokens), ``continuous`` (one max_seq_len slab per sequence, allocated at load) or
+    ``disabled`` (no KV cache: nothing carries a sequence's keys and values to the next step; TensorRT-LLM's
+    own executor tests, ``cpp/tests/.../executorTest``, expect one generated token per request from such an engine).
+    LoRA facts: ``lora_plugin`` (the plugin setting, None = built without LoRA), ``lora_dtype`` (the dtype
+    adapter weights must have: the plugin's, the model's for ``auto``), ``max_lora_rank``, ``lora_target_modules``
+    (TensorRT-LLM module names: ``attn_q``, ``mlp_h_to_4h`` ...), ``max_loras`` (adapters per engine step).
     Plugin facts (``paged_kv_cache`` ...) are None for ``hf`` and ``synthetic`` engines, which do not
     have them. ``rank_files`` are the sorted ``rank*.engine`` names found (empty for other kinds).
     """
@@ -50,6 +57,7 @@ class EngineInfo(BaseModel):
     gather_context_logits: bool = False
     gather_generation_logits: bool = False
     paged_kv_cache: bool | None = None
+    kv_cache_type: Literal["paged", "continuous", "disabled"] | None = None
     remove_input_padding: bool | None = None
     gpt_attention_plugin: str | None = None
     context_fmha: bool | None = None
@@ -69,6 +77,8 @@ class EngineInfo(BaseModel):
     lora_plugin: str | None = None
     max_lora_rank: int | None = None
     lora_target_modules: tuple[str, ...] = ()
+    lora_dtype: str | None = None
+    max_loras: int | None = None
 
     def kv_bytes_per_token(self) -> int | None:
         """KV-cache bytes one token takes on one GPU: 2 (K and V) x layers / pp x KV heads / tp x head size x

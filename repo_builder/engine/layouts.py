@@ -43,6 +43,18 @@ def _plugin_str(value: Any) -> str | None:
     return str(value)
 
 
+def _lora_dtype(plugin: Any, model_dtype: Any) -> str | None:
+    """The dtype LoRA weights must have: the base model's, since TensorRT-LLM refuses request weights of another
+    dtype (``loraValidateRequestTensors``: "Expected lora weights to be the same data type as base model"); the
+    lora_plugin's (``"float16"``) when the model's is not given; None without the plugin."""
+    name = _plugin_str(plugin)
+    if name is None:
+        return None
+    if model_dtype:
+        return str(model_dtype)
+    return None if name == "auto" else name
+
+
 def _int(value: Any, default: int | None = None) -> int | None:
     if value is None or isinstance(value, bool):
         return default
@@ -111,6 +123,20 @@ def _sections(
     return first, second
 
 
+#: ``build_config.kv_cache_type`` values (TensorRT-LLM ``KVCacheType``: CONTINUOUS, PAGED, DISABLED; written by
+#: trtllm-build 0.13+, before that ``plugin_config.paged_kv_cache`` true/false = paged/continuous).
+KV_CACHE_TYPES = ("paged", "continuous", "disabled")
+
+
+def _kv_cache_kind(kv_type: Any, paged: bool) -> str:
+    """``paged`` / ``continuous`` / ``disabled`` from ``kv_cache_type`` (a name, any case, or the enum's
+    ``KVCacheType.PAGED`` text), else from ``paged``."""
+    if kv_type is None:
+        return "paged" if paged else "continuous"
+    text = str(kv_type).lower().rsplit(".", 1)[-1]
+    return text if text in KV_CACHE_TYPES else ("paged" if paged else "continuous")
+
+
 def parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     """The pre-0.8 layout (``builder_config`` + ``plugin_config``): world size = tensor_parallel x
     pipeline_parallel, max_seq_len = max_input_len + max_output_len (else max_position_embeddings).
@@ -153,6 +179,7 @@ def parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         gather_context_logits=bool(b.get("gather_context_logits", False)),
         gather_generation_logits=bool(b.get("gather_generation_logits", False)),
         paged_kv_cache=bool(p.get("paged_kv_cache", False)),
+        kv_cache_type="paged" if p.get("paged_kv_cache") else "continuous",
         remove_input_padding=bool(p.get("remove_input_padding", False)),
         gpt_attention_plugin=gpt_plugin,
         context_fmha=context_fmha,
@@ -170,6 +197,7 @@ def parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         lora_plugin=_plugin_str(p.get("lora_plugin")),
         max_lora_rank=_int(b.get("max_lora_rank")),
         lora_target_modules=tuple(b.get("lora_target_modules") or ()),
+        lora_dtype=_lora_dtype(p.get("lora_plugin"), b.get("precision")),
     )
 
 
@@ -199,6 +227,7 @@ def parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         max_seq = max_pos or max_input
     kv_type = build.get("kv_cache_type")
     paged = str(kv_type).lower() == "paged" if kv_type is not None else bool(plugin.get("paged_kv_cache", False))
+    kv_kind = _kv_cache_kind(kv_type, paged)
     spec_mode = build.get("speculative_decoding_mode")
     if isinstance(spec_mode, int):
         spec_name: str | None = SPECULATIVE_MODES.get(spec_mode, f"mode_{spec_mode}")
@@ -227,6 +256,7 @@ def parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         gather_context_logits=bool(build.get("gather_context_logits", False)),
         gather_generation_logits=bool(build.get("gather_generation_logits", False)),
         paged_kv_cache=paged,
+        kv_cache_type=kv_kind,
         remove_input_padding=bool(plugin.get("remove_input_padding", False)),
         gpt_attention_plugin=gpt_plugin,
         context_fmha=bool(plugin.get("context_fmha", False)),
@@ -248,6 +278,8 @@ def parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         lora_plugin=_plugin_str(plugin.get("lora_plugin")),
         max_lora_rank=_int(lora.get("max_lora_rank")),
         lora_target_modules=tuple(lora.get("lora_target_modules") or ()),
+        lora_dtype=_lora_dtype(plugin.get("lora_plugin"), pre.get("dtype")),
+        max_loras=_int(lora.get("max_loras")),
     )
 
 

@@ -20,6 +20,11 @@ from .paths import templates_dir
 from .yamlio import safe_load
 
 MODEL_NAMES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
+#: Models only a layout other than inflight_batcher_llm renders (``render --layout``): {layout: models with a
+#: template of their own}. ``disaggregated`` also renders ``context`` and ``generation`` from the tensorrt_llm
+#: template (repo_builder/render/disaggregated.py).
+LAYOUT_MODELS: dict[str, tuple[str, ...]] = {"disaggregated": ("disaggregated_serving_bls",)}
+LAYOUT_MODEL_NAMES: tuple[str, ...] = tuple(m for models in LAYOUT_MODELS.values() for m in models)
 
 
 class TensorSpec(BaseModel):
@@ -94,6 +99,23 @@ class ModelContract(BaseModel):
         raise KeyError(name)
 
 
+class BackendReads(BaseModel):
+    """How NVIDIA's C++ backend reads the tensorrt_llm model's inputs (``backend_reads`` of contract.yaml).
+
+    ``dtypes``: {input name: the Triton dtype whose bytes the backend reads} (it casts the buffer, never checks
+    the declared dtype, so an input declared otherwise is misread); ``read_as``: {declared name: the name the
+    backend actually reads the value under}; ``text_unreachable``: {input: why the ensemble and BLS do not
+    wire it}; ``source``: where the facts come from.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    dtypes: dict[str, TritonDType]
+    read_as: dict[str, str] = Field(default_factory=dict)
+    text_unreachable: dict[str, str] = Field(default_factory=dict)
+
+
 class ProfileContract(BaseModel):
     """The whole contract of one profile (``model_templates/<profile>/contract.yaml``)."""
 
@@ -104,6 +126,7 @@ class ProfileContract(BaseModel):
     trtllm_version: str
     triton_container: str
     models: dict[str, ModelContract]
+    backend_reads: BackendReads | None = None
 
     @model_validator(mode="after")
     def _resolve_inheritance(self) -> ProfileContract:

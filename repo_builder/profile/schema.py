@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import ParameterError, RepoBuilderError
 from ..runtime.params import parse_bool
-from .contract import MODEL_NAMES
+from .contract import LAYOUT_MODEL_NAMES, MODEL_NAMES
 from .dtypes import DTYPE_ALIASES
 from .paths import templates_dir
 from .yamlio import safe_load
@@ -98,7 +98,7 @@ class Parameter(BaseModel):
             return self
         if self.type is None or not self.models:
             raise ValueError(f"{self.name}: type and models are required")
-        unknown = [m for m in self.models if m not in MODEL_NAMES]
+        unknown = [m for m in self.models if m not in MODEL_NAMES and m not in LAYOUT_MODEL_NAMES]
         if unknown:
             raise ValueError(f"{self.name}: unknown models {unknown}")
         for model, kinds in self.engine_kinds.items():

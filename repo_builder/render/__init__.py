@@ -21,7 +21,8 @@ Rooms: :mod:`.options` (:class:`RenderOptions`), :mod:`.templates` (Jinja2 envir
 variables, :func:`render_configs`), :mod:`.vendor` (Python model sources, vendored runtime, the BLS's
 wiring), :mod:`.output` (which outputs may be written or replaced), :mod:`.plan` (:class:`RenderPlan`,
 :func:`plan_render`), :mod:`.write` (atomic write with the overlapped copy, signals, dry-run diff),
-:mod:`.multi` (several LLMs in one repository). Import the public names from here.
+:mod:`.multi` (several LLMs in one repository), :mod:`.disaggregated` (``--layout disaggregated``). Import the
+public names from here.
 """
 
 from __future__ import annotations
@@ -72,6 +73,14 @@ def render_repository(
         Interrupted (a signal during the write); TypeError: an unknown option.
     """
     opts = RenderOptions.of(options, fields)
+    if opts.draft_engine_dir is not None:
+        from .speculative import render_speculative_repository
+
+        return render_speculative_repository(engine_dir, tokenizer_dir, output, opts)
+    if opts.layout == "disaggregated":
+        from .disaggregated import render_disaggregated_repository
+
+        return render_disaggregated_repository(engine_dir, tokenizer_dir, output, opts)
     prepared = prepare_render(engine_dir, tokenizer_dir, output, opts)
     if opts.dry_run:
         return write_plan(prepared.finish(), dry_run=True)

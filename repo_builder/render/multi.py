@@ -123,6 +123,14 @@ def render_multi_repository(
             the LLM's name.
     """
     opts = RenderOptions.of(options, fields)
+    if opts.draft_engine_dir is not None:
+        raise RenderError("--draft-engine-dir serves one LLM", key="--draft-engine-dir")
+    if opts.layout != "inflight_batcher_llm":
+        raise RenderError(
+            f"layout {opts.layout} serves one LLM; several --model are not supported with it",
+            key="--layout",
+            hint="render one repository per LLM",
+        )
     _check_names(llms)
     prepared: list[tuple[str, PreparedRender]] = []
     for name, engine_dir, tokenizer_dir in llms:

@@ -29,6 +29,10 @@ class RenderOptions:
         serve_path: the absolute path the server will see the repository at (container mounts, case B22);
             ``engine_dir`` inside the repository is written under it. Default: the output.
         progress: show a rich progress bar while copying engine files over 64 MiB.
+        layout: ``inflight_batcher_llm`` (NVIDIA's ``all_models/inflight_batcher_llm``) or ``disaggregated``
+            (``all_models/disaggregated_serving``: :mod:`repo_builder.render.disaggregated`).
+        draft_engine_dir: a draft engine for speculative decoding: adds the ``tensorrt_llm_draft`` model
+            (:mod:`repo_builder.render.speculative`).
     """
 
     profile: str = "trtllm-1.2"
@@ -41,6 +45,8 @@ class RenderOptions:
     dry_run: bool = False
     serve_path: str | Path | None = None
     progress: bool = False
+    layout: str = "inflight_batcher_llm"
+    draft_engine_dir: str | Path | None = None
 
     @classmethod
     def of(cls, options: RenderOptions | None = None, fields: Mapping[str, Any] | None = None) -> RenderOptions:

@@ -293,6 +293,9 @@ def prepare_render(
     if opts.user_values:
         checked.update(validate_user_values(opts.profile, dict(opts.user_values), source="--set"))
 
+    from .disaggregated import check_layout_values
+
+    check_layout_values(opts.layout, opts.profile, checked)
     engine = inspect_engine(engine_path)
     check_rank_files(engine)
     placement = plan_placement(engine.kind, engine_path, opts.engine_mode)

@@ -163,8 +163,9 @@ def _schema_params(profile: str) -> list[Any]:
 
 def template_parameter_names(profile: str) -> set[str]:
     """Names of the parameters the templates of ``profile`` must use: every schema parameter of the profile
-    that is rendered (kind other than build_time)."""
-    return {p.name for p in _schema_params(profile)}
+    that is rendered (kind other than build_time) into one of :data:`MODEL_NAMES` (the models of every layout).
+    """
+    return {p.name for p in _schema_params(profile) if any(m in MODEL_NAMES for m in p.models)}
 
 
 def model_template_vars(profile: str, model: str, values: Mapping[str, Any], engine_kind: str) -> dict[str, Any]:

@@ -88,6 +88,9 @@ class LaunchBlock(_Open):
     tp_size: int | None = Field(None, ge=1)
     pp_size: int | None = Field(None, ge=1)
     python_instances: dict[str, Annotated[int, Field(ge=0)]] | None = None
+    #: Set when the engine models run in orchestrator mode with participant ids (layout disaggregated with a
+    #: TensorRT-LLM engine): every participant + 1, NVIDIA's ``--world_size`` (repo_builder/render/disaggregated.py).
+    orchestrator_world_size: int | None = Field(None, ge=2)
 
 
 class LockLaunch(LaunchBlock):

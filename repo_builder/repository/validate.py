@@ -12,6 +12,8 @@ Checks (one :class:`Problem` per finding, each with the file and, where known, t
   every non-optional input of each step model is fed, every ensemble output is produced by exactly one
   step, every step model exists;
 * the TRT-LLM model has one instance (case B10); the BLS's ``tensorrt_llm_model_name`` is a model of the repository;
+* layout disaggregated (``disaggregated_serving_bls``): the context and generation models exist and pass
+  ``context_phase_params``, their ids agree, no ensemble step skips the BLS;
 * ``gpt_model_path``/``engine_dir``/``encoder_model_path`` and ``tokenizer_dir`` parameters name existing
   directories (a tokenizer dir must hold tokenizer files, case B22); paths under the lock file's
   ``serve_path`` (or ``served_at``) are looked up inside the repository;
@@ -31,7 +33,14 @@ from typing import Any, TypeGuard
 
 from ..runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .lockfile import LOCK_NAME, changed_files, read_lock
-from .pbtxt import PbtxtParseError, dtype_name, find_placeholders, parse_model_config, string_parameters
+from .pbtxt import (
+    PbtxtParseError,
+    dtype_name,
+    find_placeholders,
+    parse_model_config,
+    python_instances,
+    string_parameters,
+)
 
 ENGINE_PATH_KEYS = ("gpt_model_path", "engine_dir", "encoder_model_path")
 
@@ -298,7 +307,7 @@ def _trtllm_models(models: dict[str, _Model]) -> list[_Model]:
 
 def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None:
     for m in _trtllm_models(models):
-        total = sum(g.count or 1 for g in m.cfg.instance_group) if m.cfg.instance_group else 1
+        total = python_instances(m.cfg)  # Triton creates count instances per GPU a KIND_GPU group lists
         if total > 1:
             problems.append(
                 Problem(
@@ -311,15 +320,85 @@ def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None
     for m in models.values():
         if m.config is None:
             continue
-        name = m.params.get("tensorrt_llm_model_name")
-        if _is_set(name):
+        for key in ("tensorrt_llm_model_name", "tensorrt_llm_draft_model_name"):
+            name = m.params.get(key)
+            if not _is_set(name):
+                continue
             for target in (x.strip() for x in name.split(",")):
                 if target and target not in models:
                     problems.append(
+                        Problem(m.rel, f"{key} '{target}' is not a model of the repository", m.param_line(key))
+                    )
+
+
+def _id_groups(text: str | None) -> list[list[int]] | None:
+    """``"1,2;3,4"`` -> ``[[1, 2], [3, 4]]``; None when unset or not integers."""
+    if not _is_set(text):
+        return None
+    try:
+        return [[int(x) for x in group.split(",") if x.strip()] for group in text.split(";") if group.strip()]
+    except ValueError:
+        return None
+
+
+def _check_disaggregated(models: dict[str, _Model], problems: list[Problem]) -> None:
+    """Layout disaggregated (a model with ``context_model_name``, NVIDIA's ``disaggregated_serving_bls``): both
+    phase models exist, declare ``context_phase_params`` in and out, their ``participant_ids``/``gpu_device_ids``
+    agree (:func:`repo_builder.values.rules.disaggregated_findings`), and no ensemble step names a phase model
+    directly (its requests would skip the other phase)."""
+    from ..values.rules import disaggregated_findings
+
+    for bls in models.values():
+        params = bls.params
+        if bls.config is None or "context_model_name" not in params:
+            continue
+        names = {key: params.get(key) for key in ("context_model_name", "generation_model_name")}
+        values: dict[str, Any] = dict(names)
+        phase_models = []
+        for key, name in names.items():
+            target = models.get(name or "")
+            if target is None:
+                problems.append(
+                    Problem(bls.rel, f"{key} '{name}' is not a model of the repository", bls.param_line(key))
+                )
+                continue
+            if target.config is None:
+                continue
+            phase_models.append(target)
+            phase = key.split("_", 1)[0]
+            for kind in ("participant_ids", "gpu_device_ids"):
+                values[f"{phase}_{kind}"] = _id_groups(target.params.get(kind))
+            ins, outs = _io_maps(target.config)
+            if "context_phase_params" not in ins or "context_phase_params" not in outs:
+                problems.append(
+                    Problem(
+                        target.rel,
+                        f"{key} of {bls.name}: the model must declare context_phase_params as an input and an "
+                        "output (the phases hand it over)",
+                    )
+                )
+        groups = values.get("context_participant_ids") or values.get("context_gpu_device_ids") or [[0]]
+        for finding in disaggregated_findings(len(groups[0]), values):
+            phase, _, kind = finding.key.partition("_")
+            target = (
+                models.get(str(names.get(f"{phase}_model_name")))
+                if kind in ("participant_ids", "gpu_device_ids")
+                else None
+            )
+            where = target if target is not None else bls
+            key = kind if target is not None else finding.key
+            problems.append(Problem(where.rel, f"{key}: {finding.message}", where.param_line(key), finding.severity))
+        for ens in models.values():
+            if ens.config is None or ens.config.platform != "ensemble":
+                continue
+            for step in ens.config.ensemble_scheduling.step:
+                if step.model_name in {m.name for m in phase_models}:
+                    problems.append(
                         Problem(
-                            m.rel,
-                            f"tensorrt_llm_model_name '{target}' is not a model of the repository",
-                            m.param_line("tensorrt_llm_model_name"),
+                            ens.rel,
+                            f"step model '{step.model_name}' is a phase of {bls.name}; name {bls.name} instead "
+                            "(a request sent to one phase alone skips the other)",
+                            ens.line_of(r'model_name\s*:\s*"' + re.escape(step.model_name) + r'"'),
                         )
                     )
 
@@ -388,8 +467,12 @@ def validate_repository(
         if m.config.platform == "ensemble":
             _check_ensemble(m, models, problems)
     _check_structure(models, problems)
+    _check_disaggregated(models, problems)
+    _check_backend_reads(models, lock, problems)
     if engine_dir is not None:
         problems.extend(check_against_engine(models, engine_dir, root=root, served_at=served))
+    elif lock is not None:
+        problems.extend(check_placement_with_lock(models, lock))
     if not warnings:
         problems = [p for p in problems if p.severity == "error"]
     return problems
@@ -404,6 +487,7 @@ _STRUCTURAL_KEYS = {
     "triton_max_batch_size": "max_batch_size",
     "decoupled_mode": "decoupled",
     "tensorrt_llm_instance_count": "instance_group count",
+    "tensorrt_llm_instance_kind": "instance_group kind",
 }
 
 
@@ -427,6 +511,10 @@ def _typed(param: Any, text: str | None) -> Any:
         return None
 
 
+#: Triton's ModelInstanceGroup.Kind numbers (model_config.proto).
+_KIND_NAMES = {0: "KIND_AUTO", 1: "KIND_GPU", 2: "KIND_CPU", 3: "KIND_MODEL"}
+
+
 def repository_values(
     models: dict[str, _Model], target: _Model
 ) -> tuple[dict[str, Any], dict[str, tuple[_Model, int | None]]]:
@@ -447,13 +535,22 @@ def repository_values(
         where["triton_max_batch_size"] = (target, target.line_of(r"^\s*max_batch_size\s*:"))
     values["decoupled_mode"] = bool(c.model_transaction_policy.decoupled)
     where["decoupled_mode"] = (target, target.line_of(r"^\s*decoupled\s*:"))
-    values["tensorrt_llm_instance_count"] = sum(g.count or 1 for g in c.instance_group) if c.instance_group else 1
+    values["tensorrt_llm_instance_count"] = python_instances(c)  # Triton's count: count x listed GPUs
     where["tensorrt_llm_instance_count"] = (target, target.line_of(r"^\s*count\s*:"))
+    if c.instance_group:
+        group = c.instance_group[0]
+        values["tensorrt_llm_instance_kind"] = _KIND_NAMES.get(group.kind, str(group.kind))
+        values["tensorrt_llm_instance_gpus"] = list(group.gpus)
+        where["tensorrt_llm_instance_kind"] = (target, target.line_of(r"^\s*kind\s*:"))
     for out in c.output:
         if out.name in ("generation_logits", "context_logits"):
             values["logits_datatype"] = dtype_name(out.data_type)
             where["logits_datatype"] = (target, target.tensor_line(out.name))
             break
+    for inp in c.input:
+        if inp.name == "lora_weights":
+            values["lora_weights_data_type"] = dtype_name(inp.data_type)
+            where["lora_weights_data_type"] = (target, target.tensor_line(inp.name))
     for m in models.values():
         if m is target or m.config is None:
             continue
@@ -519,9 +616,110 @@ def check_against_engine(
                 shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
                 if f.key == "logits_datatype":
                     shown = "output logits data_type"
+                elif f.key == "lora_weights_data_type":
+                    shown = "input lora_weights data_type"
                 problem = Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity)
             ident = (problem.file, problem.message, problem.line)
             if ident not in seen:
                 seen.add(ident)
                 out.append(problem)
     return out
+
+
+def check_placement_with_lock(models: dict[str, _Model], lock: dict[str, Any]) -> list[Problem]:
+    """The GPU-placement rule (:func:`repo_builder.values.rules.placement_findings`) without ``--engine-dir``:
+    the world size is the lock file's ``launch.world_size`` (the engine's tp x pp when it was rendered)."""
+    from ..values.rules import placement_findings
+
+    world = (lock.get("launch") or {}).get("world_size")
+    if not isinstance(world, int) or world < 1:
+        return []
+    by_name = {p.name: p for p in _schema_by_key().values()}
+    out: list[Problem] = []
+    for m in _trtllm_models(models):
+        values, where = repository_values(models, m)
+        for f in placement_findings(values, world, world_source=f"{LOCK_NAME} launch.world_size"):
+            model, line = where.get(f.key, (m, None))
+            param = by_name.get(f.key)
+            shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
+            out.append(Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity))
+    return out
+
+
+def _backend_reads(lock: dict[str, Any] | None) -> Any:
+    """The ``backend_reads`` table of the lock file's profile (None when it has none), else of the newest profile
+    that has one (the C++ backend's reads are the same from tensorrtllm_backend v0.19.0 to TensorRT-LLM 1.x)."""
+    from ..profile.contract import list_profiles, load_contract
+
+    names = list_profiles()
+    profile = (lock or {}).get("profile")
+    if profile in names:
+        return load_contract(profile).backend_reads  # the lock file's profile decides (trtllm-0.5 has none)
+    for name in sorted(names, reverse=True):
+        reads = load_contract(name).backend_reads
+        if reads is not None:
+            return reads
+    return None
+
+
+def _check_backend_reads(models: dict[str, _Model], lock: dict[str, Any] | None, problems: list[Problem]) -> None:
+    """Inputs of a ``backend: "tensorrtllm"`` model declared with another dtype than the C++ backend reads them
+    as (it casts the buffer without a check: the value is misread); inputs it reads under another name
+    (``read_as``) are listed by :func:`text_unreachable_inputs`. Warnings: the inputs are optional, so the
+    repository loads and serves requests that do not send them (NVIDIA's own v0.19.0 templates declare
+    early_stopping TYPE_BOOL)."""
+    reads = _backend_reads(lock)
+    if reads is None:
+        return
+    for m in _trtllm_models(models):
+        if m.cfg.backend != "tensorrtllm":
+            continue
+        if not (lock or {}).get("profile"):
+            # without a lock file: only a repository for the v0.6+ backend, which declares request_output_len
+            # TYPE_INT32 (v0.5.0's backend read its integer inputs as uint32, and its templates said so)
+            out_len = next((t for t in m.cfg.input if t.name == "request_output_len"), None)
+            if out_len is None or dtype_name(out_len.data_type) != reads.dtypes.get("request_output_len"):
+                continue
+        for t in m.cfg.input:
+            have, want = dtype_name(t.data_type), reads.dtypes.get(t.name)
+            if want is not None and have != want:
+                problems.append(
+                    Problem(
+                        m.rel,
+                        f"input '{t.name}' is declared {have}, but NVIDIA's C++ backend reads its bytes as {want} "
+                        f"without checking ({reads.source}): a request sending it gets a misread value; declare "
+                        f"{want}",
+                        m.tensor_line(t.name),
+                        severity="warning",
+                    )
+                )
+
+
+def text_unreachable_inputs(repo: str | Path) -> list[tuple[str, str]]:
+    """The engine model's inputs a text client cannot reach: those of the TensorRT-LLM model that no step of the
+    ensemble feeds (the BLS follows the same wiring), as (input, why) in declaration order; the reasons come from
+    the contract's ``backend_reads.text_unreachable``. Empty without an ensemble or an engine model."""
+    root = Path(repo)
+    models = _load_models(root, [])
+    targets = _trtllm_models(models)
+    ens = next((m for m in models.values() if m.config is not None and m.config.platform == "ensemble"), None)
+    if not targets or ens is None:
+        return []
+    reads = _backend_reads(_lock_or_none(root))
+    why = reads.text_unreachable if reads is not None else {}
+    out: list[tuple[str, str]] = []
+    for m in targets:
+        fed = {k for step in ens.cfg.ensemble_scheduling.step if step.model_name == m.name for k in step.input_map}
+        for t in m.cfg.input:
+            if t.name not in fed:
+                out.append((t.name, why.get(t.name, "the ensemble does not wire it")))
+    return out
+
+
+def _lock_or_none(root: Path) -> dict[str, Any] | None:
+    from ..errors import RepoBuilderError
+
+    try:
+        return read_lock(root)
+    except RepoBuilderError:
+        return None

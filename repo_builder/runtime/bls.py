@@ -71,6 +71,7 @@ from .bls_responses import (
 )
 from .bls_wiring import ENGINE_STEP_MODEL, Step, Wiring, WiringError
 from .errors import StepError
+from .metrics import NULL_METRICS, Metrics
 
 __all__ = [
     "BATCH_INDEX",
@@ -206,6 +207,8 @@ class BLSCore:
         src = engine.input_map.get(RETURN_PERF_METRICS)
         self._perf_source = src if src is not None and src not in wiring.inputs else None
         self._pre = [(s, [o for o, ens in s.output_map.items() if ens != self._perf_source]) for s in wiring.pre_steps]
+        #: counts cancelled streams and stop-string hits (model.py sets :func:`.metrics.for_model`'s)
+        self.metrics: Metrics = NULL_METRICS
 
     def _model_name(self, step: Step) -> str:
         return self.settings.engine_model if step.model == ENGINE_STEP_MODEL else step.model
@@ -337,15 +340,16 @@ class BLSCore:
         def assemble(penv: Mapping[str, Any]) -> dict[str, np.ndarray]:
             return {n: penv[n] for n in names if n in penv}
 
+        spec = self._speculative(plan, engine_inputs, engine_outputs, rid, exclude)
         if not self.settings.call_engine_decoupled:
-            resp = self.caller.call(model, engine_inputs, engine_outputs, rid)
+            resp = next(iter(spec)) if spec else self.caller.call(model, engine_inputs, engine_outputs, rid)
             penv = postprocess(resp)
             if plan.stop_words:
                 self._trim_final(penv, text_names, plan, protected)
             send(assemble(penv), True)
             return
 
-        stream = self.caller.stream(model, engine_inputs, engine_outputs, rid)
+        stream = spec or self.caller.stream(model, engine_inputs, engine_outputs, rid)
         if not plan.stream:
             for resp in stream:
                 penv = postprocess(resp)
@@ -369,6 +373,7 @@ class BLSCore:
                 if now - polled >= CANCEL_POLL_SECONDS:
                     count, polled = 0, now
                     if cancelled():
+                        self.metrics.inc("repo_builder_streams_cancelled_total")
                         stream.cancel()
                         stopped_all = True
                         break
@@ -397,6 +402,7 @@ class BLSCore:
                         penv[tname] = _encode_like(emitted, arr)
                     send(assemble(penv), False)
                     if plan.stop_words and self._all_stopped(seqs, plan):
+                        self.metrics.inc("repo_builder_stop_strings_hit_total")
                         stream.cancel()
                         stopped_all = True
                         break
@@ -429,6 +435,28 @@ class BLSCore:
             if SEQUENCE_INDEX in names:
                 response[SEQUENCE_INDEX] = np.array([[seq_id]], dtype=np.int32)
             send(response, k == len(items) - 1)
+
+    def _speculative(
+        self, plan: RequestPlan, inputs: Mapping[str, np.ndarray], outputs: list[str], rid: str, exclude: bool
+    ) -> Any:
+        """The draft-target loop (:class:`.bls_draft.SpeculativeStream`) for a request with ``num_draft_tokens``."""
+        if not plan.num_draft_tokens or not self.settings.draft_model:
+            return None
+        from .bls_draft import SpeculativeStream
+
+        return SpeculativeStream(
+            self.caller,
+            draft_model=self.settings.draft_model,
+            target_model=self.settings.engine_model,
+            inputs=inputs,
+            outputs=outputs,
+            request_id=rid,
+            num_draft_tokens=plan.num_draft_tokens,
+            use_draft_logits=plan.use_draft_logits,
+            streaming=plan.stream,
+            exclude_input=exclude,
+            decoupled=self.settings.call_engine_decoupled,
+        )
 
     @staticmethod
     def _all_stopped(seqs: Mapping[Any, _SeqState], plan: RequestPlan) -> bool:

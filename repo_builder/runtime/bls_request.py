@@ -26,6 +26,7 @@ STOP_WORDS = "stop_words"
 EXCLUDE_INPUT = "exclude_input_in_output"
 NUM_RETURN_SEQUENCES = "num_return_sequences"
 NUM_DRAFT_TOKENS = "num_draft_tokens"
+USE_DRAFT_LOGITS = "use_draft_logits"
 SEQUENCE_INDEX = "sequence_index"
 BATCH_INDEX = "batch_index"
 #: The client's switch for the engine's perf-metric outputs; also the engine input's name (contract).
@@ -77,6 +78,8 @@ class BLSSettings:
             response per engine response, as from the ensemble.
         exclude_input_default: the engine's ``exclude_input_in_output`` parameter (rendered into the BLS
             too): whether a non-streaming text starts with the echoed prompt when the request does not say.
+        draft_model: ``tensorrt_llm_draft_model_name``: the draft model of speculative decoding (None: a request
+            with ``num_draft_tokens`` > 0 is refused); :mod:`.bls_draft`.
     """
 
     engine_model: str = ENGINE_STEP_MODEL
@@ -86,6 +89,7 @@ class BLSSettings:
     engine_decoupled: bool | None = None
     coalesce: bool = False
     exclude_input_default: bool = False
+    draft_model: str | None = None
 
     @property
     def call_engine_decoupled(self) -> bool:
@@ -158,6 +162,8 @@ class RequestPlan:
         prompt: ``text_input`` decoded.
         exclude_input: ``exclude_input_in_output`` when the request sets it, else None (engine default).
         batch_size: rows in the request (dimension 0 of ``text_input``).
+        num_draft_tokens: draft tokens per speculative iteration (0: no speculation).
+        use_draft_logits: the target verifies with the draft's logits.
     """
 
     stream: bool
@@ -167,6 +173,8 @@ class RequestPlan:
     prompt: str
     exclude_input: bool | None
     batch_size: int
+    num_draft_tokens: int = 0
+    use_draft_logits: bool = False
 
 
 def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> RequestPlan:
@@ -181,7 +189,8 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
             ``temperature`` NaN, ...);
             ``stop_words`` not strings; ``beam_width`` < 1 or above ``max_beam_width``; ``stream`` on a
             non-decoupled BLS or with ``beam_width`` > 1 (case B30); ``accumulate_tokens`` with
-            ``beam_width`` > 1; ``num_draft_tokens`` > 0 (no draft model); ``stream`` with several rows.
+            ``beam_width`` > 1; ``num_draft_tokens`` > 0 without a draft model, or with several rows, beams or
+            sequences; ``stream`` with several rows.
     """
     text = inputs.get(TEXT_INPUT)
     if text is None or text.size == 0:
@@ -224,13 +233,21 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
             TEXT_INPUT, f"a streaming request carries one prompt, got {batch}; send one request per prompt"
         )
     nd = _scalar(inputs, NUM_DRAFT_TOKENS)
-    if nd is not None and int(nd) > 0:
-        raise BLSRequestError(
-            NUM_DRAFT_TOKENS,
-            "speculative decoding with a draft model is not supported by this BLS; omit num_draft_tokens or send 0",
-        )
+    num_draft = int(nd) if nd is not None else 0
     nrs = _scalar(inputs, NUM_RETURN_SEQUENCES)
     num_seq = int(nrs) if nrs is not None else 1  # >= 1: check_numbers (one rule with the engine)
+    if num_draft < 0:
+        raise BLSRequestError(NUM_DRAFT_TOKENS, f"must be >= 0, got {num_draft}")
+    if num_draft > 0:
+        if not settings.draft_model:
+            raise BLSRequestError(
+                NUM_DRAFT_TOKENS,
+                "cannot perform speculative decoding without a draft model (tensorrt_llm_draft_model_name is "
+                "unset in this repository); omit num_draft_tokens or send 0",
+            )
+        for bad, field in ((batch > 1, TEXT_INPUT), (beam > 1, BEAM_WIDTH), (num_seq > 1, NUM_RETURN_SEQUENCES)):
+            if bad:
+                raise BLSRequestError(field, "speculative decoding (num_draft_tokens > 0) takes one prompt, one beam")
     stops = tuple(parse_word_list(inputs.get(STOP_WORDS), STOP_WORDS))
     ex = _scalar(inputs, EXCLUDE_INPUT)
     return RequestPlan(
@@ -241,4 +258,6 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
         prompt=prompts[0],
         exclude_input=None if ex is None else bool(ex),
         batch_size=batch,
+        num_draft_tokens=num_draft,
+        use_draft_logits=bool(_scalar(inputs, USE_DRAFT_LOGITS) or False),
     )

@@ -67,6 +67,7 @@ from .engine_request import (
     parse_word_list,
 )
 from .engine_scheduler import Scheduler
+from .metrics import attach_engine_metrics
 from .params import ModelParams
 from .triton_io import triton_error
 
@@ -199,6 +200,7 @@ class TritonEngineModel:
         self.scheduler = Scheduler(
             backend, max_active=int(max_active), cancel_check_period_s=period_ms / 1000.0, log=log, info=info
         )
+        self.metrics = attach_engine_metrics(pb_utils, args, self.params, self.scheduler, backend, self.limits)
         self.scheduler.start()
 
     def _tensors(self, request: Any) -> dict[str, np.ndarray]:
@@ -249,15 +251,24 @@ class TritonEngineModel:
             try:
                 parsed = self._parse(request)
             except RequestError as exc:
+                self.metrics.refused(exc.field)
                 sink.send(None, final=True, error=str(exc), client=True)
                 continue
             if parsed.stop:
                 self.scheduler.stop_request(parsed.request_id)
                 sink.send({}, final=True)  # an empty response, flagged final (a bare flag can be dropped)
                 continue
-            self.scheduler.submit(RequestGroup(parsed, sink, self.io, split_rows=self.decoupled))
+            group = self.make_group(request, parsed, sink)
+            if group is not None:
+                self.scheduler.submit(group)
         return None
+
+    def make_group(self, request: Any, parsed: ParsedRequest, sink: ResponseSink) -> RequestGroup | None:
+        """The request group the scheduler runs for a parsed request; None when it is already answered
+        (a hook for :class:`.engine_phases.PhasedEngineModel`)."""
+        return RequestGroup(parsed, sink, self.io, split_rows=self.decoupled)
 
     def finalize(self) -> None:
         """Stop the scheduler; unfinished requests get an error response."""
         self.scheduler.shutdown()
+        self.metrics.close()

@@ -50,6 +50,8 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._shutdown = False
         self.steps = 0
+        #: gets every iteration and every retired sequence (:class:`.metrics.EngineMetrics`), or None
+        self.observer: Any = None
 
     # -- submission (any thread) --
     def submit(self, group: RequestGroup) -> None:
@@ -163,9 +165,14 @@ class Scheduler:
                     )
                     g.drop()
         self._retire()
+        obs = self.observer
         if not self._active:
+            if obs is not None:
+                obs.iteration((), len(self._waiting), 0, 0, 0)
             return
         batch = list(self._active)
+        context = [s for s in batch if not s.first_token_ns] if obs is not None else []
+        held = sum(len(s.tokens) for s in batch) if obs is not None else 0
         results: list[tuple[int, float] | None]
         try:
             results = list(self.backend.step(batch))
@@ -181,6 +188,15 @@ class Scheduler:
         for group, seqs in touched.values():
             group.emit(seqs)
         self._retire()
+        if obs is not None:
+            obs.iteration(
+                self._active,
+                len(self._waiting),
+                len(batch),
+                len(context),
+                sum(len(s.req.prompt) for s in context),
+                sum(len(s.tokens) for s in batch) - held,
+            )
 
     def _step_isolated(self, batch: list[Sequence], first_exc: Exception) -> list[tuple[int, float] | None]:
         self.log(f"tensorrt_llm: batched step failed ({first_exc!r}); retrying sequences one by one")
@@ -195,14 +211,22 @@ class Scheduler:
 
     def _retire(self) -> None:
         keep: list[Sequence] = []
+        obs = self.observer
         for seq in self._active:
             if seq.finished is not None or seq.group.done:
                 try:
                     self.backend.release(seq)
                 except Exception:  # noqa: BLE001
                     pass
+                if obs is not None:
+                    obs.retired(seq, seq.group.arrival_ns)
             else:
                 keep.append(seq)
         self._active = keep
-        self._waiting = [s for s in self._waiting if not s.group.done and s.finished is None]
+        waiting = [s for s in self._waiting if not s.group.done and s.finished is None]
+        if obs is not None and len(waiting) != len(self._waiting):
+            for seq in self._waiting:
+                if seq.group.done or seq.finished is not None:
+                    obs.retired(seq, seq.group.arrival_ns)
+        self._waiting = waiting
         self._groups = [g for g in self._groups if not g.done]

@@ -51,6 +51,7 @@ in the text, B27).
 from __future__ import annotations
 
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -59,6 +60,7 @@ import numpy as np
 
 from .detokenizer import REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory
 from .limits import check_token_ids
+from .metrics import NULL_METRICS, Metrics
 from .params import ModelParams
 from .stream_ledger import StreamLedger
 from .text import tokenizer_from_params
@@ -104,6 +106,8 @@ class Postprocessor:
         self._undecodable_logged = False
         #: stream key -> [ledger slot, slot key, tokens left] of the streams counted against their budget
         self._budgets: OrderedDict[tuple, list[int]] = OrderedDict()
+        #: where detokenize times go (set by the model hosting this code: postprocessing, or the BLS)
+        self.metrics: Metrics = NULL_METRICS
 
     @property
     def keys_ensemble_streams(self) -> bool:
@@ -167,6 +171,7 @@ class Postprocessor:
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 
+        t0 = time.perf_counter()
         texts = np.empty((batch, beam), dtype=object)
         for b in range(batch):
             key = _flag(keys, b)
@@ -206,6 +211,10 @@ class Postprocessor:
                 else:
                     text = self.decode(ids)
                 texts[b, k] = text.encode("utf-8")
+        metrics = self.metrics
+        if metrics.enabled:
+            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
+            metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
         return {"OUTPUT": texts.reshape(-1)}
 
     def _drop_undecodable(self, ids: list[int]) -> list[int]:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
 
 from .limits import check
+from .metrics import NULL_METRICS, Metrics
 from .params import ModelParams
 from .special_ids import resolve_special_ids
 from .stream_ledger import NO_END, StreamLedger
@@ -248,6 +250,8 @@ class Preprocessor:
         self.stream_keys = EnsembleStreamKeys(instance_count(params.config))
         #: the response parameters of the last :meth:`process` call (the adapter sends them)
         self.response_parameters: dict[str, Any] = {}
+        #: where tokenize and word-list times go (model.py sets :func:`.metrics.for_model`'s)
+        self.metrics: Metrics = NULL_METRICS
 
     def use_response_parameters(self, supported: bool, ledger: StreamLedger | None = None) -> None:
         """Tell the core whether the Python backend can send response parameters, and give it the stream
@@ -337,6 +341,7 @@ class Preprocessor:
         pad_ids = self._special(_rows(inputs.get("PAD_ID"), batch), self.pad_id, "pad_id", batch)
 
         ids_rows = []
+        t_tok = time.perf_counter()
         for b, prompt in enumerate(prompts):
             ids = encode_prompt(
                 self.tokenizer, prompt, add_special_tokens=self.add_special_tokens, chat_template=self.chat_template
@@ -345,6 +350,11 @@ class Preprocessor:
                 raise RequestError("text_input", f"encodes to no tokens (batch row {b})")
             check_lengths(len(ids), max_tokens[b], max_input_len=self.max_input_len, max_seq_len=self.max_seq_len)
             ids_rows.append(ids)
+        metrics = self.metrics
+        if metrics.enabled:
+            metrics.inc("repo_builder_tokenize_seconds_total", time.perf_counter() - t_tok)
+            metrics.inc("repo_builder_tokenize_requests_total")
+            metrics.inc("repo_builder_prompt_tokens_total", sum(len(ids) for ids in ids_rows))
         longest = max(len(ids) for ids in ids_rows)
         input_id = np.empty((batch, longest), dtype=np.int32)
         for b, ids in enumerate(ids_rows):
@@ -375,6 +385,7 @@ class Preprocessor:
             # "" elements mean "no word" (v0.5 clients must send bad_words/stop_words: "")
             return [[w for w in _strings(r, FIELDS[name]) if w != ""] for r in rows]
 
+        t_words = time.perf_counter()
         no_words: list[list[str] | None] = [None] * batch
         stop_rows: list[list[str]] | list[list[str] | None] = word_rows("STOP_WORDS_DICT") or no_words
         bad_rows: list[list[str]] | list[list[str] | None] = word_rows("BAD_WORDS_DICT") or no_words
@@ -392,6 +403,7 @@ class Preprocessor:
         if weights is None and bias_words is not None and all(w == "" for r in bias_words for w in r):
             bias_words = None  # only "" placeholders: no bias asked for
         bias = self.words.embedding_bias(bias_words, weights, batch)
+        metrics.inc("repo_builder_word_list_seconds_total", time.perf_counter() - t_words)
 
         extra_rows = _rows(inputs.get("PROMPT_TABLE_EXTRA_ID"), batch)
         extra_ids = np.zeros((batch, longest), dtype=np.uint64)

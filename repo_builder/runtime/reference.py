@@ -203,6 +203,25 @@ def _grow_in_place(cache: Any) -> Any:
     return cache
 
 
+def _context(seq: Sequence) -> list[int]:
+    """The token ids a new sequence's prefill runs over: its prompt, plus the tokens it already holds (a
+    generation-only request resumes after the context phase's first token, :mod:`.engine_phases`)."""
+    return seq.req.prompt + seq.tokens if seq.tokens else seq.req.prompt
+
+
+def kv_bytes_per_token(cfg: Any, element_size: int) -> int:
+    """Bytes the KV cache holds per token: 2 (keys, values) x layers x KV heads x head dim x ``element_size``,
+    from a transformers model config (``num_key_value_heads`` falls back to ``num_attention_heads``,
+    ``head_dim`` to hidden size / heads); 0 when the config lacks them."""
+    try:
+        heads = int(cfg.num_attention_heads)
+        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // heads)
+        return 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * int(element_size)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return 0
+
+
 class _NotBatchable(Exception):
     """The model's cache cannot be stacked (not a plain dynamic cache): step sequences one by one."""
 
@@ -281,6 +300,8 @@ class ReferenceBackend:
         self.vocab_size = int(cfg.vocab_size)
         self.max_seq_len = int(getattr(cfg, "max_position_embeddings", 0) or 0) or None
         self.max_input_len = self.max_seq_len
+        #: KV-cache bytes per token (keys + values of every layer), for nv_trt_llm_runtime_memory_metrics
+        self.kv_bytes_per_token = kv_bytes_per_token(cfg, torch.empty((), dtype=self.dtype).element_size())
         self._batch_ok = True
         self.max_prefill_tokens = max(1, int(max_prefill_tokens))
         self.batched_forwards = 0  # decode forwards that stepped more than one sequence (for tests/benchmarks)
@@ -392,6 +413,8 @@ class ReferenceBackend:
     def _new_state(self, seq: Sequence, cache: Any) -> _SeqState:
         st = _SeqState()
         st.cache = _grow_in_place(cache)
+        for token in seq.tokens:  # tokens a context phase generated (engine_phases: generation-only requests)
+            st.counts[token] = st.counts.get(token, 0) + 1
         if not seq.req.sampling.greedy:
             seed = seq.req.sampling.seed
             st.generator = self.torch.Generator(device=self.device).manual_seed(int(seed or 0) & 0xFFFF_FFFF_FFFF_FFFF)
@@ -400,7 +423,7 @@ class ReferenceBackend:
 
     def _prefill(self, seq: Sequence) -> tuple[int, float]:
         torch = self.torch
-        ids = torch.tensor([seq.req.prompt], dtype=torch.long, device=self.device)
+        ids = torch.tensor([_context(seq)], dtype=torch.long, device=self.device)
         kwargs = {self._keep_kw: 1} if self._keep_kw else {}
         res = self.model(input_ids=ids, use_cache=True, **kwargs)
         st = self._new_state(seq, res[self._cache_kw])
@@ -411,9 +434,9 @@ class ReferenceBackend:
         ``max_prefill_tokens`` padded tokens (a group always takes at least one sequence)."""
         chunks: list[list[Sequence]] = []
         chunk: list[Sequence] = []
-        for seq in sorted(new, key=lambda s: len(s.req.prompt)):
+        for seq in sorted(new, key=lambda s: len(_context(s))):
             # sorted: this prompt is the chunk's longest
-            if chunk and (len(chunk) + 1) * len(seq.req.prompt) > self.max_prefill_tokens:
+            if chunk and (len(chunk) + 1) * len(_context(seq)) > self.max_prefill_tokens:
                 chunks.append(chunk)
                 chunk = []
             chunk.append(seq)
@@ -427,12 +450,13 @@ class ReferenceBackend:
         KV cache with the padding cut off. Raises _NotBatchable (before any sequence is touched) when the
         model's cache is not a plain dynamic cache."""
         torch = self.torch
-        lengths = [len(seq.req.prompt) for seq in seqs]
+        contexts = [_context(seq) for seq in seqs]
+        lengths = [len(c) for c in contexts]
         longest = max(lengths)
         ids = torch.zeros((len(seqs), longest), dtype=torch.long)  # the pad id never matters: masked out
         mask = torch.zeros((len(seqs), longest), dtype=torch.long)
-        for row, (seq, n) in enumerate(zip(seqs, lengths)):
-            ids[row, longest - n :] = torch.tensor(seq.req.prompt, dtype=torch.long)
+        for row, (context, n) in enumerate(zip(contexts, lengths)):
+            ids[row, longest - n :] = torch.tensor(context, dtype=torch.long)
             mask[row, longest - n :] = 1
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # 0 at each prompt's first token (padding: 0)
         ids, mask, positions = (t.to(self.device) for t in (ids, mask, positions))

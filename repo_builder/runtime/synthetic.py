@@ -108,6 +108,8 @@ class SyntheticBackend:
             state = seq.state
             if state is None:
                 state = prompt_seed(seq.req.prompt, seq.req.sampling.seed)
+                for _ in seq.tokens:  # a generation-only request resumes after the context phase's tokens
+                    state, _tok = next_token(state, vocab, seq.req.end_id)
             state, tok = next_token(state, vocab, seq.req.end_id)
             seq.state = state
             out.append((tok, 0.0))

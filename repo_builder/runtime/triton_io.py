@@ -187,7 +187,13 @@ def response_parameters_supported(pb: Any) -> bool:
 
 
 def respond_each(
-    pb: Any, requests: Any, input_names: tuple[str, ...], process: Any, model: str, parameters: Any = None
+    pb: Any,
+    requests: Any,
+    input_names: tuple[str, ...],
+    process: Any,
+    model: str,
+    parameters: Any = None,
+    metrics: Any = None,
 ) -> list[Any]:
     """Serve a batch of requests one by one, so a bad request fails alone.
 
@@ -199,6 +205,7 @@ def respond_each(
         model: the model name for the message of an unexpected failure.
         parameters: optional ``parameters(request) -> dict`` of response parameters, called after
             ``process`` (only where the Python backend supports them: :func:`response_parameters_supported`).
+        metrics: the model's :mod:`.metrics` (counts the refused requests by field), or None.
     Returns:
         one ``InferenceResponse`` per request: the outputs, or an error naming the request field
         (:class:`RequestError`) or the failure (a bug must not take the other requests down).
@@ -215,6 +222,8 @@ def respond_each(
             else:
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
         except RequestError as exc:
+            if metrics is not None:
+                metrics.refused(exc.field)
             responses.append(error_response(pb, exc))
         except Exception as exc:  # noqa: BLE001 - reported to the client, the other requests go on
             responses.append(error_response(pb, RuntimeError(f"{model} failed: {type(exc).__name__}: {exc}")))

@@ -87,6 +87,7 @@ class RepositoryInfo:
     models: list[ModelEntry]
     lock_world_size: int | None = None
     lock_model_names: list[str] | None = None
+    lock_orchestrator_world_size: int | None = None
     lock_path: Path | None = None
     engine_world_sizes: dict[str, tuple[int, Path]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -189,6 +190,21 @@ def scan_repository(repo: Path) -> RepositoryInfo:
                 python_instances=_python_instances(cfg) if cfg.backend == "python" else 0,
             )
         )
+    folders = (p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
+    stray = sorted(p.name for p in folders if not (p / "config.pbtxt").is_file())
+    if stray and models:
+        # tritonserver polls every folder of the repository and refuses to start over one without a config
+        # (2.51 with --disable-auto-complete-config: "Poll failed for model directory 'X': failed to open text
+        # file for read .../config.pbtxt", then "failed to load all models"); checked here, before anything starts
+        raise LaunchError(
+            f"model folder(s) {', '.join(stray)} hold no config.pbtxt: tritonserver treats every folder of the "
+            "repository as a model and would refuse to start (Poll failed for model directory "
+            f"'{stray[0]}')",
+            path=repo / stray[0],
+            key="--model_repo",
+            hint="move the folder out of the repository, or give it a config.pbtxt (`repo-builder validate` lists "
+            "such problems)",
+        )
     if not models:
         raise LaunchError(
             "model repository holds no <model>/config.pbtxt",
@@ -202,6 +218,7 @@ def scan_repository(repo: Path) -> RepositoryInfo:
         models=models,
         lock_world_size=launch.world_size if launch else None,
         lock_model_names=(launch.tensorrt_llm_model_names or None) if launch else None,
+        lock_orchestrator_world_size=launch.orchestrator_world_size if launch else None,
         lock_path=repo / LOCK_NAME if launch else None,
         engine_world_sizes=engine_ws,
         warnings=warnings,
@@ -238,6 +255,16 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
             not installed.
     """
     notes: list[str] = list(repo.warnings)
+    if repo.lock_orchestrator_world_size:
+        raise LaunchError(
+            "the repository's engine models run in orchestrator mode with participant ids (layout "
+            f"disaggregated, world size {repo.lock_orchestrator_world_size}); repo-builder's launch does not "
+            "start that mode",
+            path=repo.lock_path,
+            key="launch.orchestrator_world_size",
+            hint="start it with tensorrtllm_backend's scripts/launch_triton_server.py --multi-model "
+            f"--disable-spawn-processes --world_size {repo.lock_orchestrator_world_size} (docs/layouts.md)",
+        )
     engine_sizes = {ws for ws, _ in repo.engine_world_sizes.values()}
     if len(engine_sizes) > 1:
         detail = ", ".join(f"{m}: {ws} ({path})" for m, (ws, path) in sorted(repo.engine_world_sizes.items()))

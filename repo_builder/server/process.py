@@ -272,6 +272,9 @@ class TritonServer:
         if errors:
             message += "\nmodels that failed to load:\n" + "\n".join(f"  {m}: {r}" for m, r in errors.items())
             kwargs.setdefault("key", next(iter(errors)))
+        logged = [line for line in self.log.triton_errors() if not any(r and r in line for r in errors.values())]
+        if logged:  # what tritonserver said, which the log tail below may no longer show (mpirun's teardown)
+            message += "\ntritonserver logged:\n" + "\n".join(f"  {line}" for line in logged)
         tail = self.log_tail(TAIL_LINES).rstrip()
         text = f"{message}\n--- last {TAIL_LINES} lines of {self.log_path} ---\n{tail}" if tail else message
         return LaunchError(text, **kwargs)

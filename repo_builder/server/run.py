@@ -89,6 +89,21 @@ def launch(
                 for rank, host in enumerate(plan.rank_hosts):
                     role = "all models + HTTP/gRPC/metrics" if rank == 0 else ",".join(plan.trtllm_models)
                     echo(f"rank {rank} -> {host} ({role})")
+            if plan is not None:
+                import os
+
+                from .devices import rank_device_lines
+
+                env = {**os.environ, **server.env}
+                for line in rank_device_lines(
+                    config.model_repo,
+                    plan.trtllm_models[0],
+                    plan.world_size,
+                    env,
+                    rank_hosts=plan.rank_hosts,
+                    exported=tuple(server.env),
+                ):
+                    echo(line)
             echo(" ".join(shlex.quote(a) for a in server.argv))
             return 0
         plan = server.plan

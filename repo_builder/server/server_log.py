@@ -20,6 +20,14 @@ TAIL_LINES = 40
 EXIT_TIMEOUT_EXPIRED = "Exit timeout expired. Exiting immediately."
 
 _LOAD_ERROR_RE = re.compile(r"failed to load '([^']+)' version \d+: ([^\n]*)")
+#: mpirun ``--tag-output`` prefixes (``[1,0]<stderr>:``), which also split one tritonserver line into pieces.
+_MPI_TAG_RE = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
+#: tritonserver's error lines: ``E1203 08:23:17.875536 28951 model_repository_manager.cc:1460] "message"``.
+_ERROR_LINE_RE = re.compile(r'^E\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] "?(.*?)"?\s*$')
+#: what tritonserver prints when it gives up starting (``main.cc``): ``error: creating server: Internal - ...``.
+_CREATE_SERVER_RE = re.compile(r"^error: creating server: (.*)$")
+#: error lines every GPU-less start logs; not a cause (the CPU engines run without a GPU).
+_NOISE = ("CudaDriverHelper", "CUDA driver version is insufficient", "DCGM", "pinned memory")
 
 
 class ServerLog:
@@ -48,6 +56,32 @@ class ServerLog:
             reason = match.group(2).split("\\n")[0].strip().rstrip('"')
             errors.setdefault(match.group(1), reason)
         return errors
+
+    def triton_errors(self, max_lines: int = 8, max_bytes: int = 4 << 20) -> list[str]:
+        """The causes tritonserver logged for not starting, oldest first, each once: its ``E`` lines (``Poll failed
+        for model directory 'stray': failed to open text file for read .../config.pbtxt``, an ensemble naming
+        a model that is not available) and its final ``error: creating server: ...``, with mpirun's tags removed
+        and the GPU-less start's own noise (:data:`_NOISE`) left out. At most ``max_lines``; the last line, the
+        reason it exited, is always kept.
+
+        Source: tritonserver 2.51 log format (``model_repository_manager.cc``, ``model_lifecycle.cc``, ``main.cc``).
+        """
+        found: list[str] = []
+        final: str | None = None
+        for raw in _MPI_TAG_RE.sub("", self._last(max_bytes, 0)).splitlines():
+            line = raw.strip()
+            match = _ERROR_LINE_RE.match(line)
+            if match is not None:
+                text = match.group(1).split("\\n")[0].strip()
+                if text and not any(n in text for n in _NOISE) and text not in found:
+                    found.append(text)
+                continue
+            match = _CREATE_SERVER_RE.match(line)
+            if match is not None:
+                final = f"creating server: {match.group(1).strip()}"
+        if final is not None:
+            found = [*found[: max_lines - 1], final]
+        return found[:max_lines]
 
     def size(self) -> int:
         """Bytes in the log now (0 if there is none)."""

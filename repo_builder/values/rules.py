@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,11 +93,64 @@ def check(
     return out
 
 
-def _blocks_tokens(ctx: RuleContext) -> tuple[int, int, int]:
-    """(tokens per block, blocks one beam of a full sequence takes, tokens one full request takes)."""
+def _windows(ctx: RuleContext) -> list[int]:
+    """The attention windows given (max_attention_window_size, tokens; one value or one per layer)."""
+    window = ctx.v("max_attention_window_size")
+    return [w for w in (window if isinstance(window, list) else []) if isinstance(w, int) and w > 0]
+
+
+def _kv_span(ctx: RuleContext) -> tuple[int, int, int]:
+    """(window the cache is sized for, sink bubble, extra tokens), in tokens of one beam.
+
+    TensorRT-LLM's BlockManager (``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``) keeps per layer at most
+    its attention window (capped at max_seq_len, the default), plus the sink bubble (sink_token_length rounded
+    up to a whole block) plus one more block when beam search runs with a window below max_seq_len (the cyclic
+    cache's spare block). The widest window sizes a sequence's blocks.
+    """
+    seq = ctx.engine.max_seq_len
     tpb = ctx.engine.tokens_per_block or 1
-    blocks = math.ceil(ctx.engine.max_seq_len / tpb)
+    windows = _windows(ctx)
+    window = min(max(windows), seq) if windows else seq
+    sink = ctx.v("sink_token_length")
+    bubble = (-sink) % tpb if isinstance(sink, int) and sink > 0 else 0
+    extra = tpb if window < seq and ctx.beam > 1 else 0
+    return window, bubble, extra
+
+
+def _blocks_tokens(ctx: RuleContext) -> tuple[int, int, int]:
+    """(tokens per block, blocks one beam of a full sequence takes, tokens one full request takes); a sequence
+    needs its widest attention window (:func:`_kv_span`), not max_seq_len, when the window is smaller."""
+    tpb = ctx.engine.tokens_per_block or 1
+    blocks = math.ceil(sum(_kv_span(ctx)) / tpb)
     return tpb, blocks, blocks * tpb * ctx.beam
+
+
+def _span_text(ctx: RuleContext) -> str:
+    """How a full sequence's tokens are counted, for messages: ``max_seq_len 2048`` or
+    ``max_attention_window_size 512 (below max_seq_len 2048)`` plus sink bubble and spare block."""
+    window, bubble, extra = _kv_span(ctx)
+    seq = ctx.engine.max_seq_len
+    text = f"max_attention_window_size {window} (below max_seq_len {seq})" if window < seq else f"max_seq_len {seq}"
+    if bubble:
+        text += f" + {bubble} tokens of sink bubble"
+    if extra:
+        text += f" + {extra} tokens of the spare block beam search keeps with a window"
+    return text
+
+
+def _batch_text(ctx: RuleContext) -> str:
+    """``the batch size 8``, or with pipeline parallelism ``the 16 sequences the engine runs at once (batch
+    size 8 x pp 2)``."""
+    pp = max(ctx.engine.pp_size, 1)
+    if pp == 1:
+        return f"the batch size {_batch(ctx)}"
+    return f"the {_sequences(ctx)} sequences the engine runs at once (batch size {_batch(ctx)} x pp {pp})"
+
+
+def _sequences(ctx: RuleContext) -> int:
+    """Sequences the engine runs at once: the batch (Triton's, capped at the engine's) x pp, since TensorRT-LLM
+    keeps pp micro-batches in flight (``TrtGptModelInflightBatching``: maxNumSequences = maxBatchSize x pp)."""
+    return _batch(ctx) * max(ctx.engine.pp_size, 1)
 
 
 def _batch(ctx: RuleContext) -> int:
@@ -212,6 +266,119 @@ def device_groups(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+def _groups_text(groups: list[list[int]]) -> str:
+    return ";".join(",".join(str(i) for i in g) for g in groups)
+
+
+def placement_findings(values: Mapping[str, Any], world_size: int, *, world_source: str) -> list[Finding]:
+    """gpu_device_ids, participant_ids and the tensorrt_llm instance_group against each other and against the
+    engine's world size (``world_source`` says where it came from: the engine's tp x pp, or the lock file).
+
+    Facts (tensorrtllm_backend v0.19.0 docs/model_config.md, TensorRT-LLM ``WorldConfig``): each ``;``-separated
+    group of gpu_device_ids is one tensorrt_llm instance, one id per rank (rank r of the instance runs on the
+    group's r-th id); participant_ids lists the MPI ranks of each instance the same way; Triton creates one
+    instance per GPU listed in a KIND_GPU ``instance_group`` (times its count), while the C++ backend places its
+    ranks itself (NVIDIA's templates use KIND_CPU). Short groups are the ``device_groups`` rule's.
+    """
+    out: list[Finding] = []
+    gpus = values.get("gpu_device_ids")
+    parts = values.get("participant_ids")
+    gpus = [g for g in gpus if isinstance(g, list)] if isinstance(gpus, list) else None
+    parts = [g for g in parts if isinstance(g, list)] if isinstance(parts, list) else None
+    for key, groups in (("gpu_device_ids", gpus), ("participant_ids", parts)):
+        if not groups:
+            continue
+        shown = _groups_text(groups)
+        what = "GPU" if key == "gpu_device_ids" else "MPI rank"
+        for n, group in enumerate(groups):
+            dup = sorted({i for i in group if group.count(i) > 1})
+            if dup:
+                out.append(
+                    Finding(
+                        key,
+                        f"{shown!r}: instance {n} lists {what} {', '.join(map(str, dup))} twice: each rank of an "
+                        f"instance needs its own {what}",
+                    )
+                )
+            if len(group) > world_size:
+                out.append(
+                    Finding(
+                        key,
+                        f"{shown!r}: instance {n} lists {len(group)} ids, but the engine's world size is {world_size} "
+                        f"({world_source}): ids {','.join(map(str, group[world_size:]))} are never used",
+                        severity="warning",
+                        blame="engine",
+                    )
+                )
+        seen: dict[int, int] = {}
+        for n, group in enumerate(groups):
+            for i in group:
+                if seen.setdefault(i, n) != n:
+                    out.append(
+                        Finding(
+                            key,
+                            f"{shown!r}: {what} {i} is in instance {seen[i]} and instance {n}; instances must not "
+                            f"share a {what}",
+                            severity="warning" if key == "gpu_device_ids" else "error",
+                        )
+                    )
+                    break
+            else:
+                continue
+            break
+    if gpus and parts:
+        if len(gpus) != len(parts):
+            out.append(
+                Finding(
+                    "participant_ids",
+                    f"{_groups_text(parts)!r} has {len(parts)} instance group(s), gpu_device_ids "
+                    f"{_groups_text(gpus)!r} has {len(gpus)}: one participant group per device group",
+                )
+            )
+        else:
+            for n, (g, q) in enumerate(zip(gpus, parts, strict=True)):
+                if len(g) != len(q):
+                    out.append(
+                        Finding(
+                            "participant_ids",
+                            f"instance {n}: {len(q)} MPI rank(s) ({','.join(map(str, q))}) for {len(g)} GPU(s) "
+                            f"({','.join(map(str, g))}) in gpu_device_ids: one rank per GPU",
+                        )
+                    )
+    kind = values.get("tensorrt_llm_instance_kind")
+    listed = values.get("tensorrt_llm_instance_gpus")
+    if kind == "KIND_GPU":
+        listed_text = f"gpus [{', '.join(map(str, listed))}]" if listed else "no gpus (one instance per visible GPU)"
+        if gpus and listed and list(listed) != gpus[0][: len(listed)]:
+            out.append(
+                Finding(
+                    "tensorrt_llm_instance_kind",
+                    f"KIND_GPU with {listed_text} disagrees with gpu_device_ids {_groups_text(gpus)!r}, which "
+                    "places the ranks; use KIND_CPU and let gpu_device_ids say where they run",
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    "tensorrt_llm_instance_kind",
+                    f"KIND_GPU with {listed_text}: Triton creates one tensorrt_llm instance per listed GPU, while "
+                    f"the C++ backend places its {world_size} rank(s) itself (gpu_device_ids, default the visible "
+                    "GPUs in order); NVIDIA's templates and repo-builder use KIND_CPU",
+                    severity="warning",
+                )
+            )
+    return out
+
+
+@rule
+def gpu_placement(ctx: RuleContext) -> Iterator[Finding]:
+    """:func:`placement_findings` with the engine's world size (tp x pp)."""
+    if not ctx.is_trt:
+        return
+    e = ctx.engine
+    yield from placement_findings(ctx.values, e.world_size, world_source=f"tp {e.tp_size} x pp {e.pp_size}")
+
+
 # ------------------------------------------------------------------------------------------- batching
 @rule
 def inflight_batching(ctx: RuleContext) -> Iterator[Finding]:
@@ -283,16 +450,14 @@ def kv_cache_tokens(ctx: RuleContext) -> Iterator[Finding]:
     """The paged KV cache is allocated in blocks of tokens_per_block tokens, per beam (TensorRT-LLM
     KVCacheManager): one request needs ceil(max_seq_len / tokens_per_block) blocks x beam width."""
     cap = ctx.v("max_tokens_in_paged_kv_cache")
-    if not isinstance(cap, int):
-        return
+    if not isinstance(cap, int) or ctx.engine.kv_cache_type not in (None, "paged"):
+        return  # no paged cache: kv_cache_kind says what the setting does
     tpb, blocks, need = _blocks_tokens(ctx)
+    span = _span_text(ctx)
     how = (
-        (
-            f"max_seq_len {ctx.engine.max_seq_len} in blocks of {tpb} tokens = {blocks} blocks = {blocks * tpb} "
-            f"tokens, x max_beam_width {ctx.beam}"
-        )
+        f"{span} in blocks of {tpb} tokens = {blocks} blocks = {blocks * tpb} tokens, x max_beam_width {ctx.beam}"
         if tpb > 1
-        else f"max_seq_len {ctx.engine.max_seq_len} x max_beam_width {ctx.beam}"
+        else f"{span} x max_beam_width {ctx.beam}"
     )
     if cap < need:
         yield Finding(
@@ -300,13 +465,13 @@ def kv_cache_tokens(ctx: RuleContext) -> Iterator[Finding]:
             f"{cap} tokens cannot hold one full sequence ({how} = {need} tokens); the minimum that works is {need}",
         )
         return
-    batch = _batch(ctx)
+    batch = _sequences(ctx)
     if cap < need * batch:
         yield Finding(
             "max_tokens_in_paged_kv_cache",
             f"{cap} tokens hold {cap // need} full sequence(s) ({how} = "
-            f"{need} tokens each), fewer than the batch size {batch}: requests will wait for KV-cache "
-            f"blocks; {need * batch} tokens hold a full batch",
+            f"{need} tokens each), fewer than {_batch_text(ctx)}: at most {cap // need} request(s) run at once "
+            f"and the others wait for KV-cache blocks; {need * batch} tokens hold a full batch",
             severity="warning",
         )
 
@@ -318,8 +483,10 @@ def kv_cache_memory(ctx: RuleContext) -> Iterator[Finding]:
     per_token = ctx.engine.kv_bytes_per_token()
     if not ctx.is_trt or not isinstance(fraction, (int, float)) or per_token is None:
         return
+    if ctx.engine.kv_cache_type not in (None, "paged"):
+        return  # no paged cache: kv_cache_kind says what the setting does
     _, _, need = _blocks_tokens(ctx)
-    batch = _batch(ctx)
+    batch = _sequences(ctx)
     full = need * batch * per_token
     room = fraction * LARGEST_GPU_BYTES
     if room < full:
@@ -329,7 +496,7 @@ def kv_cache_memory(ctx: RuleContext) -> Iterator[Finding]:
             "kv_cache_free_gpu_mem_fraction",
             f"{fraction} of the free GPU memory leaves room for at most "
             f"{fits} full sequence(s) even on a {LARGEST_GPU_BYTES // 10**9} GB GPU ({need} tokens x "
-            f"{per_token} bytes per token per GPU each), fewer than the batch size {batch}; a full batch "
+            f"{per_token} bytes per token per GPU each), fewer than {_batch_text(ctx)}; a full batch "
             f"needs {full / 2**30:.2f} GiB, a fraction of at least {minimum:.4g} on such a GPU",
             severity="warning",
         )
@@ -354,6 +521,97 @@ def attention_window(ctx: RuleContext) -> Iterator[Finding]:
             yield Finding(
                 "sink_token_length",
                 f"{sink} sink tokens leave no room in the attention window ({what} {limit}); use fewer than {limit}",
+            )
+
+
+@rule
+def attention_window_layers(ctx: RuleContext) -> Iterator[Finding]:
+    """max_attention_window_size as a per-layer list against the engine's layers: TensorRT-LLM gives layer i the
+    value at i mod N (it cycles a shorter list: ``BaseKVCacheManager::groupLayersByWindowSize``, TensorRT-LLM
+    ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``), so a list longer than the layer count has values no
+    layer uses, and one whose length does not divide it cuts its last cycle short. Values above max_seq_len
+    are the ``attention_window`` rule's."""
+    windows = _windows(ctx)
+    layers = ctx.engine.num_layers
+    if not ctx.is_trt or len(windows) < 2 or not layers:
+        return
+    n = len(windows)
+    if n > layers:
+        yield Finding(
+            "max_attention_window_size",
+            f"{n} values for an engine with {layers} layers: layer i takes value i, so values {layers + 1} to {n} "
+            f"({','.join(str(w) for w in windows[layers:])}) are never used; was the list written for another "
+            "model?",
+            severity="warning",
+            blame="engine",
+        )
+    elif layers % n:
+        cut = layers % n
+        yield Finding(
+            "max_attention_window_size",
+            f"{n} values for an engine with {layers} layers: the list repeats every {n} layers (layer i takes "
+            f"value i mod {n}) and {layers} is not a multiple of {n}, so the last repeat stops after its first "
+            f"{cut} value(s) ({','.join(str(w) for w in windows[:cut])}); give {layers} values or a list whose "
+            f"length divides {layers}",
+            severity="warning",
+            blame="engine",
+        )
+
+
+#: Settings of the paged KV cache, which an engine with a continuous KV cache or none never reads.
+PAGED_KV_KEYS = ("max_tokens_in_paged_kv_cache", "kv_cache_host_memory_bytes")
+#: Settings of any KV cache (no effect on an engine without one).
+KV_KEYS = ("max_attention_window_size", "sink_token_length")
+
+
+@rule
+def kv_cache_kind(ctx: RuleContext) -> Iterator[Finding]:
+    """An engine built without a paged KV cache (``build_config.kv_cache_type`` continuous or disabled, or
+    ``plugin_config.paged_kv_cache`` false): what it can serve, and the KV-cache settings that do nothing.
+
+    * disabled: nothing keeps a sequence's keys and values between steps, so a request ends after its context
+      step with one generated token (TensorRT-LLM's executor tests expect exactly that of such an engine);
+      in-flight batching needs a paged cache (the ``inflight_batching`` rule), V1 is the only strategy left.
+    * continuous: one max_seq_len x beam slab per sequence for the engine's whole batch, allocated at load; V1
+      (static batching: a batch runs until its longest request ends) only, no block reuse, no host offload.
+    """
+    kind = ctx.engine.kv_cache_type
+    if not ctx.is_trt or kind in (None, "paged"):
+        return
+    e = ctx.engine
+    if kind == "disabled":
+        yield Finding(
+            "engine_dir",
+            "the engine was built without a KV cache (build_config.kv_cache_type disabled): nothing keeps a "
+            "sequence's keys and values between steps, so every request ends after its context step with one "
+            "generated token, whatever its output length asks (fine for scoring or one next-token, not for "
+            "generating text); in-flight batching cannot run it (it needs a paged KV cache), V1 is the only "
+            f"batching_strategy left; to generate text rebuild with `{BUILD} --kv_cache_type paged`",
+            severity="warning",
+            blame="engine",
+        )
+    keys = PAGED_KV_KEYS + (KV_KEYS if kind == "disabled" else ())
+    where = (
+        "no KV cache"
+        if kind == "disabled"
+        else "a continuous KV cache (one max_seq_len slab per sequence of its batch, allocated when it loads)"
+    )
+    per_token = e.kv_bytes_per_token()
+    slab = ""
+    if kind == "continuous" and per_token is not None:
+        total = per_token * e.max_seq_len * ctx.beam * e.max_batch_size
+        slab = (
+            f"; that cache takes {total / 2**30:.2f} GiB per GPU (max_batch_size {e.max_batch_size} x max_seq_len "
+            f"{e.max_seq_len} x beam {ctx.beam} x {per_token} bytes per token)"
+        )
+    for key in keys:
+        if ctx.v(key) is not None:
+            yield Finding(
+                key,
+                f"has no effect: the engine keeps {where}{slab}; rebuild with `{BUILD} --kv_cache_type paged` "
+                "for a paged cache these settings size",
+                severity="warning",
+                blame="engine",
             )
 
 
@@ -507,13 +765,190 @@ def lora(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+#: TensorRT-LLM's LoRA module ids (``LoraModule::ModuleType``, ``cpp/include/tensorrt_llm/runtime/loraModule.h``):
+#: column 0 of an adapter's ``lora_config`` rows; the names are those of ``lora_target_modules``.
+LORA_MODULE_IDS = {
+    0: "attn_qkv",
+    1: "attn_q",
+    2: "attn_k",
+    3: "attn_v",
+    4: "attn_dense",
+    5: "mlp_h_to_4h",
+    6: "mlp_4h_to_h",
+    7: "mlp_gate",
+    8: "cross_attn_qkv",
+    9: "cross_attn_q",
+    10: "cross_attn_k",
+    11: "cross_attn_v",
+    12: "cross_attn_dense",
+    13: "moe_h_to_4h",
+    14: "moe_4h_to_h",
+    15: "moe_gate",
+    16: "moe_router",
+    17: "mlp_router",
+    18: "mlp_gate_up",
+}
+#: The files of one prefetched adapter: ``<lora_prefetch_dir>/<task id>/model.lora_{weights,config}.npy``
+#: (TensorRT-LLM ``PeftCacheManager::prefetchLoraWeights``).
+LORA_WEIGHTS_FILE, LORA_CONFIG_FILE = "model.lora_weights.npy", "model.lora_config.npy"
+
+
+def _npy_header(path: Path) -> tuple[str, tuple[int, ...]]:
+    """(numpy dtype name, shape) of a ``.npy`` file from its header, without reading the data.
+
+    Raises:
+        ValueError: not a .npy file.
+    """
+    import numpy as np
+
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    return str(dtype), tuple(int(d) for d in shape)
+
+
+def lora_adapter_problems(engine: EngineInfo, adapter: Path) -> list[str]:
+    """What keeps one LoRA adapter folder (``model.lora_weights.npy`` [1?, rows, size] and
+    ``model.lora_config.npy`` [1?, rows, 3] int32: module id, layer, rank) from loading into ``engine``: TensorRT-LLM
+    ``loraValidateRequestTensors`` refuses weights of another dtype than the base model's, a layer outside [0,
+    layers), a rank of 0 or above the engine's max_lora_rank, and a module the engine was not built for. Returns
+    the problems, each one line naming the file."""
+    import numpy as np
+
+    weights, config = adapter / LORA_WEIGHTS_FILE, adapter / LORA_CONFIG_FILE
+    missing = [p.name for p in (weights, config) if not p.is_file()]
+    if missing:
+        return [f"{adapter.name}/: lacks {', '.join(missing)}"]
+    out: list[str] = []
+    try:
+        wdtype, wshape = _npy_header(weights)
+    except (OSError, ValueError) as exc:
+        return [f"{adapter.name}/{weights.name}: not a .npy file ({exc})"]
+    want = _DTYPE_NAMES.get(str(engine.lora_dtype or engine.dtype), str(engine.lora_dtype or engine.dtype))
+    have = _DTYPE_NAMES.get(wdtype, wdtype)
+    if want in _DTYPE_NAMES.values() and have != want:
+        out.append(
+            f"{adapter.name}/{weights.name}: dtype {have}, but the engine's LoRA weights are {want} (the "
+            "backend refuses weights of another dtype than the base model's); convert the adapter to "
+            f"{want}"
+        )
+    try:
+        rows = np.load(config, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        return [*out, f"{adapter.name}/{config.name}: not a .npy file ({exc})"]
+    if rows.ndim == 3 and rows.shape[0] == 1:
+        rows = rows[0]
+    if rows.ndim != 2 or rows.shape[1] < 3 or not np.issubdtype(rows.dtype, np.integer):
+        return [
+            *out,
+            f"{adapter.name}/{config.name}: shape {list(rows.shape)} {rows.dtype}, expected [rows, 3] integers "
+            "(module id, layer, rank)",
+        ]
+    wrows = wshape[-2] if len(wshape) >= 2 else None
+    if wrows is not None and wrows != rows.shape[0]:
+        out.append(
+            f"{adapter.name}/: {weights.name} has {wrows} rows but {config.name} {rows.shape[0]}: one weights "
+            "row per config row"
+        )
+    targets = set(engine.lora_target_modules)
+    known = set(LORA_MODULE_IDS.values())
+    bad_modules: set[str] = set()
+    for module_id, layer, rank in (tuple(int(v) for v in r[:3]) for r in rows):
+        name = LORA_MODULE_IDS.get(module_id, f"module id {module_id}")
+        if targets and name not in targets and (module_id in LORA_MODULE_IDS or targets <= known):
+            bad_modules.add(name)
+        if engine.num_layers and not 0 <= layer < engine.num_layers:
+            last = engine.num_layers - 1
+            out.append(f"{adapter.name}/{config.name}: layer {layer} is outside the engine's 0..{last}")
+            break
+        if rank <= 0 or (engine.max_lora_rank and rank > engine.max_lora_rank):
+            out.append(
+                f"{adapter.name}/{config.name}: rank {rank} "
+                + (
+                    f"is above the engine's max_lora_rank {engine.max_lora_rank} (rebuild with "
+                    f"`{BUILD} --max_lora_rank {rank}`)"
+                    if rank > 0
+                    else "must be above 0"
+                )
+            )
+            break
+    if bad_modules:
+        out.append(
+            f"{adapter.name}/{config.name}: module(s) {', '.join(sorted(bad_modules))} are not among the engine's "
+            f"lora_target_modules ({', '.join(engine.lora_target_modules)}); rebuild with `{BUILD} "
+            "--lora_target_modules ...` naming them"
+        )
+    return out
+
+
+#: Spellings of the dtypes LoRA weights come in (numpy's and engine configs'), by the engine's name.
+_DTYPE_NAMES = {
+    "float16": "float16",
+    "half": "float16",
+    "fp16": "float16",
+    "<f2": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+    "<f4": "float32",
+}
+
+
+@rule
+def lora_adapters(ctx: RuleContext) -> Iterator[Finding]:
+    """Every adapter in lora_prefetch_dir (``<task id>/model.lora_{weights,config}.npy``) against the engine's LoRA
+    build (:func:`lora_adapter_problems`): the executor loads them all when it starts, so one bad adapter fails
+    the load."""
+    prefetch = ctx.v("lora_prefetch_dir")
+    if not ctx.is_trt or not prefetch or ctx.engine.lora_plugin is None:
+        return
+    local = ctx.local_path(str(prefetch))
+    if not local.is_dir():
+        return  # the lora rule says so
+    adapters = sorted((p for p in local.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    if not adapters:
+        yield Finding(
+            "lora_prefetch_dir",
+            f"'{prefetch}' holds no adapter folder (expected <task id>/{LORA_WEIGHTS_FILE} and {LORA_CONFIG_FILE}, "
+            "the task id a number)",
+            severity="warning",
+        )
+    for adapter in adapters:
+        for problem in lora_adapter_problems(ctx.engine, adapter):
+            yield Finding("lora_prefetch_dir", f"'{prefetch}': {problem}")
+
+
+@rule
+def lora_weights_dtype(ctx: RuleContext) -> Iterator[Finding]:
+    """The declared dtype of the ``lora_weights`` input against the engine's LoRA dtype: the C++ backend hands the
+    tensor on as declared and TensorRT-LLM refuses weights of another dtype than the base model's
+    (``loraValidateRequestTensors``), so every LoRA request with weights would fail."""
+    have = ctx.v("lora_weights_data_type")
+    if not ctx.is_trt or have is None or ctx.engine.lora_plugin is None:
+        return
+    dtype = ctx.engine.lora_dtype or ctx.engine.dtype
+    want = triton_dtype(dtype)
+    if want is not None and have != want:
+        yield Finding(
+            "lora_weights_data_type",
+            f"{have} contradicts the engine's LoRA dtype {dtype} ({want}): TensorRT-LLM refuses lora_weights of "
+            'another dtype than the base model\'s ("Expected lora weights to be the same data type as base model"), '
+            "so every request sending weights would fail; drop the key to take it from the engine",
+            blame="engine",
+        )
+
+
 #: Companion models repo-builder's BLS does not drive: (parameter, message formatted with ``value``).
 BLS_COMPANIONS = (
     (
         "tensorrt_llm_draft_model_name",
-        "'{value}': repo-builder's BLS has no draft-model loop (it refuses num_draft_tokens > 0); for "
-        "draft/target speculative decoding use tensorrtllm_backend's own tensorrt_llm_bls, or engine-side modes "
-        "(decoding_mode medusa, eagle, lookahead)",
+        "'{value}': the draft model is rendered by `render --draft-engine-dir DIR`, which sets this name itself "
+        "(docs/layouts.md); without a draft engine there is no model to call",
     ),
     (
         "multimodal_encoders_name",
@@ -530,3 +965,61 @@ def bls_companions(ctx: RuleContext) -> Iterator[Finding]:
         value = ctx.v(key)
         if value:
             yield Finding(key, message.format(value=value))
+
+
+# ------------------------------------------------------------------------------------------- layout disaggregated
+# Not in RULES: only the disaggregated layout has these keys (render/disaggregated.py and validate call it).
+# Facts: triton-inference-server/tensorrtllm_backend v0.19.0 all_models/disaggregated_serving/README.md
+# (participant_ids "1" and "2", world size = tp*pp of both models + 1 for the orchestrator).
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def disaggregated_findings(world: int, values: Mapping[str, Any]) -> list[Finding]:
+    """A finding for every contradiction between the disaggregated layout's names and ids and an engine of
+    ``world`` (tp x pp) ranks: model names that are empty, not a folder name, equal, or taken by another model
+    of the layout; participant
+    ids that are not one per engine rank in each ``;`` group, repeat within or across the phases, or use
+    rank 0 (the orchestrator); GPU ids that are not one per rank. Used by render and by ``validate``.
+    """
+    out: list[Finding] = []
+    ctx, gen = values.get("context_model_name"), values.get("generation_model_name")
+    taken = {"preprocessing", "postprocessing", "ensemble", "disaggregated_serving_bls"}
+    for key, name in (("context_model_name", ctx), ("generation_model_name", gen)):
+        if not name:
+            out.append(Finding(key, "must name the model (it is the folder name too)"))
+        elif not _MODEL_NAME.match(str(name)):
+            out.append(Finding(key, f"'{name}' is not a model folder name (letters, digits, '_', '.', '-')"))
+        elif name in taken:
+            out.append(Finding(key, f"'{name}' is the name of another model of the layout"))
+    if ctx and ctx == gen:
+        out.append(Finding("generation_model_name", f"'{gen}' is also context_model_name; the phases need two models"))
+    seen: dict[int, str] = {}
+    for phase in ("context", "generation"):
+        for kind in ("participant_ids", "gpu_device_ids"):
+            key = f"{phase}_{kind}"
+            groups = values.get(key)
+            if groups is None:
+                continue
+            for group in groups:
+                if len(group) != world:
+                    shown = ";".join(",".join(str(i) for i in g) for g in groups)
+                    out.append(
+                        Finding(
+                            key, f"'{shown}' lists {len(group)} id(s) for an instance; the engine has {world} rank(s)"
+                        )
+                    )
+                    break
+                if len(set(group)) != len(group):
+                    out.append(Finding(key, f"repeats an id in {group}"))
+                    break
+            if kind != "participant_ids":
+                continue
+            for rank in (r for g in groups for r in g):
+                if rank == 0:
+                    out.append(Finding(key, "rank 0 is the orchestrator (tritonserver); participants start at 1"))
+                elif rank in seen and seen[rank] != key:
+                    out.append(
+                        Finding(key, f"rank {rank} is also in {seen[rank]}; every engine rank is one MPI process")
+                    )
+                seen.setdefault(rank, key)
+    return out

@@ -250,3 +250,32 @@ def test_token_ids_past_the_tokenizer_decode_as_nothing_and_are_logged_once(serv
         assert json.loads(text)["outputs"][0]["data"] == [tok.decode(good)]
     log = server.log_tail(400)
     assert log.count(f"token id {VOCAB} (1 id(s) in this sequence) at or past the tokenizer's size {VOCAB}") == 1
+
+
+#: Engine inputs NVIDIA's ensemble does not expose but its C++ backend reads (contract.yaml backend_reads): a text
+#: client now reaches them through the ensemble and the BLS, under the engine's names and read dtypes.
+ENGINE_KNOBS = {
+    "early_stopping": 1,  # TYPE_INT32, as the C++ backend reads it (NVIDIA's template says TYPE_BOOL)
+    "beam_search_diversity_rate": 0.0,
+    "runtime_top_p_decay": 0.5,
+    "runtime_top_p_reset_ids": 1,
+    "retention_token_range_starts": [0],
+    "retention_token_range_ends": [4],
+    "retention_token_range_priorities": [80],
+    "retention_token_range_durations_ms": [1000],
+    "retention_decode_priority": 50,
+    "retention_decode_duration_ms": 1000,
+}
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_engine_inputs_reach_the_engine_from_the_text_front_doors(served, model):
+    srv, tok = served
+    status, body = http_generate(srv, model, {**GOOD, **ENGINE_KNOBS})
+    assert status == 200, body
+    assert body["text_output"] == expected_text(tok, GOOD)
+    # lookahead reaches the engine too: the CPU engine refuses it by name (a C++ engine built for lookahead runs it)
+    lookahead = {"lookahead_window_size": 4, "lookahead_ngram_size": 2, "lookahead_verification_set_size": 2}
+    status, body = http_generate(srv, model, {**GOOD, **lookahead})
+    assert status == 400 and "lookahead_window_size" in body.get("error", ""), body
+    assert "not supported by the CPU reference/synthetic engine" in body["error"], body

@@ -11,6 +11,7 @@ when a stream keyed by its request id alone has ended.
 import json
 
 import triton_python_backend_utils as pb_utils
+from repo_builder_runtime.metrics import POST, for_model
 from repo_builder_runtime.postprocessing import Postprocessor
 from repo_builder_runtime.stream_ledger import StreamLedger
 from repo_builder_runtime.triton_io import respond_each
@@ -37,6 +38,7 @@ class TritonPythonModel:
         if self.core.keys_ensemble_streams:
             self.ledger = StreamLedger.open_for(args.get("model_name", ""), args.get("model_repository", ""))
         self.core.use_ledger(self.ledger)
+        self.core.metrics = self.metrics = for_model(pb_utils, args, self.core.params, POST)
 
     def execute(self, requests):
         return respond_each(
@@ -45,9 +47,11 @@ class TritonPythonModel:
             INPUT_NAMES,
             lambda inputs, request: self.core.process(inputs, request.request_id(), request.correlation_id()),
             "postprocessing",
+            metrics=self.metrics,
         )
 
     def finalize(self):
+        self.metrics.close()
         if self.ledger is not None:
             self.core.use_ledger(None)
             self.ledger.close(unlink=True)

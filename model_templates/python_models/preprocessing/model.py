@@ -10,6 +10,7 @@ response naming the field; the other requests of the batch are served.
 import json
 
 import triton_python_backend_utils as pb_utils
+from repo_builder_runtime.metrics import PRE, for_model
 from repo_builder_runtime.preprocessing import INPUT_NAMES, Preprocessor
 from repo_builder_runtime.stream_ledger import StreamLedger
 from repo_builder_runtime.triton_io import respond_each, response_parameters_supported
@@ -32,6 +33,7 @@ class TritonPythonModel:
         if self.core.keys_ensemble_streams and not supported:
             self.ledger = StreamLedger.open_for(args.get("model_name", ""), args.get("model_repository", ""))
         self.core.use_response_parameters(supported, self.ledger)
+        self.core.metrics = self.metrics = for_model(pb_utils, args, self.core.params, PRE)
 
     def execute(self, requests):
         return respond_each(
@@ -41,8 +43,10 @@ class TritonPythonModel:
             lambda inputs, request: self.core.process(inputs, request.request_id(), request.requested_output_names()),
             "preprocessing",
             lambda _request: self.core.response_parameters,
+            self.metrics,
         )
 
     def finalize(self):
+        self.metrics.close()
         if self.ledger is not None:
             self.ledger.close()  # postprocessing removes the file; a reloaded preprocessing maps it again

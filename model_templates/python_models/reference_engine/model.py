@@ -6,7 +6,7 @@ vendored ``repo_builder_runtime`` package (engine_core.py, reference.py).
 """
 
 import triton_python_backend_utils as pb_utils
-from repo_builder_runtime.engine_core import TritonEngineModel
+from repo_builder_runtime.engine_phases import PhasedEngineModel
 from repo_builder_runtime.reference import ReferenceBackend
 
 
@@ -14,7 +14,7 @@ class TritonPythonModel:
     """Decoupled: responses go through each request's response sender; otherwise one per request."""
 
     def initialize(self, args):
-        self.engine = TritonEngineModel(pb_utils, args, ReferenceBackend.from_params)
+        self.engine = PhasedEngineModel(pb_utils, args, ReferenceBackend.from_params)
 
     def execute(self, requests):
         return self.engine.execute(requests)

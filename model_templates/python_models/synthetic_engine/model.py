@@ -7,7 +7,7 @@ exclude_input_in_output, max_input_len, max_seq_len. All logic lives in the vend
 """
 
 import triton_python_backend_utils as pb_utils
-from repo_builder_runtime.engine_core import TritonEngineModel
+from repo_builder_runtime.engine_phases import PhasedEngineModel
 from repo_builder_runtime.synthetic import SyntheticBackend
 
 
@@ -15,7 +15,7 @@ class TritonPythonModel:
     """Decoupled: responses go through each request's response sender; otherwise one per request."""
 
     def initialize(self, args):
-        self.engine = TritonEngineModel(pb_utils, args, SyntheticBackend.from_params)
+        self.engine = PhasedEngineModel(pb_utils, args, SyntheticBackend.from_params)
 
     def execute(self, requests):
         return self.engine.execute(requests)

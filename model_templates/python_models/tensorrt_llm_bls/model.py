@@ -48,6 +48,7 @@ from repo_builder_runtime.bls import (
     WiringError,
     stack_rows,
 )
+from repo_builder_runtime.metrics import BLS, for_model
 from repo_builder_runtime.params import ModelParams
 from repo_builder_runtime.triton_io import RequestError, is_client_error, triton_error
 
@@ -222,6 +223,7 @@ class TritonPythonModel:
             decoupled=self.decoupled,
             coalesce=bool(params.bool("coalesce_streaming_responses", False)),
             exclude_input_default=bool(params.bool("exclude_input_in_output", False)),
+            draft_model=params.str("tensorrt_llm_draft_model_name") or None,
         )
         here = os.path.dirname(os.path.abspath(__file__))
         try:
@@ -247,7 +249,11 @@ class TritonPythonModel:
                 post = Postprocessor(json.load(fh))
             post.log = pb_utils.Logger.log_warn
             local[wiring.post_steps[0].model] = post
+        self.metrics = for_model(pb_utils, args, params, BLS)
+        for post in local.values():
+            post.metrics = self.metrics
         self.core = BLSCore(wiring, self.settings, _Caller(local))
+        self.core.metrics = self.metrics
         workers = int(params.int("bls_worker_threads", 256) or 256)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bls")
         self.watchdog = None
@@ -286,6 +292,8 @@ class TritonPythonModel:
                 cancelled=is_cancelled,
             )
         except Exception as exc:  # noqa: BLE001 - every failure becomes this request's error response
+            if isinstance(exc, BLSRequestError):
+                self.metrics.refused(exc.field)
             if not isinstance(exc, (BLSRequestError, BLSStepError)):
                 pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
             if not final_sent:
@@ -310,6 +318,8 @@ class TritonPythonModel:
             )
             return _response(stack_rows(collected) if collected else {})
         except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, BLSRequestError):
+                self.metrics.refused(exc.field)
             if not isinstance(exc, (BLSRequestError, BLSStepError)):
                 pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
             return pb_utils.InferenceResponse(error=_error(exc))
@@ -327,3 +337,4 @@ class TritonPythonModel:
         if self.watchdog is not None:
             self.watchdog.stop()
         self.pool.shutdown(wait=True)
+        self.metrics.close()

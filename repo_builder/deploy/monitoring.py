@@ -1,0 +1,460 @@
+"""Monitoring for a rendered repository: a Prometheus scrape config, a Grafana dashboard, a ServiceMonitor.
+
+The dashboard's panels and their PromQL live in one table, :data:`PANELS`; the dashboard JSON, ``repo-builder
+top`` and tests/e2e/test_metrics.py (which runs every query against a real Prometheus scraping a loaded server)
+all read it. Queries use Triton's own families (``nv_inference_*``, core r24.10), NVIDIA's TensorRT-LLM
+families (``nv_trt_llm_*``, ``nv_llm_*``; tensorrtllm_backend v0.19.0 README "Triton Metrics") and
+repo-builder's (``repo_builder_*``); :mod:`repo_builder.runtime.metrics` defines the latter two and
+docs/metrics.md explains them. Every query selects ``job="<job>"`` (the scrape job), so one Prometheus can
+hold several deployments.
+
+In a query text, ``{job}`` is the job name, ``{window}`` the rate window (Grafana: ``$__rate_interval``;
+tests: a fixed duration) and ``{front}`` a regex of the models clients call (ensemble and BLS models).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .facts import DeployError, DeploymentFacts, check_name
+
+#: the rate window the dashboard uses (Grafana's variable: at least four scrape intervals)
+GRAFANA_WINDOW = "$__rate_interval"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL query of a panel: ``expr`` with ``{job}``/``{window}``/``{front}`` placeholders, and the
+    legend (Grafana ``legendFormat``)."""
+
+    expr: str
+    legend: str
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A dashboard panel: ``key`` (stable id: tests and ``repo-builder top`` use it), row, title, Grafana
+    unit, kind (``timeseries`` or ``stat``), description, queries."""
+
+    key: str
+    row: str
+    title: str
+    unit: str
+    kind: str
+    description: str
+    queries: tuple[Query, ...]
+
+
+_J = 'job="{job}"'
+
+#: Every panel of the dashboard, in order (rows: throughput, latency, queue and KV cache, text-side cost).
+PANELS: tuple[Panel, ...] = (
+    # ---- throughput
+    Panel(
+        "output_tokens_rate",
+        "Throughput",
+        "Generated tokens / s",
+        "short",
+        "timeseries",
+        "Tokens the engine generated per second, counted every iteration.",
+        (Query("sum by (model) (rate(repo_builder_engine_output_tokens_total{" + _J + "}[{window}]))", "{{model}}"),),
+    ),
+    Panel(
+        "requests_rate",
+        "Throughput",
+        "Requests / s (front door)",
+        "reqps",
+        "timeseries",
+        "Successful requests per second of the models clients call (Triton's nv_inference_request_success).",
+        (
+            Query(
+                "sum by (model) (rate(nv_inference_request_success{" + _J + ',model=~"{front}"}[{window}]))',
+                "{{model}}",
+            ),
+        ),
+    ),
+    Panel(
+        "output_tokens_total",
+        "Throughput",
+        "Tokens generated (total)",
+        "short",
+        "stat",
+        "Tokens of the requests the engine finished since it started (NVIDIA's nv_llm_output_token_len sum).",
+        (Query("sum by (model) (nv_llm_output_token_len_sum{" + _J + "})", "{{model}}"),),
+    ),
+    Panel(
+        "finished_by_reason",
+        "Throughput",
+        "Sequences finished / s, by reason",
+        "short",
+        "timeseries",
+        "How sequences ended in the engine: end_id, stop_words, length, stopped, cancelled, error.",
+        (Query("sum by (reason) (rate(repo_builder_engine_finished_total{" + _J + "}[{window}]))", "{{reason}}"),),
+    ),
+    # ---- latency
+    Panel(
+        "ttft",
+        "Latency",
+        "Time to first token (engine)",
+        "s",
+        "timeseries",
+        "From a request's arrival at the engine to its first token: p50 and p95.",
+        (
+            Query(
+                "histogram_quantile(0.5, sum by (le) (rate(repo_builder_engine_first_token_seconds_bucket{"
+                + _J
+                + "}[{window}])))",
+                "p50",
+            ),
+            Query(
+                "histogram_quantile(0.95, sum by (le) (rate(repo_builder_engine_first_token_seconds_bucket{"
+                + _J
+                + "}[{window}])))",
+                "p95",
+            ),
+        ),
+    ),
+    Panel(
+        "itl",
+        "Latency",
+        "Inter-token latency (engine, mean)",
+        "s",
+        "timeseries",
+        "Mean time between two tokens of a sequence.",
+        (
+            Query(
+                "sum(rate(repo_builder_engine_inter_token_seconds_total{"
+                + _J
+                + "}[{window}])) / sum(rate(repo_builder_engine_inter_token_gaps_total{"
+                + _J
+                + "}[{window}]))",
+                "mean",
+            ),
+        ),
+    ),
+    Panel(
+        "request_latency",
+        "Latency",
+        "Request latency (Triton, mean)",
+        "s",
+        "timeseries",
+        "Mean time from Triton receiving a request to its last response (nv_inference_request_duration_us).",
+        (
+            Query(
+                "sum by (model) (rate(nv_inference_request_duration_us{"
+                + _J
+                + ',model=~"{front}"}[{window}])) / 1e6 / sum by (model) (rate(nv_inference_request_success{'
+                + _J
+                + ',model=~"{front}"}[{window}]))',
+                "{{model}}",
+            ),
+        ),
+    ),
+    # ---- queue and KV cache
+    Panel(
+        "engine_requests",
+        "Queue & KV cache",
+        "Engine requests",
+        "short",
+        "timeseries",
+        "NVIDIA's request states: active (held by the engine), scheduled and context (last iteration), waiting.",
+        (
+            Query(
+                "sum by (request_type) (nv_trt_llm_request_metrics{"
+                + _J
+                + ',request_type=~"active|scheduled|context|waiting"})',
+                "{{request_type}}",
+            ),
+        ),
+    ),
+    Panel(
+        "triton_pending",
+        "Queue & KV cache",
+        "Pending in Triton",
+        "short",
+        "timeseries",
+        "Requests Triton holds before a model executes them (nv_inference_pending_request_count).",
+        (Query("sum by (model) (nv_inference_pending_request_count{" + _J + "})", "{{model}}"),),
+    ),
+    Panel(
+        "kv_blocks",
+        "Queue & KV cache",
+        "KV-cache blocks",
+        "short",
+        "timeseries",
+        "Used and free KV-cache blocks (nv_trt_llm_kv_cache_block_metrics).",
+        (
+            Query(
+                "sum by (kv_cache_block_type) (nv_trt_llm_kv_cache_block_metrics{"
+                + _J
+                + ',kv_cache_block_type=~"used|free"})',
+                "{{kv_cache_block_type}}",
+            ),
+        ),
+    ),
+    Panel(
+        "kv_fraction",
+        "Queue & KV cache",
+        "KV cache used",
+        "percentunit",
+        "timeseries",
+        "Used / max KV-cache blocks.",
+        (
+            Query(
+                "max by (model) (nv_trt_llm_kv_cache_block_metrics{" + _J + ',kv_cache_block_type="fraction"})',
+                "{{model}}",
+            ),
+        ),
+    ),
+    # ---- text-side cost
+    Panel(
+        "tokenize_per_request",
+        "Text-side cost",
+        "Tokenize time per request",
+        "s",
+        "timeseries",
+        "Prompt encoding (chat template included) per preprocessed request.",
+        (
+            Query(
+                "sum by (model) (rate(repo_builder_tokenize_seconds_total{"
+                + _J
+                + "}[{window}])) / sum by (model) (rate(repo_builder_tokenize_requests_total{"
+                + _J
+                + "}[{window}]))",
+                "{{model}}",
+            ),
+        ),
+    ),
+    Panel(
+        "word_lists_per_request",
+        "Text-side cost",
+        "Word-list time per request",
+        "s",
+        "timeseries",
+        "Stop/bad word lists and embedding bias per preprocessed request.",
+        (
+            Query(
+                "sum by (model) (rate(repo_builder_word_list_seconds_total{"
+                + _J
+                + "}[{window}])) / sum by (model) (rate(repo_builder_tokenize_requests_total{"
+                + _J
+                + "}[{window}]))",
+                "{{model}}",
+            ),
+        ),
+    ),
+    Panel(
+        "detokenize_per_token",
+        "Text-side cost",
+        "Detokenize time per token",
+        "s",
+        "timeseries",
+        "Turning token ids into text, per token (postprocessing, or the BLS running it in-process).",
+        (
+            Query(
+                "sum by (model) (rate(repo_builder_detokenize_seconds_total{"
+                + _J
+                + "}[{window}])) / sum by (model) (rate(repo_builder_detokenize_tokens_total{"
+                + _J
+                + "}[{window}]))",
+                "{{model}}",
+            ),
+        ),
+    ),
+    Panel(
+        "text_cpu",
+        "Text-side cost",
+        "Text-side CPU (cores)",
+        "short",
+        "timeseries",
+        "Seconds per second spent tokenizing, building word lists and detokenizing, per model and stage.",
+        tuple(
+            Query(
+                "sum by (model) (rate(repo_builder_" + stage + "_seconds_total{" + _J + "}[{window}]))",
+                "{{model}} " + stage,
+            )
+            for stage in ("tokenize", "word_list", "detokenize")
+        ),
+    ),
+    Panel(
+        "refused",
+        "Text-side cost",
+        "Refused requests / s, by reason",
+        "reqps",
+        "timeseries",
+        "Requests refused as the client's mistake, by the model and the request field at fault.",
+        (
+            Query(
+                "sum by (model, reason) (rate(repo_builder_requests_refused_total{" + _J + "}[{window}]))",
+                "{{model}} {{reason}}",
+            ),
+        ),
+    ),
+    Panel(
+        "bls_stream_ends",
+        "Text-side cost",
+        "BLS: cancelled streams and stop strings / s",
+        "reqps",
+        "timeseries",
+        "Streams the client cancelled and streams ended at a stop string, in the BLS.",
+        (
+            Query("sum(rate(repo_builder_streams_cancelled_total{" + _J + "}[{window}]))", "cancelled"),
+            Query("sum(rate(repo_builder_stop_strings_hit_total{" + _J + "}[{window}]))", "stop string"),
+        ),
+    ),
+)
+
+PANEL_BY_KEY: dict[str, Panel] = {p.key: p for p in PANELS}
+
+
+def front_models(facts: DeploymentFacts) -> list[str]:
+    """The models clients call: ensembles and BLS models (``ensemble``, ``NAME_ensemble``, ``tensorrt_llm_bls``...)."""
+    return [m for m in facts.models if m.endswith("ensemble") or m.endswith("tensorrt_llm_bls")]
+
+
+def promql(query: Query, *, job: str, window: str, front: list[str] | str) -> str:
+    """``query`` with its placeholders filled (``front``: model names, joined into a regex)."""
+    regex = front if isinstance(front, str) else "|".join(front) or ".+"
+    return query.expr.replace("{job}", job).replace("{window}", window).replace("{front}", regex)
+
+
+def _check_interval(value: str, key: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[1-9][0-9]*(ms|s|m|h)", value):
+        raise DeployError(f"{key} must be a duration like 5s or 1m, got {value!r}", key=key)
+    return value
+
+
+def prometheus_config(job: str, targets: list[str], *, scrape_interval: str = "5s") -> dict[str, Any]:
+    """A ``prometheus.yml`` (as a dict) with one scrape job for Triton's metrics endpoint(s) ``targets``
+    (``host:port``). Raises DeployError for a bad job name or interval."""
+    check_name(job, key="--job", max_len=63)
+    _check_interval(scrape_interval, "--scrape-interval")
+    if not targets:
+        raise DeployError("no scrape target given", key="--target", hint="e.g. --target localhost:8002")
+    return {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "scrape_configs": [
+            {
+                "job_name": job,
+                "metrics_path": "/metrics",
+                "scrape_interval": scrape_interval,
+                "static_configs": [{"targets": list(targets)}],
+            }
+        ],
+    }
+
+
+def dashboard(facts: DeploymentFacts, job: str, *, title: str | None = None) -> dict[str, Any]:
+    """The Grafana dashboard (JSON model, schemaVersion 39) of :data:`PANELS` for scrape job ``job``, with a
+    ``datasource`` variable of type prometheus."""
+    check_name(job, key="--job", max_len=63)
+    front = front_models(facts)
+    ds = {"type": "prometheus", "uid": "${datasource}"}
+    panels: list[dict[str, Any]] = []
+    y = 0
+    row = None
+    x = 0
+    pid = 1
+    for p in PANELS:
+        if p.row != row:
+            if x:
+                y += 8
+                x = 0
+            row = p.row
+            panels.append(
+                {
+                    "type": "row",
+                    "title": row,
+                    "id": pid,
+                    "collapsed": False,
+                    "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                }
+            )
+            pid += 1
+            y += 1
+        targets = [
+            {
+                "refId": chr(ord("A") + i),
+                "datasource": ds,
+                "expr": promql(q, job=job, window=GRAFANA_WINDOW, front=front),
+                "legendFormat": q.legend,
+            }
+            for i, q in enumerate(p.queries)
+        ]
+        panels.append(
+            {
+                "type": p.kind,
+                "title": p.title,
+                "description": p.description,
+                "id": pid,
+                "datasource": ds,
+                "gridPos": {"h": 8, "w": 6, "x": x, "y": y},
+                "fieldConfig": {"defaults": {"unit": p.unit}, "overrides": []},
+                "options": {},
+                "targets": targets,
+            }
+        )
+        pid += 1
+        x += 6
+        if x >= 24:
+            x = 0
+            y += 8
+    return {
+        "title": title or f"repo-builder: {job}",
+        "uid": f"rb-{job}"[:40],
+        "tags": ["repo-builder", "triton", "tensorrt-llm"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "10s",
+        "time": {"from": "now-30m", "to": "now"},
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Prometheus",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {},
+                    "hide": 0,
+                }
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def service_monitor(name: str, selector: dict[str, str], *, namespace: str | None, interval: str) -> dict[str, Any]:
+    """A prometheus-operator ``ServiceMonitor`` (monitoring.coreos.com/v1) scraping the Service's ``metrics``
+    port every ``interval``."""
+    _check_interval(interval, "--scrape-interval")
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {"app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "repo-builder"}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": meta,
+        "spec": {
+            "selector": {"matchLabels": dict(selector)},
+            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": interval}],
+        },
+    }
+
+
+def monitoring_files(
+    facts: DeploymentFacts, *, job: str, targets: list[str], scrape_interval: str = "5s"
+) -> dict[str, str]:
+    """``{file name: text}``: ``prometheus.yml`` and ``grafana-dashboard.json``."""
+    import yaml
+
+    prom = prometheus_config(job, targets, scrape_interval=scrape_interval)
+    return {
+        "prometheus.yml": yaml.safe_dump(prom, sort_keys=False, default_flow_style=False),
+        "grafana-dashboard.json": json.dumps(dashboard(facts, job), indent=2) + "\n",
+    }

@@ -1,0 +1,316 @@
+"""Layout ``disaggregated`` (``render --layout disaggregated``): the context and generation phases of every
+request on two copies of the engine model, joined by ``disaggregated_serving_bls``.
+
+What NVIDIA's layout holds (triton-inference-server/tensorrtllm_backend v0.19.0
+``all_models/disaggregated_serving/README.md``): ``preprocessing``, ``postprocessing``, ``context`` and
+``generation`` (copies of ``inflight_batcher_llm/tensorrt_llm``; participant ids "1" and "2", GPU ids "0" and
+"1"), ``disaggregated_serving_bls``, and the ensemble with its ``tensorrt_llm`` step renamed to the BLS; no
+``tensorrt_llm_bls``. Launch: ``--world_size 3 --tensorrt_llm_model_name context,generation --multi-model
+--disable-spawn-processes``: "World size should be equal to tp*pp of context model + tp*pp of generation model
++ 1" (the orchestrator, rank 0).
+
+Here the plain repository is planned first (:func:`~repo_builder.render.plan.prepare_render`, one engine for
+both phases, placed once under ``context/1``) and then reshaped: the tensorrt_llm template rendered twice
+(``context``, ``generation``: the same engine dir, their own ``participant_ids``/``gpu_device_ids``), the BLS
+from its own template with the tensorrt_llm tensors minus ``context_phase_params``, the ensemble re-rendered
+with its engine step naming the BLS. For an engine of N = tp x pp ranks the default ids are context
+participants 1..N on GPUs 0..N-1 and generation participants N+1..2N on GPUs N..2N-1 (world size 2N + 1);
+:func:`repo_builder.values.rules.disaggregated_findings` checks given ones. For repo-builder's Python engines
+(HF checkpoint, synthetic) the ids are not rendered and one tritonserver process serves both copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ParameterError, RenderError
+from ..placement import PlacementPlan
+from ..profile.contract import ProfileContract
+from ..repository.lockfile import LOCK_NAME, build_lock, dumps
+from ..repository.pbtxt import parse_model_config, python_instances
+from ..values.rules import disaggregated_findings
+from .options import RenderOptions
+from .plan import PreparedRender, RenderPlan, prepare_render
+from .templates import (
+    _param_formatters,
+    _tidy,
+    make_environment,
+    model_template_vars,
+    render_configs,
+    template_path,
+)
+from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
+from .write import RenderResult, write_plan, write_repository
+
+LAYOUTS = ("inflight_batcher_llm", "disaggregated")
+BLS = "disaggregated_serving_bls"
+#: Parameters only this layout renders (refused by the plain layout, where nothing would read them).
+LAYOUT_PARAMETERS = (
+    "context_model_name",
+    "generation_model_name",
+    "disaggregated_serving_bls_count",
+    "context_participant_ids",
+    "generation_participant_ids",
+    "context_gpu_device_ids",
+    "generation_gpu_device_ids",
+)
+#: Parameters of the plain layout this one replaces by a pair (one per phase).
+_PHASE_KEYS = {"participant_ids": "participant_ids", "gpu_device_ids": "gpu_device_ids"}
+_PROFILES = ("trtllm-1.2",)
+
+
+def check_layout_values(layout: str, profile: str, checked: Mapping[str, Any]) -> None:
+    """Refuse values that the chosen layout would not use (the plain layout: this layout's parameters;
+    this layout: the single-model ``participant_ids``/``gpu_device_ids``, an unknown layout, profile 0.5).
+
+    Raises:
+        RenderError: names ``--layout`` or the parameter.
+    """
+    if layout not in LAYOUTS:
+        raise RenderError(f"unknown layout '{layout}'", key="--layout", hint=f"choose one of {', '.join(LAYOUTS)}")
+    if layout != "disaggregated":
+        given = [k for k in LAYOUT_PARAMETERS if k in checked]
+        if given:
+            raise ParameterError(
+                f"{given[0]} is only read by layout disaggregated",
+                key=given[0],
+                hint="render with --layout disaggregated, or drop the key",
+            )
+        return
+    if profile not in _PROFILES:
+        raise RenderError(
+            f"layout disaggregated needs profile {', '.join(_PROFILES)} (NVIDIA ships it from v0.15.0), not {profile}",
+            key="--layout",
+        )
+    for key in _PHASE_KEYS:
+        if key in checked:
+            raise ParameterError(
+                f"{key} names the ranks of one tensorrt_llm model; layout disaggregated has two",
+                key=key,
+                hint=f"set context_{key} and generation_{key}",
+            )
+
+
+def _default_ids(world: int) -> dict[str, list[list[int]]]:
+    return {
+        "context_participant_ids": [list(range(1, world + 1))],
+        "generation_participant_ids": [list(range(world + 1, 2 * world + 1))],
+        "context_gpu_device_ids": [list(range(world))],
+        "generation_gpu_device_ids": [list(range(world, 2 * world))],
+    }
+
+
+def world_size(values: Mapping[str, Any]) -> int:
+    """Every participant of both phases + 1 (the orchestrator): the ``--world_size`` of NVIDIA's launch."""
+    ranks = {
+        r for key in ("context_participant_ids", "generation_participant_ids") for g in values.get(key) or [] for r in g
+    }
+    return len(ranks) + 1
+
+
+def _moved_placement(placement: PlacementPlan, model: str) -> PlacementPlan:
+    """``placement`` with the engine folder ``tensorrt_llm/1...`` moved to ``<model>/1...``."""
+    if placement.engine_subdir is None:
+        return placement
+
+    def moved(path: str) -> str:
+        head, _, rest = path.partition("/")
+        return f"{model}/{rest}" if head == "tensorrt_llm" else path
+
+    return PlacementPlan(
+        placement.mode,
+        placement.source_dir,
+        moved(placement.engine_subdir),
+        [type(f)(f.source, moved(f.target), f.size) for f in placement.files],
+    )
+
+
+def _bls_contract(contract: ProfileContract) -> Any:
+    """The tensorrt_llm contract entry without ``context_phase_params`` (the BLS's inputs and outputs)."""
+    engine = contract.models["tensorrt_llm"]
+    return engine.model_copy(
+        update={
+            "inputs": [t for t in engine.inputs if t.name != "context_phase_params"],
+            "outputs": [t for t in engine.outputs if t.name != "context_phase_params"],
+        }
+    )
+
+
+def _routed_contract(contract: ProfileContract) -> ProfileContract:
+    """``contract`` with the ensemble's tensorrt_llm step naming the BLS."""
+    ensemble = contract.models["ensemble"]
+    steps = [s.model_copy(update={"model": BLS}) if s.model == "tensorrt_llm" else s for s in ensemble.steps]
+    models = dict(contract.models)
+    models["ensemble"] = ensemble.model_copy(update={"steps": steps})
+    return contract.model_copy(update={"models": models})
+
+
+def _render_bls(profile: str, values: Mapping[str, Any], engine_kind: str, contract: ProfileContract) -> str:
+    """The BLS's config.pbtxt text (parsed once, so a template bug fails here)."""
+    import jinja2
+
+    from ..errors import TemplateError
+
+    path = template_path(profile, BLS)
+    env = make_environment(_param_formatters(profile))
+    variables = model_template_vars(profile, BLS, values, engine_kind)
+    variables.update(contract=_bls_contract(contract), model_name=BLS, engine_kind=engine_kind)
+    try:
+        text = _tidy(env.get_template(f"{profile}/{BLS}/config.pbtxt.j2").render(**variables))
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"template uses an undefined variable: {exc.message}", path=path) from exc
+    parse_model_config(text, path=f"{BLS}/config.pbtxt (rendered from {path})")
+    return text
+
+
+class _Prepared:
+    """The plain plan's preparation plus what this layout needs to reshape it."""
+
+    def __init__(self, prepared: PreparedRender) -> None:
+        self.prepared = prepared
+
+    def finish(self) -> RenderPlan:
+        """Finish the plain plan, then reshape it (see the module docstring).
+
+        Raises:
+            ParameterError: a name or id of :func:`disaggregated_findings` (all of them, one per line).
+        """
+        from .. import __version__
+        from ..engine import engine_fingerprint
+        from ..values.resolve import ResolvedValue
+
+        prep = self.prepared
+        plain = prep.finish()
+        engine, profile, opts = plain.engine, plain.profile, prep.options
+        resolution = plain.resolution
+        is_trt = engine.kind == "trtllm"
+        world = engine.world_size if is_trt else 1
+        if is_trt:
+            for key, ids in _default_ids(world).items():
+                if resolution.values[key].value is None:
+                    resolution.values[key] = ResolvedValue(ids, "engine")
+        values = resolution.as_template_vars()
+        problems = [f for f in disaggregated_findings(world, values) if f.severity == "error"]
+        if problems:
+            raise ParameterError(
+                f"{len(problems)} problem(s) with layout disaggregated:\n"
+                + "\n".join(f"{f.key}: {f.message}" for f in problems),
+                key=problems[0].key,
+            )
+        ctx, gen = str(values["context_model_name"]), str(values["generation_model_name"])
+        contract = prep.contract
+
+        files = {
+            rel: data
+            for rel, data in plain.files.items()
+            if rel != LOCK_NAME and rel.partition("/")[0] not in ("tensorrt_llm", "tensorrt_llm_bls", "ensemble")
+        }
+        engine_files = dict(
+            (rel, data) for rel, data in plain.files.items() if rel.startswith("tensorrt_llm/1/") and rel != LOCK_NAME
+        )
+        for phase, name in (("context", ctx), ("generation", gen)):
+            phase_values = dict(values)
+            phase_values["participant_ids"] = values.get(f"{phase}_participant_ids")
+            phase_values["gpu_device_ids"] = values.get(f"{phase}_gpu_device_ids")
+            text = render_configs(
+                profile, phase_values, engine_kind=engine.kind, contract=contract, names={"tensorrt_llm": name}
+            )["tensorrt_llm"]
+            files[f"{name}/config.pbtxt"] = text.encode()
+            for rel, data in engine_files.items():  # the Python engine's model.py and vendored runtime
+                files[f"{name}/{rel.partition('/')[2]}"] = data
+        files["ensemble/config.pbtxt"] = render_configs(
+            profile, values, engine_kind=engine.kind, contract=_routed_contract(contract)
+        )["ensemble"].encode()
+        bls_text = _render_bls(profile, values, engine.kind, contract)
+        files[f"{BLS}/config.pbtxt"] = bls_text.encode()
+        files[f"{BLS}/1/model.py"] = python_model_source(BLS)
+        for rel, data in runtime_files().items():
+            files[f"{BLS}/1/{RUNTIME_FOLDER}/{rel}"] = data
+        placement = prep.placement
+        targets = {f.target for f in placement.files}
+        clash = sorted(set(files) & targets)
+        if clash:
+            raise RenderError(f"engine file would overwrite a rendered file: {clash[0]}", path=prep.engine_path)
+        instances = {}
+        for rel, data in files.items():
+            if rel.endswith("/config.pbtxt") and rel.count("/") == 1:
+                cfg = parse_model_config(data.decode(), path=rel)
+                if cfg.backend == "python":
+                    instances[rel.partition("/")[0]] = python_instances(cfg)
+        lock = build_lock(
+            version=__version__,
+            profile=profile,
+            engine={
+                "dir": str(prep.engine_path),
+                "kind": engine.kind,
+                "placement": opts.engine_mode,
+                "fingerprint": engine_fingerprint(engine),
+                "engine_dir": str(placement.engine_dir_in(prep.serve_root)),
+            },
+            tokenizer_dir=str(prep.tokenizer_path),
+            values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
+            world_size=world,
+            tensorrt_llm_model_names=[ctx, gen],
+            files=files,
+            serve_path=opts.serve_path,
+            engine_files=[f.target for f in placement.files],
+            tp_size=engine.tp_size if is_trt else 1,
+            pp_size=engine.pp_size if is_trt else 1,
+            python_instances=instances,
+        )
+        if is_trt:  # NVIDIA's launch: --multi-model --disable-spawn-processes --world_size <world_size>
+            lock["launch"]["orchestrator_world_size"] = world_size(values)
+        lock["layout"] = {
+            "name": "disaggregated",
+            "models": {"context": ctx, "generation": gen, "bls": BLS},
+            "orchestrator": is_trt,
+        }
+        if prep.values_source is not None:
+            lock["values_source"] = prep.values_source
+        files[LOCK_NAME] = dumps(lock)
+        return RenderPlan(
+            output=plain.output,
+            serve_root=plain.serve_root,
+            profile=profile,
+            engine=engine,
+            tokenizer=plain.tokenizer,
+            resolution=resolution,
+            placement=placement,
+            files=files,
+            empty_dirs=[
+                f"{m}/1"
+                for m in (ctx, gen, "ensemble")
+                if not any(r.startswith(f"{m}/1/") for r in files) and not any(t.startswith(f"{m}/1/") for t in targets)
+            ],
+            lock=lock,
+            warnings=plain.warnings,
+        )
+
+
+def render_disaggregated_repository(
+    engine_dir: str | Path,
+    tokenizer_dir: str | Path,
+    output: str | Path,
+    options: RenderOptions,
+) -> RenderResult:
+    """Render the disaggregated layout for one engine (both phases) and a tokenizer.
+
+    Raises:
+        whatever :func:`repo_builder.render.render_repository` raises; RenderError (profile, placement);
+        ParameterError naming the key of a bad model name or id.
+    """
+    prepared = prepare_render(engine_dir, tokenizer_dir, output, options)
+    names = {
+        key: prepared.checked.get(key, default)
+        for key, default in (("context_model_name", "context"), ("generation_model_name", "generation"))
+    }
+    bad = disaggregated_findings(1, names)  # the names decide where the engine goes: check them first
+    if bad:
+        raise ParameterError(bad[0].message, key=bad[0].key)
+    prepared.placement = _moved_placement(prepared.placement, str(names["context_model_name"]))
+    job = _Prepared(prepared)
+    if options.dry_run:
+        return write_plan(job.finish(), dry_run=True)
+    return write_repository(prepared.output, prepared.placement, job.finish, progress=options.progress)

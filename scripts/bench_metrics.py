@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Cost of recording one metric event in the served Python models (repo_builder/runtime/metrics.py), in-process.
+
+Times, with ``time.perf_counter_ns`` over many calls: a counter ``inc``, a histogram ``observe``, the same calls on
+``NullMetrics`` (``repo_builder_metrics=false``), the engine observer's ``iteration`` with N running sequences and
+its ``retired``, and a ``flush`` with nothing changed (the push thread's idle tick; the pushes themselves are IPC
+calls into tritonserver, measured on a real server by scripts/bench_server_cpu.py with
+``--set repo_builder_metrics=true|false``).
+
+Usage: ``.venv/bin/python scripts/bench_metrics.py [--calls 200000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from repo_builder.runtime import metrics as M  # noqa: E402
+
+
+def per_call_ns(fn, calls: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter_ns() - t0) / calls)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=200_000)
+    args = ap.parse_args()
+    n = args.calls
+    m = M.ModelMetrics(None, "tensorrt_llm", "1", M.ENGINE)
+    null = M.NULL_METRICS
+    obs = M.EngineMetrics(m, max_active=64, max_seq_len=2048)
+    req = types.SimpleNamespace(prompt=list(range(128)))
+    seqs = [
+        types.SimpleNamespace(
+            req=req, tokens=list(range(32)), finished="length", first_scheduled_ns=1, first_token_ns=2, last_token_ns=9
+        )
+        for _ in range(16)
+    ]
+    rows = [
+        ("counter inc", lambda: m.inc("repo_builder_engine_output_tokens_total", 1.0)),
+        ("histogram observe", lambda: m.observe("repo_builder_engine_first_token_seconds", 0.01)),
+        ("refused (label lookup + inc)", lambda: m.refused("max_tokens")),
+        ("NullMetrics inc (metrics off)", lambda: null.inc("repo_builder_engine_output_tokens_total", 1.0)),
+        ("engine iteration, 16 sequences", lambda: obs.iteration(seqs, 0, 16, 0, 0, 16)),
+        ("engine retired (one sequence)", lambda: obs.retired(seqs[0], 1)),
+    ]
+    for name, fn in rows:
+        print(f"{name:34s} {per_call_ns(fn, n) / 1000:8.3f} us")
+        m.flush()  # drop the histogram observations collected (no Triton here)
+    print(f"{'flush, nothing changed':34s} {per_call_ns(m.flush, n // 100) / 1000:8.3f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Layout disaggregated without a server (repo_builder/render/disaggregated.py): the models and their wiring, the
+ranks computed for a TensorRT-LLM engine, the lock file, and every bad name or id refused naming its key, at
+render and by ``validate`` (TensorRT-LLM engine directories from tests/deploy_support.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from deploy_support import trtllm_engine
+
+from repo_builder.errors import ParameterError, RenderError
+from repo_builder.profile.contract import load_contract
+from repo_builder.render import render_multi_repository, render_repository
+from repo_builder.repository.lockfile import LOCK_NAME, read_lock
+from repo_builder.repository.pbtxt import parse_model_config, string_parameters
+from repo_builder.repository.validate import validate_repository
+from repo_builder.testing import packaged_tokenizer
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    base = tmp_path_factory.mktemp("disagg")
+    return {
+        "tok": packaged_tokenizer("mistral-v1", base / "tok"),
+        "tp2": trtllm_engine(base / "tp2", 2, 1),
+        "tp1": trtllm_engine(base / "tp1", 1, 1),
+    }
+
+
+def config(repo, model):
+    return parse_model_config((repo / model / "config.pbtxt").read_text())
+
+
+def test_tp2_engine_gets_two_phase_models_with_their_ranks(parts, tmp_path):
+    repo = tmp_path / "repo"
+    render_repository(parts["tp2"], parts["tok"], repo, layout="disaggregated")
+    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == [
+        "context",
+        "disaggregated_serving_bls",
+        "ensemble",
+        "generation",
+        "postprocessing",
+        "preprocessing",
+    ]
+    ctx, gen = string_parameters(config(repo, "context")), string_parameters(config(repo, "generation"))
+    assert (ctx["participant_ids"], ctx["gpu_device_ids"]) == ("1,2", "0,1")
+    assert (gen["participant_ids"], gen["gpu_device_ids"]) == ("3,4", "2,3")
+    assert ctx["gpt_model_path"] == gen["gpt_model_path"] == str(repo / "context" / "1")  # one engine, placed once
+    assert sorted(p.name for p in (repo / "context" / "1").iterdir()) == ["config.json", "rank0.engine", "rank1.engine"]
+    lock = read_lock(repo)
+    assert lock["launch"]["world_size"] == 2  # the engine's tp x pp
+    assert lock["launch"]["orchestrator_world_size"] == 5  # 2 + 2 engine ranks + the orchestrator
+    assert lock["launch"]["tensorrt_llm_model_names"] == ["context", "generation"]
+    assert lock["layout"]["models"] == {
+        "context": "context",
+        "generation": "generation",
+        "bls": "disaggregated_serving_bls",
+    }
+    assert lock["values"]["generation_participant_ids"] == {"value": [[3, 4]], "origin": "engine"}
+    assert validate_repository(repo, warnings=True) == []
+
+
+def test_the_bls_has_the_engine_contract_minus_context_phase_params_and_the_ensemble_routes_through_it(parts, tmp_path):
+    repo = tmp_path / "repo"
+    render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated", streaming=False)
+    bls = config(repo, "disaggregated_serving_bls")
+    engine = load_contract("trtllm-1.2").models["tensorrt_llm"]
+    assert [t.name for t in bls.input] == [t.name for t in engine.inputs if t.name != "context_phase_params"]
+    assert [t.name for t in bls.output] == [t.name for t in engine.outputs if t.name != "context_phase_params"]
+    assert bls.backend == "python" and not bls.model_transaction_policy.decoupled
+    params = string_parameters(bls)
+    assert (params["context_model_name"], params["generation_model_name"]) == ("context", "generation")
+    steps = [s.model_name for s in config(repo, "ensemble").ensemble_scheduling.step]
+    assert steps == ["preprocessing", "disaggregated_serving_bls", "postprocessing"]
+    assert (repo / "disaggregated_serving_bls" / "1" / "repo_builder_runtime" / "disagg_bls.py").is_file()
+
+
+def test_names_can_be_chosen(parts, tmp_path):
+    repo = tmp_path / "repo"
+    values = {"context_model_name": "prefill", "generation_model_name": "decode"}
+    render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated", user_values=values)
+    assert config(repo, "prefill").name == "prefill" and config(repo, "decode").name == "decode"
+    assert read_lock(repo)["launch"]["tensorrt_llm_model_names"] == ["prefill", "decode"]
+
+
+@pytest.mark.parametrize(
+    ("values", "key"),
+    [
+        ({"participant_ids": "1"}, "participant_ids"),
+        ({"gpu_device_ids": "0"}, "gpu_device_ids"),
+        ({"generation_model_name": "context"}, "generation_model_name"),
+        ({"context_model_name": "ensemble"}, "context_model_name"),
+        ({"context_model_name": "a/b"}, "context_model_name"),
+        ({"context_participant_ids": "1"}, "context_participant_ids"),  # tp2: two ids per instance
+        ({"context_participant_ids": "0,1"}, "context_participant_ids"),  # rank 0 is the orchestrator
+        ({"context_participant_ids": "1,2", "generation_participant_ids": "2,3"}, "generation_participant_ids"),
+        ({"generation_gpu_device_ids": "2,2"}, "generation_gpu_device_ids"),
+    ],
+)
+def test_bad_names_and_ids_are_refused_naming_the_key(parts, tmp_path, values, key):
+    repo = tmp_path / "repo"
+    with pytest.raises((ParameterError, RenderError)) as err:
+        render_repository(parts["tp2"], parts["tok"], repo, layout="disaggregated", user_values=values)
+    assert err.value.key == key or key in str(err.value)
+    assert re.search(rf"\b{key}\b", str(err.value))
+    assert not repo.exists()
+
+
+def test_layout_keys_and_layouts_are_checked(parts, tmp_path):
+    with pytest.raises(ParameterError, match="context_model_name is only read by layout disaggregated"):
+        render_repository(parts["tp1"], parts["tok"], tmp_path / "a", user_values={"context_model_name": "x"})
+    with pytest.raises(RenderError, match="unknown layout 'disagg'") as err:
+        render_repository(parts["tp1"], parts["tok"], tmp_path / "b", layout="disagg")
+    assert err.value.key == "--layout"
+    with pytest.raises(RenderError, match="layout disaggregated needs profile trtllm-1.2"):
+        render_repository(parts["tp1"], parts["tok"], tmp_path / "c", layout="disaggregated", profile="trtllm-0.5")
+    with pytest.raises(RenderError, match="serves one LLM"):
+        render_multi_repository(
+            [("a", parts["tp1"], parts["tok"]), ("b", parts["tp1"], parts["tok"])],
+            tmp_path / "d",
+            layout="disaggregated",
+        )
+
+
+def test_validate_finds_a_hand_broken_layout(parts, tmp_path):
+    repo = tmp_path / "repo"
+    render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated")
+    (repo / LOCK_NAME).unlink()  # a hand-edited repository: only the configs speak
+    ens = repo / "ensemble" / "config.pbtxt"
+    ens.write_text(ens.read_text().replace('"disaggregated_serving_bls"', '"generation"'))
+    gen = repo / "generation" / "config.pbtxt"
+    gen.write_text(gen.read_text().replace('string_value: "2"', 'string_value: "1"'))
+    bls = repo / "disaggregated_serving_bls" / "config.pbtxt"
+    bls.write_text(bls.read_text().replace('string_value: "context"', 'string_value: "prefill"'))
+    problems = [str(p) for p in validate_repository(repo)]
+    assert any("ensemble/config.pbtxt" in p and "is a phase of disaggregated_serving_bls" in p for p in problems)
+    assert any(
+        p.startswith("disaggregated_serving_bls/config.pbtxt") and "context_model_name 'prefill'" in p for p in problems
+    )
+    bls.write_text(bls.read_text().replace('string_value: "prefill"', 'string_value: "context"'))
+    problems = [str(p) for p in validate_repository(repo)]
+    assert any(
+        p.startswith("generation/config.pbtxt") and "participant_ids: rank 1 is also in" in p for p in problems
+    ), problems
+
+
+def test_dry_run_lists_the_layouts_files(parts, tmp_path):
+    result = render_repository(parts["tp1"], parts["tok"], tmp_path / "repo", layout="disaggregated", dry_run=True)
+    assert not (tmp_path / "repo").exists()
+    assert "disaggregated_serving_bls/config.pbtxt" in result.plan.files
+    assert json.loads(result.plan.files[LOCK_NAME])["layout"]["name"] == "disaggregated"
+
+
+def test_launch_and_deploy_refuse_the_orchestrator_mode_they_do_not_start(parts, tmp_path):
+    from repo_builder.deploy.facts import DeployError, read_facts
+    from repo_builder.errors import LaunchError
+    from repo_builder.server.config import LaunchConfig, resolve_plan, scan_repository
+
+    repo = tmp_path / "repo"
+    render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated")
+    assert read_lock(repo)["launch"]["orchestrator_world_size"] == 3
+    with pytest.raises(LaunchError, match="--world_size 3") as err:
+        resolve_plan(LaunchConfig(model_repo=repo), scan_repository(repo), cpu_count=2, have_mpirun=True)
+    assert err.value.key == "launch.orchestrator_world_size"
+    with pytest.raises(DeployError) as err:
+        read_facts(repo)
+    assert err.value.key == "launch.orchestrator_world_size"
