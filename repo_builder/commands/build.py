@@ -315,8 +315,8 @@ def inspect(
 
     lock = read_lock(path) if path.is_dir() else None
     if lock is not None:
-        data: dict[str, Any] = {"repository": str(path), "lock": lock}
-        engine_dir = (lock.get("engine") or {}).get("dir")
+        data: dict[str, Any] = {"repository": str(path), "lock": lock.data}
+        engine_dir = lock.engine.dir
         if engine_dir and Path(engine_dir).is_dir():
             try:
                 data["engine"] = _engine_facts(inspect_engine(engine_dir))
@@ -330,27 +330,23 @@ def inspect(
     from rich.table import Table
 
     console = _console()
-    if "lock" in data:
-        lk = data["lock"]
+    if lock is not None:
         console.print(
-            f"repository {path}: profile {lk.get('profile')}, engine {lk.get('engine', {}).get('kind')} "
-            f"at {lk.get('engine', {}).get('dir')} ({lk.get('engine', {}).get('placement')}), "
-            f"world size {lk.get('launch', {}).get('world_size')}"
+            f"repository {path}: profile {lock.profile}, engine {lock.engine.kind} "
+            f"at {lock.engine.dir} ({lock.engine.placement}), "
+            f"world size {lock.launch.world_size}"
         )
-        from ..repository.lockfile import lock_llms
-
-        for llm in lock_llms(lk):
-            if llm.get("name"):  # several LLMs: each with its own engine, tokenizer and values
-                engine = llm.get("engine") or {}
+        for llm in lock.llms:
+            if llm.name:  # several LLMs: each with its own engine, tokenizer and values
                 console.print(
-                    f"LLM {llm['name']}: models {', '.join(sorted(llm.get('models', {}).values()))}; "
-                    f"engine {engine.get('kind')} at {engine.get('dir')}; tokenizer "
-                    f"{(llm.get('tokenizer') or {}).get('dir')}"
+                    f"LLM {llm.name}: models {', '.join(sorted(llm.models.values()))}; "
+                    f"engine {llm.engine.get('kind')} at {llm.engine.get('dir')}; tokenizer "
+                    f"{llm.tokenizer.get('dir')}"
                 )
-            t = Table(title=f"values of {llm['name']}" if llm.get("name") else "values")
+            t = Table(title=f"values of {llm.name}" if llm.name else "values")
             for col in ("parameter", "value", "origin"):
                 t.add_column(col)
-            for name, entry in (llm.get("values") or {}).items():
+            for name, entry in llm.values.items():
                 t.add_row(name, _fmt(entry.get("value")), str(entry.get("origin")))
             console.print(t)
     if "engine" in data:

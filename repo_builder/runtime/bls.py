@@ -27,7 +27,7 @@ stop strings (:mod:`.bls_responses`), and here the flow (:class:`BLSCore`); thei
 
 Facts: the field renames and validation rules follow NVIDIA's BLS (tensorrtllm_backend
 ``all_models/inflight_batcher_llm/tensorrt_llm_bls``, ``lib/decode.py`` and ``lib/triton_decoder.py``
-at commit c2e65b8; string stop words from v0.19.0), see ../shared/docs/upstream-reference.md §2.5.
+at commit c2e65b8; string stop words from tag v0.19.0).
 """
 
 from __future__ import annotations

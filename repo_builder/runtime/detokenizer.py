@@ -2,7 +2,8 @@
 
 Why this exists: upstream postprocessing decodes each streamed response's new tokens on their own, so
 SentencePiece word spaces vanish (``decode([▁is]) == "is"``, B24) and characters split over several
-byte tokens turn into U+FFFD (``decode([235]) == "\\ufffd"``, B25); see ../shared/cases/README.md.
+byte tokens turn into U+FFFD (``decode([235]) == "\\ufffd"``, B25; tensorrtllm_backend
+``postprocessing/1/model.py`` at commit c2e65b8).
 
 Algorithm (one :class:`IncrementalDetokenizer` per request, sequence and beam):
 
@@ -149,7 +150,7 @@ class IncrementalDetokenizer:
     Not thread-safe: one object belongs to one stream; :class:`DetokenizerCache` serialises access.
     """
 
-    __slots__ = ("_decode", "_cleanup", "_k", "_max_window", "_ids", "_emitted", "tokens_seen", "chars_emitted")
+    __slots__ = ("_decode", "_cleanup", "_k", "_max_window", "_ids", "_emitted")
 
     def __init__(
         self,
@@ -167,8 +168,6 @@ class IncrementalDetokenizer:
         self._max_window = max(max_window_tokens, 4 * context_tokens)
         self._ids: list[int] = []  # the window ids[p:]
         self._emitted = 0  # characters of decode(window) already emitted
-        self.tokens_seen = 0  # tokens added so far (all steps)
-        self.chars_emitted = 0  # characters emitted so far (all steps)
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, skip_special_tokens: bool = True, **kwargs: Any) -> IncrementalDetokenizer:
@@ -198,7 +197,6 @@ class IncrementalDetokenizer:
         new = [int(t) for t in new_ids]
         if not new:
             return ""
-        self.tokens_seen += len(new)
         self._ids.extend(new)
         text = self._decode(self._ids)
         end = len(text) - self._held(text)
@@ -213,7 +211,6 @@ class IncrementalDetokenizer:
             delta += text[self._emitted :]
             self._emitted = len(text)
             self._trim(text, force=True)
-        self.chars_emitted += len(delta)
         return delta
 
     def flush(self, drop_partial: bool = False) -> str:
@@ -230,7 +227,6 @@ class IncrementalDetokenizer:
         if drop_partial:
             delta = delta.rstrip(REPLACEMENT_CHAR)
         self._emitted = len(text)
-        self.chars_emitted += len(delta)
         return delta
 
     def _trim(self, text: str, force: bool = False) -> None:

@@ -72,8 +72,11 @@ def _stderr(message: str) -> None:
 
 
 def _flag(array: np.ndarray | None, b: int) -> Any:
+    """Row ``b``'s first value of a ``[batch, 1]`` input (row 0 when the input has a single row), or None."""
     if array is None:
         return None
+    if type(array) is np.ndarray and array.size == 1:  # every streamed response: one row, one value
+        return array.item()
     a = np.asarray(array)
     a = a.reshape(a.shape[0] if a.ndim else 1, -1)
     row = a[b] if a.shape[0] > b else a[0]
@@ -150,19 +153,19 @@ class Postprocessor:
         batch, beam, length = t.shape
         lengths = inputs.get("SEQUENCE_LENGTH")
         if lengths is None:
-            seq_len = np.full((batch, beam), length, dtype=np.int64)
+            seq_lens = [[length] * beam for _ in range(batch)]
         else:
             seq_len = np.asarray(lengths).reshape(-1)
             if seq_len.size != batch * beam:
                 raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
-            seq_len = seq_len.reshape(batch, beam)
+            seq_lens = seq_len.reshape(batch, beam).tolist()  # Python ints: one conversion, not one per row
         # every row is checked before any state changes; ids as Python lists (one tolist per sequence)
         row_ids: list[list[list[int]]] = []
         vocab = self.vocab_size
         for b in range(batch):
             row_ids.append([])
             for k in range(beam):
-                ids = t[b, k, : max(0, min(int(seq_len[b, k]), length))].tolist()
+                ids = t[b, k, : max(0, min(int(seq_lens[b][k]), length))].tolist()
                 if ids and min(ids) < 0:
                     check_token_ids("TOKENS_BATCH", t[b, k, : len(ids)], None)  # raises, naming the id
                 if ids and max(ids) >= vocab:
