@@ -233,3 +233,15 @@ def test_model_refuses_to_load_when_the_two_files_differ(rendered, tmp_path, key
     yaml_path.write_text(text_before)  # the rendered pair passes the check and reaches the LLM factory
     with pytest.raises(ModelLoadError, match="failed to start"):
         LLMAPIModel(object(), args, llm_factory=no_llm)
+
+
+@pytest.mark.parametrize("layout", ["disaggregated", "whisper"])
+def test_other_layouts_are_refused_naming_the_flag(tiny_llama, tmp_path, layout):
+    from typer.testing import CliRunner
+
+    from repo_builder.cli import app
+
+    args = ["render", "--profile", PROFILE, "--checkpoint-dir", str(tiny_llama), "--output", str(tmp_path / "r")]
+    res = CliRunner().invoke(app, [*args, "--layout", layout])
+    assert res.exit_code != 0 and "--layout" in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "r").exists()

@@ -143,7 +143,8 @@ def render(
         "inflight_batcher_llm",
         "--layout",
         help="inflight_batcher_llm (default) | disaggregated: context and generation copies of the engine model "
-        "joined by disaggregated_serving_bls (docs/layouts.md).",
+        "joined by disaggregated_serving_bls | whisper: whisper_bls + an encoder-decoder tensorrt_llm from the "
+        "Whisper checkpoint given as --engine-dir (docs/layouts.md).",
     ),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
@@ -167,6 +168,12 @@ def render(
                 hint="add --profile llmapi-1.2, or pass the checkpoint as --engine-dir (CPU reference engine)",
             )
         engine_dir = checkpoint_dir
+    if llmapi and layout != "inflight_batcher_llm":
+        raise RenderError(
+            f"--layout {layout} is not for profile {profile} (one tensorrt_llm model over the LLM API)",
+            key="--layout",
+            hint="drop --layout",
+        )
 
     options = RenderOptions(
         profile=profile,
@@ -182,6 +189,9 @@ def render(
         layout=layout,
         draft_engine_dir=draft_engine_dir,
     )
+    if layout == "whisper":
+        _render_whisper(engine_dir, tokenizer_dir, output, options, bool(model))
+        return
     if model:
         if engine_dir is not None or tokenizer_dir is not None:
             raise RenderError(
@@ -227,6 +237,39 @@ def render(
         f"{verb} {plan.output}: profile {plan.profile}, {len(plan.files)} files, engine {plan.engine.kind} "
         f"({plan.placement.mode}, {len(plan.placement.files)} file(s)), world size "
         f"{plan.lock['launch']['world_size']}"
+    )
+
+
+def _render_whisper(
+    engine_dir: Path | None, tokenizer_dir: Path | None, output: Path, options: Any, several: bool
+) -> None:
+    """``render --layout whisper``: the checkpoint is --engine-dir (its tokenizer is read from it).
+
+    Raises:
+        RenderError: --model, a --tokenizer-dir other than the checkpoint, no --engine-dir, or --dry-run /
+            --force / --draft-engine-dir (not supported by this layout); whatever the renderer raises.
+    """
+    from ..errors import RenderError
+    from ..render.whisper import render_whisper_repository
+
+    if several or engine_dir is None:
+        raise RenderError(
+            "layout whisper renders one Whisper checkpoint", key="--engine-dir", hint="--engine-dir CHECKPOINT"
+        )
+    if tokenizer_dir is not None and Path(tokenizer_dir).resolve() != Path(engine_dir).resolve():
+        raise RenderError(
+            "layout whisper reads the tokenizer from the checkpoint", key="--tokenizer-dir", hint="drop --tokenizer-dir"
+        )
+    for flag, on in (("--dry-run", options.dry_run), ("--force", options.force)):
+        if on:
+            raise RenderError(f"{flag} is not supported by layout whisper yet", key=flag)
+    if options.draft_engine_dir is not None:
+        raise RenderError("layout whisper has no draft model", key="--draft-engine-dir")
+    result = render_whisper_repository(engine_dir, output, options)
+    f = result.facts
+    typer.echo(
+        f"rendered {result.output}: layout whisper, {len(result.files)} files, {f.num_mel_bins} mels, "
+        f"{f.num_languages} languages, max_tokens {result.values['whisper_max_tokens'][0]}"
     )
 
 

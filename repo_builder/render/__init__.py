@@ -87,8 +87,8 @@ def render_repository(
                 key="--draft-engine-dir",
                 hint="set speculative_config.* (decoding_type, max_draft_len, speculative_model) instead",
             )
-        if opts.layout == "disaggregated":
-            raise RenderError(f"the disaggregated layout is not for profile {opts.profile}", key="--layout")
+        if opts.layout != "inflight_batcher_llm":
+            raise RenderError(f"layout {opts.layout} is not for profile {opts.profile}", key="--layout")
         prepared = prepare_llmapi_render(engine_dir, tokenizer_dir, output, opts)
     else:
         if tokenizer_dir is None:

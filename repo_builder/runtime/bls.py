@@ -285,9 +285,11 @@ class BLSCore:
             row_plan = plan if plan.batch_size == 1 else parse_request(row, self.settings)
 
             def row_send(outputs: Mapping[str, np.ndarray] | None, final: bool, _i: int = i) -> None:
-                if outputs is not None and plan.batch_size > 1 and BATCH_INDEX in outputs:
+                # every row's answer says which row it is (the engine call had one row, so the engine sent
+                # none), as NVIDIA's backend tags each row's response of a batched request
+                if outputs is not None and plan.batch_size > 1 and BATCH_INDEX in names:
                     outputs = dict(outputs)
-                    outputs[BATCH_INDEX] = np.full_like(outputs[BATCH_INDEX], _i)
+                    outputs[BATCH_INDEX] = np.array([[_i]], dtype=np.int32)
                 hold(outputs, final)
 
             self._run_row(row, row_plan, names, row_send, f"{rid_base}{next(_request_ids)}", cancelled)

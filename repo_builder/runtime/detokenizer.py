@@ -29,7 +29,9 @@ and for valid UTF-8 no delta contains U+FFFD.
 
 Documented edges (the only ones where the deltas differ from ``decode`` of the whole sequence):
 
-1. **Without** :meth:`IncrementalDetokenizer.flush`, a held tail is not emitted: a sequence that ends
+1. **Without** :meth:`IncrementalDetokenizer.flush`, a held tail is not emitted (and
+   :meth:`DetokenizerCache.finish`, the servers' end of a stream, drops a trailing U+FFFD run: a client
+   never gets U+FFFD for a character cut by ``max_tokens``): a sequence that ends
    inside a UTF-8 character (cut by ``max_tokens``), or ends with a literal U+FFFD, or (clean-up
    tokenizers only) ends with a partial clean-up pattern such as a trailing space. The ensemble's
    postprocessing cannot know that a response is the last one, so it cannot flush; and since it keys
@@ -211,12 +213,19 @@ class IncrementalDetokenizer:
             self._trim(text, force=True)
         return delta
 
-    def flush(self) -> str:
-        """End of stream: return the held tail (may contain U+FFFD for a cut-off character)."""
+    def flush(self, drop_partial: bool = False) -> str:
+        """End of stream: return the held tail (may contain U+FFFD for a cut-off character).
+
+        ``drop_partial``: leave out a trailing run of U+FFFD, i.e. a character the stream's end cut inside
+        (``max_tokens`` reached mid-character); what a server sends its client, which cannot complete the
+        character later. Without it the tail is exactly what ``decode`` of the whole sequence shows.
+        """
         if not self._ids:
             return ""
         text = self._decode(self._ids)
         delta = text[self._emitted :] if len(text) > self._emitted else ""
+        if drop_partial:
+            delta = delta.rstrip(REPLACEMENT_CHAR)
         self._emitted = len(text)
         return delta
 
@@ -304,7 +313,8 @@ class DetokenizerCache:
             return state.add(new_ids)
 
     def finish(self, key: Hashable) -> str:
-        """End the stream ``key``: return its held tail (``flush``) and drop its state."""
+        """End the stream ``key``: return its held tail (``flush(drop_partial=True)``: no U+FFFD for a
+        character the end cut inside) and drop its state."""
         with self._lock:
             state = self._states.pop(key, None)
-        return state.flush() if state is not None else ""
+        return state.flush(drop_partial=True) if state is not None else ""

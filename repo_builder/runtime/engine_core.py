@@ -256,7 +256,7 @@ class TritonEngineModel:
                 continue
             if parsed.stop:
                 self.scheduler.stop_request(parsed.request_id)
-                sink.send({} if not self.decoupled else None, final=True)
+                sink.send({}, final=True)  # an empty response, flagged final (a bare flag can be dropped)
                 continue
             group = self.make_group(request, parsed, sink)
             if group is not None:
@@ -266,7 +266,7 @@ class TritonEngineModel:
     def make_group(self, request: Any, parsed: ParsedRequest, sink: ResponseSink) -> RequestGroup | None:
         """The request group the scheduler runs for a parsed request; None when it is already answered
         (a hook for :class:`.engine_phases.PhasedEngineModel`)."""
-        return RequestGroup(parsed, sink, self.io)
+        return RequestGroup(parsed, sink, self.io, split_rows=self.decoupled)
 
     def finalize(self) -> None:
         """Stop the scheduler; unfinished requests get an error response."""

@@ -149,6 +149,8 @@ def served_name(repo: Path) -> str:
     """The served model id(s), quoted and comma-separated (``'alpha', 'beta'`` for several LLMs)."""
     from ..repository.lockfile import read_serving_info
 
+    if (Path(repo) / "repo-builder.whisper.json").is_file():  # layout whisper (repo_builder/openai/audio.py)
+        return "'whisper'"
     try:
         return ", ".join(f"'{info.model_name}'" for info in read_serving_info(repo))
     except Exception:  # noqa: BLE001 - only for the message
