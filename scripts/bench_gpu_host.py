@@ -286,7 +286,9 @@ def make_llama_1b(dest: Path, tokenizer_dir: str) -> Path:
         model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(str(dest))
     for item in Path(tokenizer_dir).iterdir():
-        if item.is_file():
+        # only the tokenizer's files: a tokenizer folder that holds a model's config.json
+        # (llama2_hf_tokenizer does) must not replace the config just saved
+        if item.is_file() and item.name not in ("config.json", "generation_config.json"):
             shutil.copy2(item, dest / item.name)
     n = sum(p.numel() for p in model.parameters())
     print(f"# llama1b: {n / 1e9:.2f}B parameters at {dest}", flush=True)
