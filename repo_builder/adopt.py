@@ -354,11 +354,13 @@ def _unset(text: str) -> bool:
     return text.strip() == "" or PLACEHOLDER_RE.search(text) is not None
 
 
-def _dtype_values(profile: str, roles: Mapping[str, AdoptedModel]) -> dict[str, tuple[str, AdoptedModel, str]]:
-    """{dtype parameter: (dtype, model, tensor)} from the tensors the contract types by a parameter."""
+def _dtype_values(profile: str, roles: Mapping[str, AdoptedModel]) -> list[tuple[str, str, AdoptedModel, str]]:
+    """[(dtype parameter, dtype, model, tensor)] for every tensor the contract types by a parameter, in
+    :data:`ROLE_ORDER`: the first one of a parameter is its value, a later one with another dtype a "disagree"
+    finding (e.g. a BLS whose ``prompt_embedding_table`` is TYPE_FP16 while the engine's was filled TYPE_BF16)."""
     from .profile.contract import load_contract
 
-    out: dict[str, tuple[str, AdoptedModel, str]] = {}
+    out: list[tuple[str, str, AdoptedModel, str]] = []
     contract = load_contract(profile)
     for role in ROLE_ORDER:
         m, cm = roles.get(role), contract.models.get(role)
@@ -367,8 +369,8 @@ def _dtype_values(profile: str, roles: Mapping[str, AdoptedModel]) -> dict[str, 
         specs = {s.name: s for s in [*cm.inputs, *cm.outputs] if s.data_type_param}
         for t in [*m.config.input, *m.config.output]:
             spec = specs.get(t.name)
-            if spec is not None and spec.data_type_param and spec.data_type_param not in out:
-                out[spec.data_type_param] = (dtype_name(t.data_type), m, t.name)
+            if spec is not None and spec.data_type_param:
+                out.append((spec.data_type_param, dtype_name(t.data_type), m, t.name))
     return out
 
 
@@ -444,7 +446,7 @@ def _read_values(
             if key in placed_keys[role]:
                 continue
             findings.append(_unplaced_key(schema, profile, m, key, pv.string_value))
-    for name, (dtype, m, tensor) in _dtype_values(profile, roles).items():
+    for name, dtype, m, tensor in _dtype_values(profile, roles):
         if name in params:
             place(name, params[name], dtype, m, f"{tensor} data_type")
     return values, where

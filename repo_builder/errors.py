@@ -8,7 +8,12 @@ its traceback.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError as PydanticValidationError
 
 
 class RepoBuilderError(Exception):
@@ -64,14 +69,6 @@ class RenderError(RepoBuilderError):
     """Writing the repository failed (output exists, placement failed, lock file problem)."""
 
 
-class ValidationError(RepoBuilderError):
-    """A repository failed `repo-builder validate`; ``problems`` holds one line per problem."""
-
-    def __init__(self, problems: list[str], *, path: str | Path | None = None) -> None:
-        self.problems = list(problems)
-        super().__init__(f"{len(self.problems)} problem(s):\n" + "\n".join(self.problems), path=path)
-
-
 class LaunchError(RepoBuilderError):
     """tritonserver could not be found, started, made ready or stopped."""
 
@@ -103,3 +100,52 @@ class ClientError(RepoBuilderError):
 
 class ModelConversionError(RepoBuilderError):
     """A packaged model (``repo-builder model``) is not installed, or converting it into a checkpoint failed."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One error of a pydantic ``ValidationError``, in the terms repo-builder's messages use.
+
+    Attributes:
+        loc: the key path (``("build_config", "max_batch_size")``; list indexes as text).
+        message: pydantic's message without its ``"Value error, "`` prefix.
+        kind: pydantic's error type (``missing``, ``int_type``, ``extra_forbidden``, ...).
+        input: the value at fault (None for a missing key).
+    """
+
+    loc: tuple[str, ...]
+    message: str
+    kind: str
+    input: Any = None
+
+    @property
+    def key(self) -> str:
+        """``loc`` dotted (``build_config.max_batch_size``), ``(top level)`` when empty."""
+        return ".".join(self.loc) or "(top level)"
+
+    @property
+    def missing(self) -> bool:
+        return self.kind == "missing"
+
+
+def field_problems(exc: PydanticValidationError) -> list[FieldProblem]:
+    """Every error of a pydantic ``ValidationError`` as a :class:`FieldProblem`: the one reader of pydantic's
+    error dicts (the CLI, engine config, lock file and launch block messages are built from it)."""
+    return [
+        FieldProblem(
+            loc=tuple(str(x) for x in err.get("loc", ())),
+            message=str(err.get("msg", "invalid")).removeprefix("Value error, "),
+            kind=str(err.get("type", "")),
+            input=err.get("input"),
+        )
+        for err in exc.errors(include_url=False)
+    ]
+
+
+def field_problems_text(exc: PydanticValidationError, *, limit: int = 3) -> str:
+    """The first ``limit`` problems as ``key.path: message`` (``missing`` for a missing key), ``;``-joined,
+    with ``(and N more)`` when there are more."""
+    problems = field_problems(exc)
+    parts = [f"{p.key}: {'missing' if p.missing else p.message}" for p in problems[:limit]]
+    more = len(problems) - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")

@@ -1,5 +1,8 @@
 """Import shim: this module moved to :mod:`repo_builder.repository.lockfile` (issue 21); import from there."""
 
+from .errors import (
+    field_problems_text as validation_text,  # noqa: F401
+)
 from .repository.lockfile import (  # noqa: F401
     LOCK_NAME as LOCK_NAME,
 )
@@ -62,7 +65,4 @@ from .repository.lockfile import (
 )
 from .repository.lockfile import (
     unlisted_files as unlisted_files,
-)
-from .repository.lockfile import (
-    validation_text as validation_text,
 )

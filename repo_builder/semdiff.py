@@ -212,8 +212,8 @@ def _repo_builder_parameter(c: Change) -> bool:
 
 
 _MULTIMODAL = re.compile(
-    r"^(input|output) (IMAGE_|VIDEO_|PIXEL_VALUES|ASPECT_RATIO|CROSS_ATTENTION_MASK|ATTENTION_MASK|IS_VIDEO|VISION_|"
-    r"image_|video_|decoder_|DECODER_|REQUEST_DECODER)"
+    r"^(input|output) (IMAGE_|IMAGES$|VIDEO_|PIXEL_VALUES|ASPECT_RATIO|CROSS_ATTENTION_MASK|ATTENTION_MASK|"
+    r"IS_VIDEO|VISION_|image_|video_|decoder_|DECODER_|REQUEST_DECODER)"
     r"|^step \S+ (input|output)_map\[(DECODER_QUERY|DECODER_INPUT_ID|REQUEST_DECODER_INPUT_LEN|decoder_input_\w+)\]"
 )
 
@@ -377,7 +377,9 @@ FIXES: tuple[Fix, ...] = (
         "newer-contract-tensors",
         "new_inputs",
         "tensors of the profile's contract (TensorRT-LLM 1.2 request inputs such as min_tokens, seed, "
-        "return_num_input_tokens and their outputs) that the filled template predates; optional for clients",
+        "return_num_input_tokens and their outputs) that the filled template predates, the v0.5-v0.19 names "
+        "min_length/random_seed the contract keeps for old clients, and engine inputs the ensemble and BLS now "
+        "wire (lookahead_*, retention_*); optional for clients",
         _in_contract,
     ),
     Fix(
@@ -392,7 +394,12 @@ FIXES: tuple[Fix, ...] = (
                 or (
                     c.model == "preprocessing"
                     and c.item
-                    in ("parameter multimodal_model_path", "parameter max_num_images", "parameter gpt_model_path")
+                    in (
+                        "parameter multimodal_model_path",
+                        "parameter max_num_images",
+                        "parameter hf_model_path",
+                        "parameter gpt_model_path",
+                    )
                 )
             )
         ),

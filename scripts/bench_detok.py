@@ -21,7 +21,7 @@ Issue 5's goal: incremental per-token cost at 8192 within 1.3x of the cost at 64
 
 Usage::
 
-    .venv/bin/python scripts/bench_detok.py ../shared/assets/llama2_tokenizer ../shared/assets/gpt2_tokenizer \\
+    .venv/bin/python scripts/bench_detok.py /path/to/llama2_tokenizer /path/to/gpt2_tokenizer \\
         [--lengths 64 1024 8192] [--repeat 3] [--full-max 8192] [--min-tokens 8192] [--json out.json]
 
 Not a test: it only measures and prints.
@@ -131,7 +131,7 @@ def bench(tokenizer_dir: str, lengths: list[int], repeat: int, full_max: int, mi
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("tokenizer_dirs", nargs="+", help="tokenizer directories (e.g. ../shared/assets/llama2_tokenizer)")
+    ap.add_argument("tokenizer_dirs", nargs="+", help="tokenizer directories (e.g. /path/to/llama2_tokenizer)")
     ap.add_argument("--lengths", type=int, nargs="+", default=[64, 1024, 8192], help="generated tokens per stream")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest counts")
     ap.add_argument("--full-max", type=int, default=8192, help="skip full-decode above this many tokens")

@@ -35,7 +35,7 @@ The engine files are deleted afterwards (``--keep`` keeps them).
 Usage::
 
     .venv/bin/python scripts/bench_render.py [--size 4GiB] [--small-size 4KiB] [--repeats 5] \\
-        [--tokenizer-dir ../shared/assets/llama2_tokenizer] [--workdir /tmp] [--json results/render.json]
+        [--tokenizer-dir /path/to/llama2_tokenizer] [--workdir /tmp] [--json results/render.json]
 """
 
 from __future__ import annotations

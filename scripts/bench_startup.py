@@ -18,6 +18,12 @@ cumulative microseconds) to say where the remaining time goes.
 Usage::
 
     .venv/bin/python scripts/bench_startup.py [--repeats 5] [--importtime] [--json results/startup.json]
+        [--before DIR]
+
+``--before DIR`` also runs ``--help`` and the render with ``PYTHONPATH=DIR`` (an older ``repo_builder``
+package, e.g. ``git archive COMMIT repo_builder | tar -x -C DIR``), in the same rotation, for a before/after
+in one run; the render is also run with ``REPO_BUILDER_NO_CACHE=1`` (the on-disk caches of
+``repo_builder.filecache`` off; Jinja2's bytecode cache stays on).
 """
 
 from __future__ import annotations
@@ -40,10 +46,12 @@ from bench_common import fmt, load_average, machine, summary  # noqa: E402
 _CLI = "from repo_builder.cli import main; main()"
 
 
-def _run(argv: list[str], cwd: Path) -> tuple[float, float]:
-    """Run ``argv``; return (wall seconds, child CPU seconds). Raises SystemExit naming the command on failure."""
+def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Run ``argv`` (``env``: extra environment variables); return (wall seconds, child CPU seconds). Raises
+    SystemExit naming the command on failure."""
+    full_env = {**os.environ, **env} if env else None
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -73,6 +81,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--importtime", action="store_true", help="also list the render's slowest imports")
     parser.add_argument("--json", type=Path, help="write raw times here")
+    parser.add_argument("--before", type=Path, help="an older repo_builder tree (its parent folder) to compare")
     args = parser.parse_args()
 
     from repo_builder.testing import packaged_tokenizer
@@ -96,18 +105,26 @@ def main() -> int:
                 "--output", str(out), "--engine-mode", "reference",
             ],
         }  # fmt: skip
+        envs: dict[str, dict[str, str]] = {}
+        if args.before:
+            before = str(args.before.resolve())
+            for name in ("repo-builder --help", "repo-builder render (reference)"):
+                commands[f"{name}, before"] = commands[name]
+                envs[f"{name}, before"] = {"PYTHONPATH": before}
+            commands["repo-builder render (reference), cache off"] = commands["repo-builder render (reference)"]
+            envs["repo-builder render (reference), cache off"] = {"REPO_BUILDER_NO_CACHE": "1"}
         # The CLI reads sys.argv; `python -c CODE args` puts the args after "-c".
         raw: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in commands}
         # Warm the page cache and .pyc files once (untimed).
-        for argv in commands.values():
+        for name, argv in commands.items():
             shutil.rmtree(out, ignore_errors=True)
-            _run(argv, work)
+            _run(argv, work, envs.get(name))
         names = list(commands)
         for rep in range(args.repeats):
             order = names[rep % len(names) :] + names[: rep % len(names)]
             for name in order:
                 shutil.rmtree(out, ignore_errors=True)
-                wall, cpu = _run(commands[name], work)
+                wall, cpu = _run(commands[name], work, envs.get(name))
                 raw[name]["wall"].append(wall)
                 raw[name]["cpu"].append(cpu)
         info["load_average_end"] = load_average()

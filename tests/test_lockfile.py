@@ -124,6 +124,22 @@ def test_read_lock_absent(tmp_path):
     assert read_lock(tmp_path) is None
 
 
+def test_read_lock_gives_the_lock_file_every_consumer_reads(rendered):
+    """read_lock returns a LockFile: its JSON object as read, ``llms`` always a list (one unnamed entry for a
+    single-LLM repository) and ``models`` from the files' <model>/config.pbtxt."""
+    eng, out = rendered
+    lock = read_lock(out)
+    assert lock is not None
+    assert lock.data == json.loads((out / LOCK_NAME).read_text())
+    assert lock.engine.dir == str(eng.resolve()) and lock.launch.world_size == 2
+    assert lock.models == ("ensemble", "postprocessing", "preprocessing", "tensorrt_llm", "tensorrt_llm_bls")
+    (llm,) = lock.llms
+    assert llm.name is None and llm.engine == lock.data["engine"]
+    assert llm.tokenizer == {"dir": str(asset(TOK).resolve())}
+    assert llm.models == {m: m for m in lock.models}
+    assert llm.resolved["max_queue_size"] == 4
+
+
 @pytest.mark.parametrize(
     "launch, key",
     [

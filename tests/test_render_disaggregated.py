@@ -49,7 +49,7 @@ def test_tp2_engine_gets_two_phase_models_with_their_ranks(parts, tmp_path):
     assert (gen["participant_ids"], gen["gpu_device_ids"]) == ("3,4", "2,3")
     assert ctx["gpt_model_path"] == gen["gpt_model_path"] == str(repo / "context" / "1")  # one engine, placed once
     assert sorted(p.name for p in (repo / "context" / "1").iterdir()) == ["config.json", "rank0.engine", "rank1.engine"]
-    lock = read_lock(repo)
+    lock = read_lock(repo).data
     assert lock["launch"]["world_size"] == 2  # the engine's tp x pp
     assert lock["launch"]["orchestrator_world_size"] == 5  # 2 + 2 engine ranks + the orchestrator
     assert lock["launch"]["tensorrt_llm_model_names"] == ["context", "generation"]
@@ -82,7 +82,7 @@ def test_names_can_be_chosen(parts, tmp_path):
     values = {"context_model_name": "prefill", "generation_model_name": "decode"}
     render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated", user_values=values)
     assert config(repo, "prefill").name == "prefill" and config(repo, "decode").name == "decode"
-    assert read_lock(repo)["launch"]["tensorrt_llm_model_names"] == ["prefill", "decode"]
+    assert read_lock(repo).data["launch"]["tensorrt_llm_model_names"] == ["prefill", "decode"]
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,7 @@ def test_launch_and_deploy_refuse_the_orchestrator_mode_they_do_not_start(parts,
 
     repo = tmp_path / "repo"
     render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated")
-    assert read_lock(repo)["launch"]["orchestrator_world_size"] == 3
+    assert read_lock(repo).data["launch"]["orchestrator_world_size"] == 3
     with pytest.raises(LaunchError, match="--world_size 3") as err:
         resolve_plan(LaunchConfig(model_repo=repo), scan_repository(repo), cpu_count=2, have_mpirun=True)
     assert err.value.key == "launch.orchestrator_world_size"

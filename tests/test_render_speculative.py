@@ -47,7 +47,7 @@ def test_the_draft_model_is_rendered_and_named_by_the_bls(parts, tmp_path):
     assert params(repo, "tensorrt_llm_bls")["tensorrt_llm_draft_model_name"] == "tensorrt_llm_draft"
     assert params(repo, "tensorrt_llm_draft")["gpt_model_path"] == str(parts["draft"].resolve())
     assert params(repo, "tensorrt_llm")["gpt_model_path"] == str(repo / "tensorrt_llm" / "1")
-    lock = read_lock(repo)
+    lock = read_lock(repo).data
     assert lock["launch"]["tensorrt_llm_model_names"] == ["tensorrt_llm", "tensorrt_llm_draft"]
     assert lock["draft"]["dir"] == str(parts["draft"].resolve())
     assert validate_repository(repo) == []

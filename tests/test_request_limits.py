@@ -146,17 +146,57 @@ def test_num_return_sequences_zero_is_refused_by_bls_and_engine(pre):
     assert engine_parse(engine_inputs(num_return_sequences=1), IO12, ENGINE).rows
 
 
-@pytest.mark.parametrize("bad", [-5, 32000, 2**31 - 1])
-def test_postprocessing_refuses_token_ids_outside_the_vocabulary(post, bad):
+def test_postprocessing_refuses_negative_token_ids(post):
     """Item 12: an OverflowError from the tokenizer before; now a request error naming TOKENS_BATCH."""
     with pytest.raises(RequestError) as err:
-        post.process(
-            {"TOKENS_BATCH": np.array([[[1, bad, 3]]], np.int32), "SEQUENCE_LENGTH": np.array([[3]], np.int32)}
-        )
-    assert err.value.field == "TOKENS_BATCH" and f"token id {bad} at position [1]" in str(err.value)
-    assert "[0, 32000)" in str(err.value)
+        post.process({"TOKENS_BATCH": np.array([[[1, -5, 3]]], np.int32), "SEQUENCE_LENGTH": np.array([[3]], np.int32)})
+    assert err.value.field == "TOKENS_BATCH" and "token id -5 at position [1]" in str(err.value)
     # ids past SEQUENCE_LENGTH are padding and are not looked at
     out = post.process(
-        {"TOKENS_BATCH": np.array([[[1, 415, bad]]], np.int32), "SEQUENCE_LENGTH": np.array([[2]], np.int32)}
+        {"TOKENS_BATCH": np.array([[[1, 415, -5]]], np.int32), "SEQUENCE_LENGTH": np.array([[2]], np.int32)}
     )
     assert out["OUTPUT"].reshape(-1)[0]
+
+
+def test_postprocessing_drops_ids_past_the_tokenizer_and_logs_once(post):
+    """Issue 28: ids at or past len(tokenizer) (a padded engine vocabulary) decode as nothing, on the whole and
+    the streaming path, logged once per instance."""
+    logged: list[str] = []
+    post.log = logged.append
+    expected = post.decode([1, 415, 3])
+    for bad in (32000, 32063, 2**31 - 1):
+        out = post.process(
+            {"TOKENS_BATCH": np.array([[[1, bad, 415, 3]]], np.int32), "SEQUENCE_LENGTH": np.array([[4]], np.int32)}
+        )
+        assert out["OUTPUT"].reshape(-1)[0].decode() == expected
+    streamed = post.process(
+        {"TOKENS_BATCH": np.array([[[1, 415, 32001]]], np.int32), "SEQUENCE_LENGTH": np.array([[3]], np.int32)},
+        request_id="r1",
+    )
+    assert "\ufffd" not in streamed["OUTPUT"].reshape(-1)[0].decode()
+    assert len(logged) == 1 and "token id 32000" in logged[0] and "tokenizer's size 32000" in logged[0]
+
+
+def test_postprocessing_never_ends_a_text_with_a_cut_character(post, tok_dir):
+    """Issue 28: max_tokens cutting inside a UTF-8 character (byte-fallback ids 235, 194 of "迭") gives no
+    U+FFFD: not in a whole decode, not at the end of a stream the caller flushes."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    ids = [*tok.encode("Hello", add_special_tokens=False), 235, 194]
+    assert tok.decode(ids).endswith("\ufffd")  # what a plain decode would send
+    seq = np.array([[len(ids)]], np.int32)
+    whole = post.process({"TOKENS_BATCH": np.array([[ids]], np.int32), "SEQUENCE_LENGTH": seq})
+    assert whole["OUTPUT"].reshape(-1)[0].decode() == "Hello"
+    streamed = ""
+    for i, t in enumerate(ids):
+        out = post.process(
+            {
+                "TOKENS_BATCH": np.array([[[t]]], np.int32),
+                "SEQUENCE_LENGTH": np.array([[1]], np.int32),
+                "FLUSH": np.array([[i == len(ids) - 1]], bool),
+            },
+            request_id="cut-1",
+        )
+        streamed += out["OUTPUT"].reshape(-1)[0].decode()
+    assert streamed == "Hello"

@@ -218,3 +218,13 @@ def test_no_tokenizer_means_required_tokenizer_dir(engine_copy):
     eng = inspect_engine(engine_copy("v0.8-mistral-7b-dolphin"))
     with pytest.raises(ParameterError, match="tokenizer_dir: required but unset; pass --tokenizer-dir"):
         resolve("trtllm-1.2", eng, None, {})
+
+
+def test_prechecked_values_and_rank_files_are_not_checked_again(engine_copy, sp_tok):
+    """Render types the user's values and checks the rank files before the engine copy starts; resolve(...,
+    prechecked=True) trusts both (each check runs once on the render path)."""
+    eng = inspect_engine(engine_copy("old-llama2-7b-tp4", ranks=2))
+    res = resolve("trtllm-1.2", eng, sp_tok, {"end_id": 7}, prechecked=True)
+    assert res["end_id"] == 7 and res.origin("end_id") == "user"
+    with pytest.raises(EngineError, match="world size 4.*found 2 rank"):
+        resolve("trtllm-1.2", eng, sp_tok, {"end_id": 7})

@@ -368,6 +368,79 @@ def test_draft_and_multimodal_names_are_known_to_the_schema():
     }
 
 
+# ---------------------------------------------------------------- checks that were inline in resolve() (issue 21)
+def _validate_lines(repo: Path, engine: Path) -> list[str]:
+    return [str(p) for p in validate_repository(repo, engine_dir=engine, warnings=True) if "sha256" not in p.message]
+
+
+def test_python_backend_without_decoupled_is_refused_by_render_and_validate_b29(tmp_path, tok):
+    engine = write_engine(tmp_path / "engine")
+    with pytest.raises(ParameterError, match=r"triton_backend: python with a TensorRT-LLM engine needs decoupled mode"):
+        render_repository(
+            engine, tok, tmp_path / "dry", user_values={"triton_backend": "python"}, streaming=False, dry_run=True
+        )
+    repo = tmp_path / "repo"
+    render_repository(engine, tok, repo, user_values={"triton_backend": "python"}, streaming=True)
+    assert _validate_lines(repo, engine) == []
+    path = repo / "tensorrt_llm" / "config.pbtxt"
+    path.write_text(path.read_text().replace("decoupled: true", "decoupled: false"))
+    backend_line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t.startswith("backend:"))
+    assert _validate_lines(repo, engine) == [
+        f"tensorrt_llm/config.pbtxt:{backend_line}: backend: python with a TensorRT-LLM engine needs decoupled mode "
+        "(the Python backend model only runs decoupled); set --streaming or triton_backend=tensorrtllm (B29)"
+    ]
+
+
+def test_tokenizer_larger_than_the_engine_vocabulary_is_refused_by_render_and_validate(tmp_path, tok):
+    small = write_engine(tmp_path / "small", config("new", pretrained_config={"vocab_size": 1000}))
+    needle = (
+        "tokenizer_dir: the tokenizer has 32000 tokens but the engine's vocabulary is 1000: ids above 999 would be "
+        f"out of range (wrong tokenizer for {small}?)"
+    )
+    severity, text = _render_text(small, tok, tmp_path / "dry", {})
+    assert severity == "error" and needle in text, text
+    repo = tmp_path / "repo"
+    render_repository(write_engine(tmp_path / "engine"), tok, repo, engine_mode="reference")
+    got = _validate_lines(repo, small)
+    assert len(got) == 1 and got[0].endswith(f": {needle}"), got  # at the tokenizer_dir line of a text model
+    where, line = got[0].split(":")[:2]
+    assert "tokenizer_dir" in (repo / where).read_text().splitlines()[int(line) - 1]
+
+
+def test_the_rules_of_render_only_inputs_need_those_inputs(tmp_path):
+    """Without the user's values, --streaming, a tokenizer or the profile (validate's view of a filled repository)
+    the streaming-flag, end-id, vocabulary and unset rules find nothing; with them they do."""
+    from repo_builder.engine import inspect_engine
+    from repo_builder.tokenizer import TokenizerInfo
+    from repo_builder.values.rules import check
+
+    engine = inspect_engine(write_engine(tmp_path / "e", config("new", pretrained_config={"vocab_size": 10})))
+    values = {"decoupled_mode": True, "end_id": None, "triton_backend": "tensorrtllm", "tokenizer_dir": None}
+    assert check(engine, values) == []
+    tokenizer = TokenizerInfo(
+        dir=Path("/t"), class_name="LlamaTokenizerFast", vocab_size=11, special_ids_error="no end id found in /t"
+    )
+    params = load_schema().for_profile("trtllm-1.2")
+    got = {
+        f.key: f.message
+        for f in check(
+            engine,
+            values,
+            tokenizer=tokenizer,
+            user={"decoupled_mode": False},
+            streaming=True,
+            params={"tokenizer_dir": params["tokenizer_dir"]},
+        )
+    }
+    assert got["decoupled_mode"] == "False contradicts --streaming; give only one of them"
+    assert got["end_id"] == "no end id found in /t (B20)"
+    assert got["tokenizer_dir"].startswith("required but unset")
+    vocab = check(engine, {}, tokenizer=tokenizer)
+    assert [f.message.split(":")[0] for f in vocab if f.key == "tokenizer_dir"] == [
+        "the tokenizer has 11 tokens but the engine's vocabulary is 10"
+    ]
+
+
 def test_engine_without_kv_cache_says_what_it_can_serve(tmp_path, tok):
     sections = {
         "build_config": {

@@ -112,6 +112,29 @@ def test_chat_template_qwen3_user_message():
     assert text.startswith("<|im_start|>user\nHi there<|im_end|>") and text.endswith("<|im_start|>assistant\n")
 
 
+def _template_ids(tok, messages) -> list[int]:
+    got = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    return list(got["input_ids"] if hasattr(got, "keys") else got)
+
+
+@pytest.mark.parametrize("name", ["llama3_tokenizer", "qwen3_tokenizer"])
+def test_prompt_already_holding_the_chat_template_is_not_templated_again(name):
+    """Issue 28: a client (or repo-builder openai) that rendered the chat itself sends the rendered text; with
+    apply_chat_template on, preprocessing must encode it as it is: one template, one BOS, the ids of
+    apply_chat_template(tokenize=True). Also for a conversation with a system turn. A plain prompt, also
+    one that names a role, is still templated."""
+    tok = load(name)
+    once = render_chat(tok, "Hi there")
+    assert render_chat(tok, once) == once
+    assert encode_prompt(tok, once, chat_template=True) == _template_ids(tok, [{"role": "user", "content": "Hi there"}])
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    rendered = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert render_chat(tok, rendered) == rendered
+    assert encode_prompt(tok, rendered, chat_template=True) == _template_ids(tok, chat)
+    plain = "You are the assistant. What is the user asking?"
+    assert render_chat(tok, plain) != plain and plain in render_chat(tok, plain)
+
+
 # ---- B34: lengths ------------------------------------------------------------------------------------
 
 

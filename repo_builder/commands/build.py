@@ -134,7 +134,8 @@ def render(
         "inflight_batcher_llm",
         "--layout",
         help="inflight_batcher_llm (default) | disaggregated: context and generation copies of the engine model "
-        "joined by disaggregated_serving_bls (docs/layouts.md).",
+        "joined by disaggregated_serving_bls | whisper: whisper_bls + an encoder-decoder tensorrt_llm from the "
+        "Whisper checkpoint given as --engine-dir (docs/layouts.md).",
     ),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
@@ -160,6 +161,9 @@ def render(
         layout=layout,
         draft_engine_dir=draft_engine_dir,
     )
+    if layout == "whisper":
+        _render_whisper(engine_dir, tokenizer_dir, output, options, bool(model))
+        return
     if model:
         if engine_dir is not None or tokenizer_dir is not None:
             raise RenderError(
@@ -193,6 +197,39 @@ def render(
         f"{verb} {plan.output}: profile {plan.profile}, {len(plan.files)} files, engine {plan.engine.kind} "
         f"({plan.placement.mode}, {len(plan.placement.files)} file(s)), world size "
         f"{plan.lock['launch']['world_size']}"
+    )
+
+
+def _render_whisper(
+    engine_dir: Path | None, tokenizer_dir: Path | None, output: Path, options: Any, several: bool
+) -> None:
+    """``render --layout whisper``: the checkpoint is --engine-dir (its tokenizer is read from it).
+
+    Raises:
+        RenderError: --model, a --tokenizer-dir other than the checkpoint, no --engine-dir, or --dry-run /
+            --force / --draft-engine-dir (not supported by this layout); whatever the renderer raises.
+    """
+    from ..errors import RenderError
+    from ..render.whisper import render_whisper_repository
+
+    if several or engine_dir is None:
+        raise RenderError(
+            "layout whisper renders one Whisper checkpoint", key="--engine-dir", hint="--engine-dir CHECKPOINT"
+        )
+    if tokenizer_dir is not None and Path(tokenizer_dir).resolve() != Path(engine_dir).resolve():
+        raise RenderError(
+            "layout whisper reads the tokenizer from the checkpoint", key="--tokenizer-dir", hint="drop --tokenizer-dir"
+        )
+    for flag, on in (("--dry-run", options.dry_run), ("--force", options.force)):
+        if on:
+            raise RenderError(f"{flag} is not supported by layout whisper yet", key=flag)
+    if options.draft_engine_dir is not None:
+        raise RenderError("layout whisper has no draft model", key="--draft-engine-dir")
+    result = render_whisper_repository(engine_dir, output, options)
+    f = result.facts
+    typer.echo(
+        f"rendered {result.output}: layout whisper, {len(result.files)} files, {f.num_mel_bins} mels, "
+        f"{f.num_languages} languages, max_tokens {result.values['whisper_max_tokens'][0]}"
     )
 
 
@@ -315,8 +352,8 @@ def inspect(
 
     lock = read_lock(path) if path.is_dir() else None
     if lock is not None:
-        data: dict[str, Any] = {"repository": str(path), "lock": lock}
-        engine_dir = (lock.get("engine") or {}).get("dir")
+        data: dict[str, Any] = {"repository": str(path), "lock": lock.data}
+        engine_dir = lock.engine.dir
         if engine_dir and Path(engine_dir).is_dir():
             try:
                 data["engine"] = _engine_facts(inspect_engine(engine_dir))
@@ -330,27 +367,23 @@ def inspect(
     from rich.table import Table
 
     console = _console()
-    if "lock" in data:
-        lk = data["lock"]
+    if lock is not None:
         console.print(
-            f"repository {path}: profile {lk.get('profile')}, engine {lk.get('engine', {}).get('kind')} "
-            f"at {lk.get('engine', {}).get('dir')} ({lk.get('engine', {}).get('placement')}), "
-            f"world size {lk.get('launch', {}).get('world_size')}"
+            f"repository {path}: profile {lock.profile}, engine {lock.engine.kind} "
+            f"at {lock.engine.dir} ({lock.engine.placement}), "
+            f"world size {lock.launch.world_size}"
         )
-        from ..repository.lockfile import lock_llms
-
-        for llm in lock_llms(lk):
-            if llm.get("name"):  # several LLMs: each with its own engine, tokenizer and values
-                engine = llm.get("engine") or {}
+        for llm in lock.llms:
+            if llm.name:  # several LLMs: each with its own engine, tokenizer and values
                 console.print(
-                    f"LLM {llm['name']}: models {', '.join(sorted(llm.get('models', {}).values()))}; "
-                    f"engine {engine.get('kind')} at {engine.get('dir')}; tokenizer "
-                    f"{(llm.get('tokenizer') or {}).get('dir')}"
+                    f"LLM {llm.name}: models {', '.join(sorted(llm.models.values()))}; "
+                    f"engine {llm.engine.get('kind')} at {llm.engine.get('dir')}; tokenizer "
+                    f"{llm.tokenizer.get('dir')}"
                 )
-            t = Table(title=f"values of {llm['name']}" if llm.get("name") else "values")
+            t = Table(title=f"values of {llm.name}" if llm.name else "values")
             for col in ("parameter", "value", "origin"):
                 t.add_column(col)
-            for name, entry in (llm.get("values") or {}).items():
+            for name, entry in llm.values.items():
                 t.add_row(name, _fmt(entry.get("value")), str(entry.get("origin")))
             console.print(t)
     if "engine" in data:

@@ -91,7 +91,7 @@ def launch(
     options = dict(locals())
     from pydantic import ValidationError as PydanticValidationError
 
-    from ..errors import LaunchError
+    from ..errors import LaunchError, field_problems
     from ..server.config import LaunchConfig
     from ..server.run import launch as run_launch
 
@@ -111,9 +111,9 @@ def launch(
             server_args=list(server_arg or []),
         )
     except PydanticValidationError as exc:
-        err = exc.errors()[0]
-        field = str(err["loc"][0]) if err.get("loc") else "option"
-        raise LaunchError(f"{err['msg']} (got {err.get('input')!r})", key=f"--{field}") from None
+        first = field_problems(exc)[0]
+        field = first.loc[0] if first.loc else "option"
+        raise LaunchError(f"{first.message} (got {first.input!r})", key=f"--{field}") from None
     code = run_launch(config, echo=typer.echo, follow_log=not quiet, dry_run=dry_run)
     raise typer.Exit(code)
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import RepoBuilderError
-from ..repository.lockfile import LOCK_NAME, lock_llms, read_launch, require_lock
+from ..repository.lockfile import LOCK_NAME, read_launch, require_lock
 
 #: DNS-1123 label (Kubernetes object names used as pod hostnames, Slurm job names stay readable too).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -132,18 +131,6 @@ class DeploymentFacts:
         return gpus_per_node
 
 
-def _section(entry: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """``entry[key]`` when it is a mapping (a lock-file section), else an empty dict."""
-    value = entry.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _models(files: dict) -> tuple[str, ...]:
-    return tuple(
-        sorted({rel.split("/", 1)[0] for rel in files if rel.count("/") == 1 and rel.endswith("/config.pbtxt")})
-    )
-
-
 def read_facts(repo: str | Path) -> DeploymentFacts:
     """Read :class:`DeploymentFacts` from ``repo``'s lock file.
 
@@ -166,8 +153,8 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
             hint="render the default layout for a deployment, or launch by hand (docs/layouts.md)",
         )
     notes: list[str] = []
-    files = lock["files"]
-    models = _models(files)
+    files = lock.files
+    models = lock.models
     if not models:
         raise DeployError(
             "the lock file lists no <model>/config.pbtxt", path=path, key="files", hint="re-render the repository"
@@ -188,10 +175,10 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
             f"{LOCK_NAME} predates launch.python_instances: assuming 1 instance per Python model "
             f"({', '.join(sorted(instances))}); re-render for exact /dev/shm sizes"
         )
-    llms = lock_llms(lock)
+    llms = lock.llms
     engine_dirs, tokenizer_dirs = [], []
     for llm in llms:
-        engine = _section(llm, "engine")
+        engine = llm.engine
         engine_dir = engine.get("engine_dir") or engine.get("dir")
         if not isinstance(engine_dir, str) or not engine_dir:
             raise DeployError(
@@ -201,24 +188,24 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
                 hint="re-render the repository",
             )
         engine_dirs.append(engine_dir)
-        tokenizer = _section(llm, "tokenizer")
+        tokenizer = llm.tokenizer
         if isinstance(tokenizer.get("dir"), str) and tokenizer["dir"]:
             tokenizer_dirs.append(tokenizer["dir"])
-    first_engine = _section(llms[0], "engine")
-    serve_path = lock.get("serve_path") or str(root.absolute())
+    first_engine = llms[0].engine
+    serve_path = lock.serve_path or str(root.absolute())
     defaults = LaunchConfig.model_fields
     return DeploymentFacts(
         repo=root,
         lock_path=path,
         serve_path=str(serve_path),
-        profile=str(lock.get("profile", "")),
+        profile=str(lock.profile),
         world_size=launch.world_size,
         tp_size=launch.tp_size,
         pp_size=launch.pp_size,
         tensorrt_llm_models=tuple(launch.tensorrt_llm_model_names),
         models=models,
         python_instances=instances,
-        llms=tuple(str(llm["name"]) for llm in llms if llm.get("name")),
+        llms=tuple(llm.name for llm in llms if llm.name),
         engine_dirs=tuple(engine_dirs),
         engine_kind=str(first_engine.get("kind", "trtllm")),
         tokenizer_dirs=tuple(tokenizer_dirs),

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
-from ..errors import EngineError
+from ..errors import EngineError, field_problems
 
 
 def show_value(value: Any) -> str:
@@ -231,14 +231,13 @@ def check_config(model: type[BaseModel], data: Any, path: Path, *, what: str = "
         model.model_validate(data)
     except ValidationError as exc:
         lines = []
-        for err in exc.errors():
-            key = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
-            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-            if err.get("type") in _PYDANTIC_TYPE_TEXT:
-                msg = _PYDANTIC_TYPE_TEXT[err["type"]]
-                if err["type"] != "missing":
-                    msg += f", got {show_value(err.get('input'))}"
-            lines.append((key, msg))
+        for problem in field_problems(exc):
+            msg = problem.message
+            if problem.kind in _PYDANTIC_TYPE_TEXT:
+                msg = _PYDANTIC_TYPE_TEXT[problem.kind]
+                if not problem.missing:
+                    msg += f", got {show_value(problem.input)}"
+            lines.append((problem.key, msg))
         hint = what or "engine_dir must hold the config.json written by trtllm-build"
         if len(lines) == 1:
             raise EngineError(lines[0][1], key=lines[0][0], path=path, hint=hint) from None

@@ -62,7 +62,12 @@ def create_app(
         RepoBuilderError: see :func:`load_served_models`.
     """
     from contextlib import asynccontextmanager
+    from pathlib import Path
 
+    from .audio import WHISPER_MARKER, create_audio_app
+
+    if model is None and (Path(config.repo) / WHISPER_MARKER).is_file():  # layout whisper: audio transcriptions
+        return create_audio_app(config)
     models = [model] if model is not None else load_served_models(config)
     routes = routing_table(config, models, [backend] if backend is not None else None)
     api_key = config.api_key

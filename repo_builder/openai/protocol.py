@@ -1,4 +1,5 @@
-"""OpenAI API request/response models (pydantic) and the OpenAI error shape; no serving code here.
+"""OpenAI API request models (pydantic) and the OpenAI error shape; no serving code here (the answer bodies
+are built by :mod:`repo_builder.openai.responses`).
 
 Requests follow OpenAI's API reference for ``POST /v1/completions`` and ``POST /v1/chat/completions``
 (field names, types, ranges: ``temperature`` 0..2, ``top_p`` 0..1, penalties -2..2). Like OpenAI, an
@@ -15,7 +16,6 @@ carries the HTTP status; :func:`validation_error` turns a pydantic error into on
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
@@ -54,19 +54,6 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         """The response body: ``{"error": {"message", "type", "param", "code"}}``."""
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-class ErrorInfo(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    """OpenAI's error body."""
-
-    error: ErrorInfo
 
 
 #: Names pydantic puts in an error location for the member of a union that failed (not request fields).
@@ -341,66 +328,3 @@ def unsupported(req: SamplingFields, *, has_chat_template: bool = True) -> None:
                 param="messages",
                 code="no_chat_template",
             )
-
-
-# ---------------------------------------------------------------------------------------------- responses
-
-
-class Usage(BaseModel):
-    """Token counts: ``prompt_tokens`` as the engine received them, ``completion_tokens`` as it generated them."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class CompletionChoice(BaseModel):
-    index: int = 0
-    text: str
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"] | None = None
-
-
-class CompletionResponse(BaseModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[CompletionChoice]
-    usage: Usage
-    system_fingerprint: str | None = None
-
-
-class AssistantMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str
-    refusal: None = None
-
-
-class ChatChoice(BaseModel):
-    index: int = 0
-    message: AssistantMessage
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"] | None = None
-
-
-class ChatCompletionResponse(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-    system_fingerprint: str | None = None
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "repo-builder"
-
-
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]

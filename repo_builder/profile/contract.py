@@ -22,8 +22,12 @@ from .yamlio import safe_load
 MODEL_NAMES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 #: Models only a layout other than inflight_batcher_llm renders (``render --layout``): {layout: models with a
 #: template of their own}. ``disaggregated`` also renders ``context`` and ``generation`` from the tensorrt_llm
-#: template (repo_builder/render/disaggregated.py).
-LAYOUT_MODELS: dict[str, tuple[str, ...]] = {"disaggregated": ("disaggregated_serving_bls",)}
+#: template (repo_builder/render/disaggregated.py); ``whisper`` renders its own ``tensorrt_llm`` template,
+#: ``whisper_tensorrt_llm`` (repo_builder/render/whisper.py).
+LAYOUT_MODELS: dict[str, tuple[str, ...]] = {
+    "disaggregated": ("disaggregated_serving_bls",),
+    "whisper": ("whisper_bls",),
+}
 LAYOUT_MODEL_NAMES: tuple[str, ...] = tuple(m for models in LAYOUT_MODELS.values() for m in models)
 
 

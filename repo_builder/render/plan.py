@@ -152,7 +152,13 @@ class PreparedRender:
         )
         engine_dir_value = placement.engine_dir_in(self.serve_root)
         resolution = resolve(
-            profile, engine, tokenizer, self.checked, streaming=opts.streaming, engine_dir_in_repo=str(engine_dir_value)
+            profile,
+            engine,
+            tokenizer,
+            self.checked,
+            streaming=opts.streaming,
+            engine_dir_in_repo=str(engine_dir_value),
+            prechecked=True,
         )
         values = resolution.as_template_vars()
         render_contract = self.contract

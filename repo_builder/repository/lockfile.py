@@ -26,7 +26,10 @@ them (``None``). :func:`read_launch` checks the block of a lock file repo-builde
 (``render --model``) has an ``llms`` list too (:func:`build_multi_lock`, :func:`lock_llms`).
 
 :func:`read_lock` checks the file against :class:`LockFile` (a pydantic model; unknown keys are kept, so a
-newer repo-builder's lock file still reads) and names the key path of the first problems.
+newer repo-builder's lock file still reads), names the key path of the first problems and returns the
+:class:`LockFile` every consumer reads: :attr:`LockFile.llms` is always a list of :class:`LockLLM` (one entry
+for a single-LLM repository), :attr:`LockFile.models` the Triton models it holds (:func:`lock_models`, the one
+scan of ``files`` for ``<model>/config.pbtxt``), :attr:`LockFile.data` the file's JSON object as read.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from ..errors import RenderError, RepoBuilderError
+from ..errors import RenderError, RepoBuilderError, field_problems, field_problems_text
 
 LOCK_NAME = "repo-builder.lock.json"
 
@@ -103,8 +106,60 @@ class LockLaunch(LaunchBlock):
     tensorrt_llm_model_names: list[_Name] = Field(min_length=1)
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class LockLLM:
+    """One LLM of a lock file (an ``llms[]`` entry, or the whole file of a single-LLM repository).
+
+    Attributes:
+        name: ``llms[].name`` (``render --model NAME=...``); None for a single-LLM repository.
+        engine: its ``engine`` block (``{}`` when missing or not an object).
+        tokenizer: its ``tokenizer`` block (``{}`` likewise).
+        values: ``{parameter: {"value", "origin"}}`` (``{}`` likewise).
+        models: role -> Triton model name (``ensemble`` -> ``NAME_ensemble`` when several, the role itself
+            when one).
+    """
+
+    name: str | None
+    engine: dict[str, Any]
+    tokenizer: dict[str, Any]
+    values: dict[str, Any]
+    models: dict[str, str]
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> LockLLM:
+        """The entry of :func:`lock_llms`, leniently: wrong-typed sections read as empty."""
+        name = entry.get("name")
+        return cls(
+            name=name if isinstance(name, str) and name else None,
+            engine=_mapping(entry.get("engine")),
+            tokenizer=_mapping(entry.get("tokenizer")),
+            values=_mapping(entry.get("values")),
+            models={str(k): str(v) for k, v in _mapping(entry.get("models")).items()},
+        )
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """Every resolved parameter value by name (``values.<name>.value``; None where the entry is no object)."""
+        return {name: (v.get("value") if isinstance(v, dict) else None) for name, v in self.values.items()}
+
+
+def lock_models(files: Mapping[str, Any]) -> tuple[str, ...]:
+    """The Triton models a lock file's ``files`` hold: the sorted ``<model>`` of each ``<model>/config.pbtxt``."""
+    return tuple(
+        sorted({rel.split("/", 1)[0] for rel in files if rel.count("/") == 1 and rel.endswith("/config.pbtxt")})
+    )
+
+
 class LockFile(_Open):
-    """``repo-builder.lock.json`` as repo-builder writes it (unknown keys allowed, known keys checked)."""
+    """``repo-builder.lock.json`` as repo-builder writes it (unknown keys allowed, known keys checked).
+
+    :func:`read_lock` returns it; :attr:`data` is the JSON object it was read from (``inspect --json`` prints
+    it as it is), :attr:`llms` and :attr:`models` the views consumers need.
+    """
 
     tool: Literal["repo-builder"]
     version: str
@@ -126,6 +181,8 @@ class LockFile(_Open):
                 raise ValueError(f"{rel}: {digest!r} is not a sha256:<64 hex digits> digest")
         return value
 
+    _data: dict[str, Any] = PrivateAttr(default_factory=dict)
+
     @field_validator("engine_files")
     @classmethod
     def _engine_files(cls, value: list[str] | None) -> list[str] | None:
@@ -133,18 +190,27 @@ class LockFile(_Open):
             _relative(rel)
         return value
 
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> LockFile:
+        """``data`` checked (raises pydantic's ValidationError) and kept as :attr:`data`."""
+        lock = cls.model_validate(data)
+        lock._data = data
+        return lock
 
-def validation_text(exc: ValidationError, *, limit: int = 3) -> str:
-    """The first ``limit`` problems of a pydantic ValidationError as ``key.path: message`` (``;``-joined)."""
-    parts = []
-    for err in exc.errors()[:limit]:
-        where = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        if err.get("type") == "missing":
-            msg = "missing"
-        parts.append(f"{where}: {msg}")
-    more = len(exc.errors()) - limit
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+    @property
+    def data(self) -> dict[str, Any]:
+        """The lock file's JSON object as read (unknown keys and key order included)."""
+        return self._data
+
+    @property
+    def llms(self) -> list[LockLLM]:
+        """Every LLM the lock file describes, in its order (:func:`lock_llms`); one entry for a single LLM."""
+        return [LockLLM.from_entry(e) for e in lock_llms(self._data)]
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The Triton models of the repository (:func:`lock_models`)."""
+        return lock_models(self.files)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -248,9 +314,7 @@ def build_multi_lock(
         launch["python_instances"] = {k: v for lau in launches for k, v in sorted(lau["python_instances"].items())}
     entries = []
     for name, lock in llms:
-        models = sorted(
-            {rel.split("/", 1)[0] for rel in lock["files"] if rel.count("/") == 1 and rel.endswith("/config.pbtxt")}
-        )
+        models = lock_models(lock["files"])
         prefix = f"{name}_"
         entries.append(
             {
@@ -282,9 +346,7 @@ def lock_llms(lock: Mapping[str, Any]) -> list[dict[str, Any]]:
     ``{"name": None, "engine", "tokenizer", "values", "models": {role: role}}``."""
     if isinstance(lock.get("llms"), list):
         return [dict(e) for e in lock["llms"] if isinstance(e, dict)]
-    models = sorted(
-        {rel.split("/", 1)[0] for rel in lock.get("files", {}) if rel.count("/") == 1 and rel.endswith("/config.pbtxt")}
-    )
+    models = lock_models(lock.get("files", {}))
     return [
         {
             "name": None,
@@ -301,8 +363,8 @@ def dumps(lock: Mapping[str, Any]) -> bytes:
     return (json.dumps(lock, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def read_lock(repo: str | Path) -> dict[str, Any] | None:
-    """The lock file of ``repo`` as a dict, or None when the repository has none.
+def read_lock(repo: str | Path) -> LockFile | None:
+    """The lock file of ``repo``, or None when the repository has none.
 
     Raises:
         RenderError: the file exists but is unreadable, not JSON, or not a lock file repo-builder writes
@@ -320,33 +382,31 @@ def read_lock(repo: str | Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise RenderError("malformed lock file: not a JSON object", path=path, hint=hint)
     try:
-        LockFile.model_validate(data)
+        return LockFile.from_data(data)
     except ValidationError as exc:
-        raise RenderError(f"malformed lock file: {validation_text(exc)}", path=path, hint=hint) from None
-    return data
+        raise RenderError(f"malformed lock file: {field_problems_text(exc)}", path=path, hint=hint) from None
 
 
-def engine_file_patterns(lock: Mapping[str, Any]) -> tuple[str, ...]:
+def engine_file_patterns(lock: LockFile) -> tuple[str, ...]:
     """Where a lock file without ``engine_files`` (older repo-builder) put engine files: glob patterns
     relative to the repository (``docs/design.md``: trtllm -> ``tensorrt_llm/1/config.json`` +
     ``rank*.engine``; hf/synthetic -> everything under ``tensorrt_llm/1/engine/``)."""
-    engine = lock.get("engine") or {}
-    if engine.get("placement") == "reference":
+    if lock.engine.placement == "reference":
         return ()
-    if engine.get("kind") == "trtllm":
+    if lock.engine.kind == "trtllm":
         return ("tensorrt_llm/1/config.json", "tensorrt_llm/1/rank*.engine")
     return ("tensorrt_llm/1/engine/**",)
 
 
-def unlisted_files(repo: str | Path, lock: Mapping[str, Any]) -> list[str]:
+def unlisted_files(repo: str | Path, lock: LockFile) -> list[str]:
     """Files (and symlinks) under ``repo`` that the lock file does not list: neither a rendered file, the
     lock file itself, nor an engine file. ``__pycache__`` folders (Python writes them when Triton loads a
     model) are not counted. Sorted repository-relative POSIX paths."""
     import fnmatch
 
     root = Path(repo)
-    listed = set(lock.get("files", {})) | {LOCK_NAME}
-    engine_files = lock.get("engine_files")
+    listed = set(lock.files) | {LOCK_NAME}
+    engine_files = lock.engine_files
     patterns: tuple[str, ...] = () if engine_files is not None else engine_file_patterns(lock)
     listed |= set(engine_files or ())
     out = []
@@ -361,7 +421,7 @@ def unlisted_files(repo: str | Path, lock: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def require_lock(repo: str | Path) -> dict[str, Any]:
+def require_lock(repo: str | Path) -> LockFile:
     """:func:`read_lock` for commands that need the lock file (deploy): its absence is an error.
 
     Raises:
@@ -397,10 +457,10 @@ def _checked_launch(
     try:
         block = model.model_validate(launch)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = [str(x) for x in first.get("loc", ())]
-        msg = "missing" if first.get("type") == "missing" else str(first.get("msg", "invalid"))
-        got = "" if first.get("type") == "missing" else f", got {first.get('input')!r}"
+        first = field_problems(exc)[0]
+        loc = first.loc
+        msg = "missing" if first.missing else first.message
+        got = "" if first.missing else f", got {first.input!r}"
         inner = "".join(f"{x}: " for x in loc[1:])  # e.g. the model of a python_instances entry
         raise error(
             f"{inner}{msg}{got}",
@@ -414,13 +474,16 @@ def _checked_launch(
     return block
 
 
-def read_launch(lock: Mapping[str, Any], *, path: str | Path | None = None) -> LockLaunch:
-    """The ``launch`` block of a lock dict repo-builder wrote, checked (:class:`LockLaunch`; used by deploy).
+def read_launch(lock: LockFile | Mapping[str, Any], *, path: str | Path | None = None) -> LockLaunch:
+    """The ``launch`` block of a lock file repo-builder wrote (a :class:`LockFile` or its JSON object), checked
+    (:class:`LockLaunch`; used by deploy).
 
     Raises:
         RenderError: the block is missing or a field has the wrong type (names ``launch.<field>``), or
             ``tp_size x pp_size != world_size``.
     """
+    if isinstance(lock, LockFile):
+        lock = lock.data
     if "launch" not in lock:
         raise RenderError(
             "lock file has no 'launch' object",
@@ -460,11 +523,11 @@ def read_launch_block(repo: str | Path, *, error: type[RepoBuilderError] = Rende
     return _checked_launch(data["launch"], LaunchBlock, path=path, error=error)
 
 
-def changed_files(repo: str | Path, lock: Mapping[str, Any]) -> list[tuple[str, str]]:
+def changed_files(repo: str | Path, lock: LockFile) -> list[tuple[str, str]]:
     """Files of ``repo`` whose sha256 differs from the lock file: [(relative path, "changed"|"missing")]."""
     root = Path(repo)
     out = []
-    for rel, digest in lock.get("files", {}).items():
+    for rel, digest in lock.files.items():
         path = root / rel
         if not path.is_file():
             out.append((rel, "missing"))
@@ -527,28 +590,21 @@ def read_serving_info(repo: str | Path) -> list[ServingInfo]:
             hint="render it with `repo-builder render`, or point --repo at a rendered repository",
         )
 
-    def as_dict(value: Any) -> dict[str, Any]:
-        return value if isinstance(value, dict) else {}
-
     infos = []
-    for entry in lock_llms(lock):
-        values = {
-            name: (v.get("value") if isinstance(v, dict) else None) for name, v in as_dict(entry.get("values")).items()
-        }
-        engine_dir = str(as_dict(entry.get("engine")).get("dir") or "").rstrip("/\\")
-        llm = entry.get("name") if isinstance(entry.get("name"), str) and entry.get("name") else None
-        name = llm or (Path(engine_dir).name if engine_dir else "")
-        tok_dir = as_dict(entry.get("tokenizer")).get("dir") or values.get("tokenizer_dir")
-        models = as_dict(entry.get("models"))
+    for llm in lock.llms:
+        values = llm.resolved
+        engine_dir = str(llm.engine.get("dir") or "").rstrip("/\\")
+        name = llm.name or (Path(engine_dir).name if engine_dir else "")
+        tok_dir = llm.tokenizer.get("dir") or values.get("tokenizer_dir")
         infos.append(
             ServingInfo(
                 model_name=name or Path(repo).resolve().name,
                 tokenizer_dir=Path(tok_dir) if tok_dir else None,
-                profile=str(lock.get("profile") or ""),
+                profile=str(lock.profile or ""),
                 values=values,
                 path=path,
-                llm=llm,
-                models={str(k): str(v) for k, v in models.items()},
+                llm=llm.name,
+                models=dict(llm.models),
             )
         )
     if not infos:

@@ -21,18 +21,21 @@ Checks (one :class:`Problem` per finding, each with the file and, where known, t
 * with ``engine_dir`` (also for repositories repo-builder did not render): contradictions between the
   TRT-LLM model's config and the engine's ``config.json`` (batch size, beam width, streaming with beam
   search, logits dtype, KV-cache reuse and chunked context preconditions, in-flight batching without
-  paged KV cache / packed input / GPT attention plugin, rank files).
+  paged KV cache / packed input / GPT attention plugin, rank files, the python backend without decoupled mode
+  (B29), and, with the tokenizer ``tokenizer_dir`` names, a vocabulary larger than the engine's): the rule
+  table of :mod:`repo_builder.values.rules`, as render checks them.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
-from .lockfile import LOCK_NAME, changed_files, read_lock
+from .lockfile import LOCK_NAME, LockFile, changed_files, read_lock
 from .pbtxt import (
     PbtxtParseError,
     dtype_name,
@@ -41,6 +44,9 @@ from .pbtxt import (
     python_instances,
     string_parameters,
 )
+
+if TYPE_CHECKING:
+    from ..tokenizer import TokenizerInfo
 
 ENGINE_PATH_KEYS = ("gpt_model_path", "engine_dir", "encoder_model_path")
 
@@ -403,7 +409,7 @@ def _check_disaggregated(models: dict[str, _Model], problems: list[Problem]) -> 
                     )
 
 
-def _check_lock(root: Path, problems: list[Problem]) -> dict[str, Any] | None:
+def _check_lock(root: Path, problems: list[Problem]) -> LockFile | None:
     from ..errors import RepoBuilderError
 
     try:
@@ -453,8 +459,8 @@ def validate_repository(
         raise RepoBuilderError("not a directory", path=root, hint="pass the model repository folder")
     problems: list[Problem] = []
     lock = _check_lock(root, problems)
-    if served_at is None and lock is not None and lock.get("serve_path"):
-        served_at = lock["serve_path"]
+    if served_at is None and lock is not None and lock.serve_path:
+        served_at = lock.serve_path
     served = Path(served_at) if served_at is not None else root.absolute()
     models = _load_models(root, problems)
     if not models:
@@ -486,6 +492,7 @@ def validate_repository(
 _STRUCTURAL_KEYS = {
     "triton_max_batch_size": "max_batch_size",
     "decoupled_mode": "decoupled",
+    "triton_backend": "backend",
     "tensorrt_llm_instance_count": "instance_group count",
     "tensorrt_llm_instance_kind": "instance_group kind",
 }
@@ -535,6 +542,9 @@ def repository_values(
         where["triton_max_batch_size"] = (target, target.line_of(r"^\s*max_batch_size\s*:"))
     values["decoupled_mode"] = bool(c.model_transaction_policy.decoupled)
     where["decoupled_mode"] = (target, target.line_of(r"^\s*decoupled\s*:"))
+    if c.backend:
+        values["triton_backend"] = c.backend
+        where["triton_backend"] = (target, target.line_of(r"^\s*backend\s*:"))
     values["tensorrt_llm_instance_count"] = python_instances(c)  # Triton's count: count x listed GPUs
     where["tensorrt_llm_instance_count"] = (target, target.line_of(r"^\s*count\s*:"))
     if c.instance_group:
@@ -568,6 +578,24 @@ def repository_values(
     return values, where
 
 
+def _repository_tokenizer(tokenizer_dir: Any, local_path: Callable[[str], Path]) -> TokenizerInfo | None:
+    """The tokenizer a repository's ``tokenizer_dir`` names, for the rules that need one (vocabulary, end id);
+    None when it is unset, not on this machine or not readable (:func:`_check_paths` reports those paths). Remote
+    code is never run here."""
+    from ..errors import RepoBuilderError
+    from ..tokenizer import inspect_tokenizer
+
+    if not isinstance(tokenizer_dir, str) or not tokenizer_dir:
+        return None
+    path = local_path(tokenizer_dir)
+    if not path.is_dir() or not has_tokenizer_files(path):
+        return None
+    try:
+        return inspect_tokenizer(path)
+    except RepoBuilderError:
+        return None
+
+
 def check_against_engine(
     models: dict[str, _Model] | str | Path,
     engine_dir: str | Path,
@@ -579,10 +607,11 @@ def check_against_engine(
 
     ``models`` is a repository path or the parsed models of :func:`validate_repository`. The values are read
     back from the configs (:func:`repository_values`) and checked by the rule table that render uses
-    (:mod:`repo_builder.rules`), so both report the same contradictions; each finding becomes a Problem at
-    the line of the key, named as it is written in config.pbtxt (``gpt_model_type``, ``max_batch_size``).
-    ``root``/``served_at`` map path values (lora_prefetch_dir, xgrammar_tokenizer_info_path) under the serve
-    path into the repository.
+    (:mod:`repo_builder.values.rules`), with the tokenizer ``tokenizer_dir`` names when it is on this machine, so
+    both report the same contradictions (B29 backend vs decoupled, vocabulary, end id included); each finding
+    becomes a Problem at the line of the key, named as it is written in config.pbtxt (``gpt_model_type``,
+    ``max_batch_size``). ``root``/``served_at`` map path values (lora_prefetch_dir, xgrammar_tokenizer_info_path,
+    tokenizer_dir) under the serve path into the repository.
     """
     from ..engine import inspect_engine
     from ..values.rules import check
@@ -605,9 +634,11 @@ def check_against_engine(
     by_name = {p.name: p for p in _schema_by_key().values()}
     out: list[Problem] = []
     seen: set[tuple[str, str, int | None]] = set()
+    local = lambda v: _map_path(v, served, base)  # noqa: E731
     for m in targets:
         values, where = repository_values(models, m)
-        for f in check(engine, values, local_path=lambda v: _map_path(v, served, base)):
+        tokenizer = _repository_tokenizer(values.get("tokenizer_dir"), local)
+        for f in check(engine, values, local_path=local, tokenizer=tokenizer):
             if f.key == "engine_dir":
                 problem = Problem(str(engine_dir), f.message, severity=f.severity)
             else:
@@ -626,14 +657,12 @@ def check_against_engine(
     return out
 
 
-def check_placement_with_lock(models: dict[str, _Model], lock: dict[str, Any]) -> list[Problem]:
+def check_placement_with_lock(models: dict[str, _Model], lock: LockFile) -> list[Problem]:
     """The GPU-placement rule (:func:`repo_builder.values.rules.placement_findings`) without ``--engine-dir``:
     the world size is the lock file's ``launch.world_size`` (the engine's tp x pp when it was rendered)."""
     from ..values.rules import placement_findings
 
-    world = (lock.get("launch") or {}).get("world_size")
-    if not isinstance(world, int) or world < 1:
-        return []
+    world = lock.launch.world_size  # LockLaunch: an int >= 1
     by_name = {p.name: p for p in _schema_by_key().values()}
     out: list[Problem] = []
     for m in _trtllm_models(models):
@@ -646,13 +675,13 @@ def check_placement_with_lock(models: dict[str, _Model], lock: dict[str, Any]) -
     return out
 
 
-def _backend_reads(lock: dict[str, Any] | None) -> Any:
+def _backend_reads(lock: LockFile | None) -> Any:
     """The ``backend_reads`` table of the lock file's profile (None when it has none), else of the newest profile
     that has one (the C++ backend's reads are the same from tensorrtllm_backend v0.19.0 to TensorRT-LLM 1.x)."""
     from ..profile.contract import list_profiles, load_contract
 
     names = list_profiles()
-    profile = (lock or {}).get("profile")
+    profile = lock.profile if lock is not None else None
     if profile in names:
         return load_contract(profile).backend_reads  # the lock file's profile decides (trtllm-0.5 has none)
     for name in sorted(names, reverse=True):
@@ -662,7 +691,7 @@ def _backend_reads(lock: dict[str, Any] | None) -> Any:
     return None
 
 
-def _check_backend_reads(models: dict[str, _Model], lock: dict[str, Any] | None, problems: list[Problem]) -> None:
+def _check_backend_reads(models: dict[str, _Model], lock: LockFile | None, problems: list[Problem]) -> None:
     """Inputs of a ``backend: "tensorrtllm"`` model declared with another dtype than the C++ backend reads them
     as (it casts the buffer without a check: the value is misread); inputs it reads under another name
     (``read_as``) are listed by :func:`text_unreachable_inputs`. Warnings: the inputs are optional, so the
@@ -674,7 +703,7 @@ def _check_backend_reads(models: dict[str, _Model], lock: dict[str, Any] | None,
     for m in _trtllm_models(models):
         if m.cfg.backend != "tensorrtllm":
             continue
-        if not (lock or {}).get("profile"):
+        if lock is None or not lock.profile:
             # without a lock file: only a repository for the v0.6+ backend, which declares request_output_len
             # TYPE_INT32 (v0.5.0's backend read its integer inputs as uint32, and its templates said so)
             out_len = next((t for t in m.cfg.input if t.name == "request_output_len"), None)
@@ -716,7 +745,7 @@ def text_unreachable_inputs(repo: str | Path) -> list[tuple[str, str]]:
     return out
 
 
-def _lock_or_none(root: Path) -> dict[str, Any] | None:
+def _lock_or_none(root: Path) -> LockFile | None:
     from ..errors import RepoBuilderError
 
     try:

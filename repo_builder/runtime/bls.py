@@ -27,7 +27,7 @@ stop strings (:mod:`.bls_responses`), and here the flow (:class:`BLSCore`); thei
 
 Facts: the field renames and validation rules follow NVIDIA's BLS (tensorrtllm_backend
 ``all_models/inflight_batcher_llm/tensorrt_llm_bls``, ``lib/decode.py`` and ``lib/triton_decoder.py``
-at commit c2e65b8; string stop words from v0.19.0), see ../shared/docs/upstream-reference.md §2.5.
+at commit c2e65b8; string stop words from tag v0.19.0).
 """
 
 from __future__ import annotations
@@ -285,9 +285,11 @@ class BLSCore:
             row_plan = plan if plan.batch_size == 1 else parse_request(row, self.settings)
 
             def row_send(outputs: Mapping[str, np.ndarray] | None, final: bool, _i: int = i) -> None:
-                if outputs is not None and plan.batch_size > 1 and BATCH_INDEX in outputs:
+                # every row's answer says which row it is (the engine call had one row, so the engine sent
+                # none), as NVIDIA's backend tags each row's response of a batched request
+                if outputs is not None and plan.batch_size > 1 and BATCH_INDEX in names:
                     outputs = dict(outputs)
-                    outputs[BATCH_INDEX] = np.full_like(outputs[BATCH_INDEX], _i)
+                    outputs[BATCH_INDEX] = np.array([[_i]], dtype=np.int32)
                 hold(outputs, final)
 
             self._run_row(row, row_plan, names, row_send, f"{rid_base}{next(_request_ids)}", cancelled)

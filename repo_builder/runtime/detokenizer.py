@@ -2,7 +2,8 @@
 
 Why this exists: upstream postprocessing decodes each streamed response's new tokens on their own, so
 SentencePiece word spaces vanish (``decode([▁is]) == "is"``, B24) and characters split over several
-byte tokens turn into U+FFFD (``decode([235]) == "\\ufffd"``, B25); see ../shared/cases/README.md.
+byte tokens turn into U+FFFD (``decode([235]) == "\\ufffd"``, B25; tensorrtllm_backend
+``postprocessing/1/model.py`` at commit c2e65b8).
 
 Algorithm (one :class:`IncrementalDetokenizer` per request, sequence and beam):
 
@@ -28,7 +29,9 @@ and for valid UTF-8 no delta contains U+FFFD.
 
 Documented edges (the only ones where the deltas differ from ``decode`` of the whole sequence):
 
-1. **Without** :meth:`IncrementalDetokenizer.flush`, a held tail is not emitted: a sequence that ends
+1. **Without** :meth:`IncrementalDetokenizer.flush`, a held tail is not emitted (and
+   :meth:`DetokenizerCache.finish`, the servers' end of a stream, drops a trailing U+FFFD run: a client
+   never gets U+FFFD for a character cut by ``max_tokens``): a sequence that ends
    inside a UTF-8 character (cut by ``max_tokens``), or ends with a literal U+FFFD, or (clean-up
    tokenizers only) ends with a partial clean-up pattern such as a trailing space. The ensemble's
    postprocessing cannot know that a response is the last one, so it cannot flush; and since it keys
@@ -147,7 +150,7 @@ class IncrementalDetokenizer:
     Not thread-safe: one object belongs to one stream; :class:`DetokenizerCache` serialises access.
     """
 
-    __slots__ = ("_decode", "_cleanup", "_k", "_max_window", "_ids", "_emitted", "tokens_seen", "chars_emitted")
+    __slots__ = ("_decode", "_cleanup", "_k", "_max_window", "_ids", "_emitted")
 
     def __init__(
         self,
@@ -165,8 +168,6 @@ class IncrementalDetokenizer:
         self._max_window = max(max_window_tokens, 4 * context_tokens)
         self._ids: list[int] = []  # the window ids[p:]
         self._emitted = 0  # characters of decode(window) already emitted
-        self.tokens_seen = 0  # tokens added so far (all steps)
-        self.chars_emitted = 0  # characters emitted so far (all steps)
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, skip_special_tokens: bool = True, **kwargs: Any) -> IncrementalDetokenizer:
@@ -196,7 +197,6 @@ class IncrementalDetokenizer:
         new = [int(t) for t in new_ids]
         if not new:
             return ""
-        self.tokens_seen += len(new)
         self._ids.extend(new)
         text = self._decode(self._ids)
         end = len(text) - self._held(text)
@@ -211,17 +211,22 @@ class IncrementalDetokenizer:
             delta += text[self._emitted :]
             self._emitted = len(text)
             self._trim(text, force=True)
-        self.chars_emitted += len(delta)
         return delta
 
-    def flush(self) -> str:
-        """End of stream: return the held tail (may contain U+FFFD for a cut-off character)."""
+    def flush(self, drop_partial: bool = False) -> str:
+        """End of stream: return the held tail (may contain U+FFFD for a cut-off character).
+
+        ``drop_partial``: leave out a trailing run of U+FFFD, i.e. a character the stream's end cut inside
+        (``max_tokens`` reached mid-character); what a server sends its client, which cannot complete the
+        character later. Without it the tail is exactly what ``decode`` of the whole sequence shows.
+        """
         if not self._ids:
             return ""
         text = self._decode(self._ids)
         delta = text[self._emitted :] if len(text) > self._emitted else ""
+        if drop_partial:
+            delta = delta.rstrip(REPLACEMENT_CHAR)
         self._emitted = len(text)
-        self.chars_emitted += len(delta)
         return delta
 
     def _trim(self, text: str, force: bool = False) -> None:
@@ -308,7 +313,8 @@ class DetokenizerCache:
             return state.add(new_ids)
 
     def finish(self, key: Hashable) -> str:
-        """End the stream ``key``: return its held tail (``flush``) and drop its state."""
+        """End the stream ``key``: return its held tail (``flush(drop_partial=True)``: no U+FFFD for a
+        character the end cut inside) and drop its state."""
         with self._lock:
             state = self._states.pop(key, None)
-        return state.flush() if state is not None else ""
+        return state.flush(drop_partial=True) if state is not None else ""

@@ -9,8 +9,8 @@ config Triton passes to ``initialize``, so one model serves the ``trtllm-1.2`` a
 profiles). Everything here is independent of ``triton_python_backend_utils``: the Triton adapter
 (:class:`TritonEngineModel`) receives that module as an argument, so the logic is unit-tested in-process.
 
-Semantics (chosen to match TensorRT-LLM's executor; facts from ../shared/docs/upstream-reference.md §2.1
-and TRT-LLM 1.2 ``LlmRequest``/sampling layers):
+Semantics (chosen to match TensorRT-LLM's executor; facts from tensorrtllm_backend's ``tensorrt_llm/config.pbtxt``
+at commit c2e65b8 and NVIDIA/TensorRT-LLM 1.2 ``LlmRequest``/sampling layers):
 
 * **Greedy** unless sampling is asked for: ``runtime_top_k`` unset/0 and ``runtime_top_p`` unset/0 means
   greedy (TRT-LLM turns top_k=0, top_p=0 into top_k=1), ``runtime_top_k == 1`` is greedy, and
@@ -256,7 +256,7 @@ class TritonEngineModel:
                 continue
             if parsed.stop:
                 self.scheduler.stop_request(parsed.request_id)
-                sink.send({} if not self.decoupled else None, final=True)
+                sink.send({}, final=True)  # an empty response, flagged final (a bare flag can be dropped)
                 continue
             group = self.make_group(request, parsed, sink)
             if group is not None:
@@ -266,7 +266,7 @@ class TritonEngineModel:
     def make_group(self, request: Any, parsed: ParsedRequest, sink: ResponseSink) -> RequestGroup | None:
         """The request group the scheduler runs for a parsed request; None when it is already answered
         (a hook for :class:`.engine_phases.PhasedEngineModel`)."""
-        return RequestGroup(parsed, sink, self.io)
+        return RequestGroup(parsed, sink, self.io, split_rows=self.decoupled)
 
     def finalize(self) -> None:
         """Stop the scheduler; unfinished requests get an error response."""

@@ -270,15 +270,23 @@ class RequestGroup:
 
     Streaming: every step with new tokens sends a response per sequence; the last one carries the final
     flag (or a final flag alone when the last step produced no token, e.g. the end token).
-    Non-streaming: one response for all rows when every row has finished.
+    Non-streaming, ``split_rows`` (a decoupled model): one response per row as soon as that row has
+    finished, each ``[1, ...]`` and tagged with its ``batch_index`` when the request has several rows; the
+    last one carries the final flag. That is how NVIDIA's backend answers a batched request (tensorrtllm_backend
+    v0.19.0 ``utils.cc`` splits the batch into one executor request per row, ``model_instance_state.cc`` sends
+    each row's response with its ``batchIndex``), so clients that file responses under ``batch_index[0][0]``
+    and read ``output[0]`` (``end_to_end_grpc_client.py --batch-inputs``) get every row.
+    Non-streaming otherwise (a model that is not decoupled sends exactly one response): all rows stacked.
     """
 
-    def __init__(self, parsed: ParsedRequest, sink: ResponseSink, io: ModelIO) -> None:
+    def __init__(self, parsed: ParsedRequest, sink: ResponseSink, io: ModelIO, *, split_rows: bool = False) -> None:
         self.request_id = parsed.request_id
         self.streaming = parsed.streaming
         self.sink = sink
         self.io = io
+        self.split_rows = split_rows
         self.seqs = [Sequence(r, self) for r in parsed.rows]
+        self._rows_sent: set[int] = set()
         self.arrival_ns = _unique_arrival_ns()
         self.done = False
         self.stop_requested = False
@@ -299,8 +307,17 @@ class RequestGroup:
                 self.sink.send(build_outputs(self.io, [s], streaming=True, arrival_ns=self.arrival_ns), final=last)
                 s.sent = len(s.tokens)
             if finished:
-                if not pending:
-                    self.sink.send(None, final=True)
+                if not pending:  # e.g. the end token: no new token, but the stream must say it ended
+                    self._send_empty_final()
+                self.done = True
+        elif self.split_rows and len(self.seqs) > 1:
+            ready = [i for i, s in enumerate(self.seqs) if s.finished is not None and i not in self._rows_sent]
+            for n, i in enumerate(ready):
+                self._rows_sent.add(i)
+                last = finished and n == len(ready) - 1
+                outputs = build_outputs(self.io, [self.seqs[i]], streaming=False, arrival_ns=self.arrival_ns)
+                self.sink.send(outputs, final=last)
+            if finished:
                 self.done = True
         elif finished:
             self.sink.send(build_outputs(self.io, self.seqs, streaming=False, arrival_ns=self.arrival_ns), final=True)
@@ -315,9 +332,26 @@ class RequestGroup:
             self.sink.send(None, final=True, error=message)
 
     def drop(self) -> None:
-        """End a cancelled request: final flag, no outputs."""
+        """End a cancelled request: final flag, no outputs (streaming: no new tokens, see
+        :meth:`_send_empty_final`)."""
         if not self.done:
             self.done = True
             for s in self.seqs:
                 s.finished = s.finished or "cancelled"
+            if self.streaming:
+                self._send_empty_final()
+            else:
+                self.sink.send(None, final=True)
+
+    def _send_empty_final(self) -> None:
+        """The final response of a stream whose last step produced no token: the outputs of zero new tokens
+        (``output_ids`` ``[1, 1, 0]``, ``sequence_length`` ``[[0]]``), not a bare final flag. Triton's gRPC
+        front end drops a bare flag unless the client set ``enable_empty_final_response``, so such a client
+        would never see ``triton_final_response`` true; and an ensemble needs tensors to run postprocessing
+        on, so it can flag its own last response final. NVIDIA's backend likewise ends every executor
+        request with a response object, whose token list may be empty."""
+        if not self.seqs:  # a request of no rows has nothing to describe
             self.sink.send(None, final=True)
+            return
+        last = self.seqs[-1]
+        self.sink.send(build_outputs(self.io, [last], streaming=True, arrival_ns=self.arrival_ns), final=True)

@@ -227,7 +227,7 @@ class PhasedEngineModel(TritonEngineModel):
             return DraftGroup(parsed, sink, self.io, draft_tokens(draft.as_numpy(), self.limits.vocab_size))
         if kind == CONTEXT_ONLY:
             return _ContextGroup(parsed, sink, self.io)
-        group = RequestGroup(parsed, sink, self.io)
+        group = RequestGroup(parsed, sink, self.io, split_rows=self.decoupled)
         if kind != GENERATION_ONLY:
             return group
         arr = self.pb_utils.get_input_tensor_by_name(request, CONTEXT_PHASE_PARAMS)

@@ -50,14 +50,15 @@ in the text, B27).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from .detokenizer import DetokenizerCache, DetokenizerFactory
+from .detokenizer import REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory
 from .limits import check_token_ids
 from .metrics import NULL_METRICS, Metrics
 from .params import ModelParams
@@ -66,9 +67,16 @@ from .text import tokenizer_from_params
 from .triton_io import RequestError
 
 
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def _flag(array: np.ndarray | None, b: int) -> Any:
+    """Row ``b``'s first value of a ``[batch, 1]`` input (row 0 when the input has a single row), or None."""
     if array is None:
         return None
+    if type(array) is np.ndarray and array.size == 1:  # every streamed response: one row, one value
+        return array.item()
     a = np.asarray(array)
     a = a.reshape(a.shape[0] if a.ndim else 1, -1)
     row = a[b] if a.shape[0] > b else a[0]
@@ -96,6 +104,9 @@ class Postprocessor:
         self.factory = DetokenizerFactory(tokenizer, self.skip_special_tokens)
         self.streams = DetokenizerCache(self.factory, self.max_streams)
         self.ledger: StreamLedger | None = None
+        #: warning sink (model.py sets ``pb_utils.Logger.log_warn``; default: stderr, in Triton's log)
+        self.log: Callable[[str], None] = _stderr
+        self._undecodable_logged = False
         #: stream key -> [ledger slot, slot key, tokens left] of the streams counted against their budget
         self._budgets: OrderedDict[tuple, list[int]] = OrderedDict()
         #: where detokenize times go (set by the model hosting this code: postprocessing, or the BLS)
@@ -112,8 +123,10 @@ class Postprocessor:
         self.ledger = ledger if self.keys_ensemble_streams else None
 
     def decode(self, ids: list[int]) -> str:
-        """Non-streaming text of ``ids``."""
-        return self.factory.decode(ids)
+        """Non-streaming text of ``ids``, without a trailing U+FFFD run: a character the sequence's end cut
+        inside (``max_tokens`` reached mid-character) is left out, as a stream holds it back
+        (detokenizer.py edge 1), so no front door ever sends the client U+FFFD for it."""
+        return self.factory.decode(ids).rstrip(REPLACEMENT_CHAR)
 
     def process(
         self, inputs: Mapping[str, np.ndarray | None], request_id: str = "", correlation_id: int | str = 0
@@ -125,8 +138,9 @@ class Postprocessor:
         streaming key.
 
         Raises:
-            RequestError: ``TOKENS_BATCH`` missing, of the wrong rank, or holding a token id outside
-                ``[0, len(tokenizer))`` within the sequence length; ``SEQUENCE_LENGTH`` shape mismatch.
+            RequestError: ``TOKENS_BATCH`` missing, of the wrong rank, or holding a negative token id within
+                the sequence length; ``SEQUENCE_LENGTH`` shape mismatch. Ids at or past ``len(tokenizer)``
+                decode as nothing (:meth:`_drop_undecodable`).
         """
         tokens = inputs.get("TOKENS_BATCH")
         if tokens is None:
@@ -139,21 +153,23 @@ class Postprocessor:
         batch, beam, length = t.shape
         lengths = inputs.get("SEQUENCE_LENGTH")
         if lengths is None:
-            seq_len = np.full((batch, beam), length, dtype=np.int64)
+            seq_lens = [[length] * beam for _ in range(batch)]
         else:
             seq_len = np.asarray(lengths).reshape(-1)
             if seq_len.size != batch * beam:
                 raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
-            seq_len = seq_len.reshape(batch, beam)
+            seq_lens = seq_len.reshape(batch, beam).tolist()  # Python ints: one conversion, not one per row
         # every row is checked before any state changes; ids as Python lists (one tolist per sequence)
         row_ids: list[list[list[int]]] = []
         vocab = self.vocab_size
         for b in range(batch):
             row_ids.append([])
             for k in range(beam):
-                ids = t[b, k, : max(0, min(int(seq_len[b, k]), length))].tolist()
-                if ids and (min(ids) < 0 or max(ids) >= vocab):
-                    check_token_ids("TOKENS_BATCH", t[b, k, : len(ids)], vocab)  # raises, naming the id
+                ids = t[b, k, : max(0, min(int(seq_lens[b][k]), length))].tolist()
+                if ids and min(ids) < 0:
+                    check_token_ids("TOKENS_BATCH", t[b, k, : len(ids)], None)  # raises, naming the id
+                if ids and max(ids) >= vocab:
+                    ids = self._drop_undecodable(ids)
                 row_ids[b].append(ids)
         keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
@@ -203,6 +219,29 @@ class Postprocessor:
             metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
             metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
         return {"OUTPUT": texts.reshape(-1)}
+
+    def _drop_undecodable(self, ids: list[int]) -> list[int]:
+        """``ids`` without those at or past the tokenizer's size, which decode as nothing.
+
+        Engines are often built with a vocabulary padded past the tokenizer's (``vocab_size`` rounded up to
+        a multiple of 64 or of the tensor-parallel size; TensorRT-LLM ``convert_checkpoint.py``), and the
+        logits of the padding ids are not always masked, so a (random-weight, fine-tuned, quantized) engine
+        can pick one. The client never sent such an id, so the request must not fail on it: the id is
+        dropped from the text and the first occurrence is logged once per model instance, naming the id,
+        the tokenizer's size and the count dropped from that sequence. Negative ids are never engine output
+        (padding past ``sequence_length`` is not read) and stay a request error naming ``TOKENS_BATCH``.
+        """
+        vocab = self.vocab_size
+        kept = [i for i in ids if i < vocab]
+        if not self._undecodable_logged:
+            self._undecodable_logged = True
+            first = next(i for i in ids if i >= vocab)
+            self.log(
+                f"postprocessing: the engine returned token id {first} ({len(ids) - len(kept)} id(s) in this "
+                f"sequence) at or past the tokenizer's size {vocab}; such ids decode as nothing (the engine's "
+                "vocabulary is padded past the tokenizer's). Logged once."
+            )
+        return kept
 
     def _empty_id_registered(self) -> bool:
         """True while a stream of the empty request id is registered (preprocessing keyed it alone)."""

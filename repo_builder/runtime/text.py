@@ -120,8 +120,46 @@ def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+#: Stand-in user message whose rendering shows the template's text before and after a message.
+_PROBE = "\x00repo-builder-chat-probe\x00"
+
+
+def _template_frame(tokenizer: Any) -> tuple[str, str]:
+    """(text before, text after) one user message in the tokenizer's chat template with the generation
+    prompt (Mistral v1: ``("<s>[INST] ", " [/INST]")``); cached on the tokenizer object."""
+    frame = getattr(tokenizer, "_repo_builder_chat_frame", None)
+    if frame is None:
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": _PROBE}], tokenize=False, add_generation_prompt=True
+        )
+        before, _, after = rendered.partition(_PROBE)
+        frame = (before, after)
+        try:
+            tokenizer._repo_builder_chat_frame = frame
+        except AttributeError:
+            pass
+    return frame
+
+
+def holds_chat_template(tokenizer: Any, prompt: str) -> bool:
+    """True when ``prompt`` is already a rendered chat (by the client, or by ``repo-builder openai``): it
+    starts with the template's text before a user message (with or without the BOS text), or ends with the
+    generation prompt that follows the last message (a conversation with a system turn starts otherwise:
+    LLaMA-3 ``<|start_header_id|>system``). Whitespace at either end is not looked at."""
+    before, after = _template_frame(tokenizer)
+    bos = getattr(tokenizer, "bos_token", None) or ""
+    text = prompt.strip()
+    heads = {before.strip(), before[len(bos) :].strip() if bos and before.startswith(bos) else ""} - {""}
+    tail = after.strip()
+    return any(text.startswith(h) for h in heads) or bool(tail and text.endswith(tail))
+
+
 def render_chat(tokenizer: Any, prompt: str) -> str:
-    """The prompt as one user message in the tokenizer's chat template, with the generation prompt."""
+    """The prompt as one user message in the tokenizer's chat template, with the generation prompt; a
+    prompt that already holds the template (:func:`holds_chat_template`) is returned as it is, so a chat
+    is never templated twice."""
+    if holds_chat_template(tokenizer, prompt):
+        return prompt
     return tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
     )
@@ -136,7 +174,8 @@ def encode_prompt(
     ``True`` this is the Hugging Face default encoding that reference runners use (B18; LLaMA-2
     ``"What is machine learning?"`` -> ``[1, 1724, 338, 4933, 6509, 29973]``).
 
-    With ``chat_template``: the template is applied to the prompt as a single user message.
+    With ``chat_template``: the template is applied to the prompt as a single user message, unless the
+    prompt already holds it (:func:`holds_chat_template`: a client rendered the chat itself).
 
     A text that already starts with the BOS token's text -- a rendered chat template (LLaMA-2/Mistral
     ``<s>[INST]``, LLaMA-3 ``<|begin_of_text|>``), whether rendered here or by a client such as

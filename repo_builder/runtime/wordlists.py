@@ -4,8 +4,8 @@ Layout (TensorRT-LLM ``stop_words_list`` / ``bad_words_list``, TYPE_INT32 ``[2, 
 ``[batch, 2, N]`` for a batch): row 0 holds the token ids of all sequences of one batch row
 concatenated, padded with 0; row 1 holds the cumulative *end* offsets of the sequences, padded with -1;
 ``N = max(1, longest row)``. No word at all in any row gives ``[batch, 2, 0]`` (what upstream sends for
-a missing input). Facts: upstream ``_to_word_list_format`` at backend commit c2e65b8, see
-../shared/docs/upstream-reference.md §5.1.
+a missing input). Facts: upstream ``_to_word_list_format`` (triton-inference-server/tensorrtllm_backend
+``all_models/inflight_batcher_llm/preprocessing/1/model.py`` at commit c2e65b8).
 
 Each element of the request's TYPE_STRING ``[-1]`` tensor is one word or phrase; it is never split on
 commas. An element that is a JSON list of integers (``"[13]"``, ``"[29871, 13]"``) is taken as raw

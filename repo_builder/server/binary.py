@@ -3,8 +3,8 @@
 Search order (first hit wins): ``--tritonserver``, ``$TRITONSERVER``, ``/opt/tritonserver/bin/tritonserver``
 (NVIDIA's containers), then the binary nvidia-pytriton installs in
 ``site-packages/pytriton/tritonserver/bin``. The nvidia-pytriton layout needs preparing before its
-Python backend works (facts from ../shared/docs/feasibility.md §4, nvidia-pytriton 0.7.0 = tritonserver
-2.51.0):
+Python backend works (facts observed with nvidia-pytriton 0.7.0 = tritonserver 2.51.0 and its 3.11 stub, which
+starts Python isolated):
 
 * the stub for this interpreter (``python_backend_stubs/3.<minor>/triton_python_backend_stub``) must sit next
   to ``backends/python/libtriton_python.so`` (its RPATH then resolves);

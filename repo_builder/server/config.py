@@ -2,7 +2,8 @@
 
 Each field of :class:`LaunchConfig` is one ``repo-builder launch`` option; the CLI takes its help text from
 the field descriptions. Flag names follow NVIDIA's ``scripts/launch_triton_server.py`` (``--world_size``,
-``--model_repo``, ...; ../shared/docs/upstream-reference.md §4) so existing command lines keep working.
+``--model_repo``, ...; triton-inference-server/tensorrtllm_backend v0.5.0 to commit c2e65b8, then
+NVIDIA/TensorRT-LLM ``triton_backend/scripts/launch_triton_server.py``) so existing command lines keep working.
 """
 
 from __future__ import annotations

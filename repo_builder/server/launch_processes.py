@@ -1,7 +1,7 @@
 """The processes of one launch: the launched process (mpirun or a single tritonserver), its tritonserver ranks
 and their Python-backend stubs — finding them in ``/proc``, telling them from other servers', stopping them.
 
-Facts this relies on (../shared/docs/feasibility.md §8, §9; tritonserver 2.51.0):
+Facts this relies on (observed with tritonserver 2.51.0 of nvidia-pytriton 0.7.0 under Open MPI 4.1.4's mpirun):
 
 * Every process the launcher starts lives in a new session (``start_new_session=True``), so "ours" is
   "session id == the launcher child's pid"; mpirun's ranks and the Python-backend stubs inherit it.

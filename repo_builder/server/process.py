@@ -5,7 +5,7 @@ clean-up; the lifecycle facts), :mod:`.probe` (HTTP health and model-state probe
 (the log file: tail, load errors, follower), :mod:`.preflight` and :mod:`.command` (checks and argv).
 
 A readiness probe can be answered by another server on the same port, so readiness also requires that our
-rank 0 is alive and holds the listening HTTP socket (tritonserver 2.51.0; ../shared/docs/feasibility.md §9).
+rank 0 is alive and holds the listening HTTP socket (observed with tritonserver 2.51.0 of nvidia-pytriton 0.7.0).
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class TritonServer:
             )
         ports = {"--http_port": cfg.http_port, "--grpc_port": cfg.grpc_port, "--metrics_port": cfg.metrics_port}
         if cfg.openai_port is not None:
-            from ..openai.launch import check_installed
+            from .frontend import check_installed
 
             check_installed()
             ports["--openai_port"] = cfg.openai_port
@@ -418,10 +418,6 @@ class TritonServer:
         if self.interrupted:
             self._kill_now = True
         self.interrupted = signum
-
-    def request_kill(self) -> None:
-        """Make a running :meth:`stop` (or :meth:`wait`) skip the graceful wait and SIGKILL now (second Ctrl-C)."""
-        self._kill_now = True
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop every process of this launch and remove its ``/dev/shm`` regions; returns the exit code.

@@ -125,7 +125,7 @@ def launch(
             files = sorted({str(pid_file.absolute()), str(default)})
             echo(_describe_ready(server, elapsed))
             if config.openai_port is not None:
-                from ..openai.launch import start_beside
+                from .frontend import start_beside
 
                 start_beside(server, config.openai_port, echo=echo, detach=True)  # exits when tritonserver does
             for path in files:
@@ -150,7 +150,7 @@ def launch(
         elapsed = server.wait_ready()
         echo(_describe_ready(server, elapsed))
         if config.openai_port is not None:
-            from ..openai.launch import start_beside, wait_either
+            from .frontend import start_beside, wait_either
 
             front = start_beside(server, config.openai_port, echo=echo)
             code, front_code = wait_either(server, front)

@@ -9,10 +9,11 @@ Order for each parameter of the profile (first wins):
 3. a fact of the tokenizer (``tokenizer_dir``, ``end_id``, ``pad_id``, ``stop_token_ids``) -> ``tokenizer``;
 4. the profile default -> ``default`` (None = unset: the parameter is omitted / rendered empty).
 
-Then every cross-check runs and all problems are raised together, before anything is written. Some defaults
-adapt to the engine with a warning (``enable_kv_cache_reuse`` is true in TRT-LLM >= 0.19 but an engine built
-without paged context FMHA or with beam search cannot reuse blocks: the backend would fail to load, so it is
-rendered false).
+Then the rule table (:mod:`repo_builder.values.rules`: every cross-check against engine, tokenizer, the user's
+values and ``--streaming``) runs and all problems are raised together, before anything is written. Some
+defaults adapt to the engine with a warning, a finding with a ``fix`` (``enable_kv_cache_reuse`` is true in
+TRT-LLM >= 0.19 but an engine built without paged context FMHA or with beam search cannot reuse blocks: the
+backend would fail to load, so it is rendered false).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from ..errors import EngineError, ParameterError, RepoBuilderError, TokenizerErr
 from ..profile.dtypes import triton_dtype
 from ..profile.schema import Parameter, check_text_value, load_schema, validate_user_values
 from ..tokenizer import TokenizerInfo
+from .rules import check as check_rules
+from .rules import rank_files
 
 Origin = Literal["default", "engine", "tokenizer", "user"]
 
@@ -118,6 +121,7 @@ def resolve(
     *,
     streaming: bool | None = None,
     engine_dir_in_repo: str | None = None,
+    prechecked: bool = False,
 ) -> Resolution:
     """Resolve every parameter of ``profile`` and cross-check it against the engine and tokenizer.
 
@@ -128,6 +132,8 @@ def resolve(
         user_values: values from ``--set`` / ``--values`` (checked again with ``validate_user_values``).
         streaming: when given, sets ``decoupled_mode`` of tensorrt_llm and tensorrt_llm_bls (B29).
         engine_dir_in_repo: ``engine_dir`` as the server will see it (default: the engine's own path).
+        prechecked: ``user_values`` are already typed by ``validate_user_values`` and the engine's rank files
+            checked (render's ``prepare_render`` does both before the engine copy starts): neither runs again.
     Returns:
         :class:`Resolution`.
     Raises:
@@ -136,7 +142,10 @@ def resolve(
     """
     schema = load_schema()
     params = schema.for_profile(profile)
-    user = validate_user_values(profile, user_values, source="the given values") if user_values else {}
+    if prechecked:
+        user = dict(user_values)
+    else:
+        user = validate_user_values(profile, user_values, source="the given values") if user_values else {}
     problems = _Problems()
     warnings: list[str] = []
     values: dict[str, ResolvedValue] = {}
@@ -196,13 +205,7 @@ def resolve(
     if "triton_backend" in values and "triton_backend" not in user:
         set_("triton_backend", backend_default, "engine")
     if streaming is not None and "decoupled_mode" in values:
-        if "decoupled_mode" in user and user["decoupled_mode"] is not bool(streaming):
-            problems.add(
-                ParameterError,
-                f"decoupled_mode: {user['decoupled_mode']} contradicts "
-                f"--{'streaming' if streaming else 'no-streaming'}; give only one of them",
-            )
-        set_("decoupled_mode", bool(streaming), "user")
+        set_("decoupled_mode", bool(streaming), "user")  # a contradicting user value: rules.streaming_flag
     if (
         "end_id" in user
         and tokenizer is not None
@@ -210,84 +213,37 @@ def resolve(
         and tokenizer.special_id_sources.get("pad_id") == "end_id"
     ):
         set_("pad_id", user["end_id"], "user")  # the pad id follows the end id it was derived from
-    if tokenizer is not None and tokenizer.end_id is None and val("end_id") is None and "end_id" in values:
-        problems.add(TokenizerError, f"end_id: {tokenizer.special_ids_error or 'no end id found'} (B20)")
     if val("end_id") is not None and val("pad_id") is None and "pad_id" in values and "pad_id" not in user:
         set_("pad_id", val("end_id"), values["end_id"].origin)
 
-    is_trt = engine.kind == "trtllm"
-    decoupled = bool(val("decoupled_mode"))
-    beam = val("max_beam_width") or 1
-    build = "trtllm-build"
-
-    # enable_kv_cache_reuse: adapt the default to the engine (an explicit true is refused by rules.py, B06).
-    if is_trt and "enable_kv_cache_reuse" in values:
-        why = []
-        if not engine.use_paged_context_fmha:
-            why.append(
-                f"the engine was built without paged context FMHA (rebuild with `{build} "
-                "--use_paged_context_fmha enable`)"
-            )
-        if beam > 1:
-            why.append(f"block reuse is not supported with beam width > 1 (max_beam_width is {beam})")
-        if why and val("enable_kv_cache_reuse") and values["enable_kv_cache_reuse"].origin != "user":
-            set_("enable_kv_cache_reuse", False, "engine")  # an explicit true: refused by rules.kv_cache_reuse
-            warnings.append(
-                "enable_kv_cache_reuse set to false (the TRT-LLM >= 0.19 default is true): " + "; ".join(why)
-            )
-
-    # ---------------------------------------------------------------- cross-checks (repo_builder.rules)
-    from .rules import check as check_rules
-
+    # ---------------------------------------------------------------- the rule table (repo_builder.values.rules)
     blame = {"parameter": ParameterError, "engine": EngineError, "tokenizer": TokenizerError}
-    for finding in check_rules(engine, {name: rv.value for name, rv in values.items()}):
-        if finding.key == "triton_max_batch_size" and values["triton_max_batch_size"].origin != "user":
-            continue  # B08 warns about a user's choice; trtllm-0.5's 128 is v0.5.0's own fixed value
+    findings = check_rules(
+        engine,
+        {name: rv.value for name, rv in values.items()},
+        tokenizer=tokenizer,
+        user=user,
+        streaming=streaming,
+        params=params,
+        skip=(rank_files,) if prechecked else (),
+    )
+    for finding in findings:  # a default adapted to the engine first: what the user did not set changed
+        if finding.has_fix:
+            set_(finding.key, finding.fix, "engine")
+            warnings.append(f"{finding.key} {finding.message}")
+    for finding in findings:
+        if finding.has_fix:
+            continue
         if finding.severity == "warning":
             warnings.append(f"{finding.key}: {finding.message}")
         else:
             problems.add(blame[finding.blame], f"{finding.key}: {finding.message}")
-
-    if tokenizer is not None and engine.vocab_size is not None and tokenizer.vocab_size > engine.vocab_size:
-        problems.add(
-            TokenizerError,
-            f"tokenizer_dir: the tokenizer has {tokenizer.vocab_size} tokens but the engine's "
-            f"vocabulary is {engine.vocab_size}: ids above {engine.vocab_size - 1} would "
-            f"be out of range (wrong tokenizer for {engine.dir}?)",
-        )
-
-    backend = val("triton_backend")
-    if backend is not None:
-        if is_trt and backend == "python" and not decoupled:
-            problems.add(
-                ParameterError,
-                "triton_backend: python with a TensorRT-LLM engine needs decoupled mode "
-                "(the Python backend model only runs decoupled); set --streaming or "
-                "triton_backend=tensorrtllm (B29)",
-            )
-        if not is_trt and backend != "python":
-            problems.add(
-                ParameterError,
-                f"triton_backend: {backend} cannot serve a {engine.kind} engine; the "
-                "CPU reference / synthetic engines run on the python backend",
-            )
-
-    for name, param in params.items():
-        if param.kind == "structural" and val(name) is None:
-            problems.add(
-                ParameterError,
-                f"{name}: has no value (structural: Triton cannot parse the config "
-                f"without it); expected {param.type_text()}",
-            )
-        elif param.required and val(name) is None:
-            hint = "pass --tokenizer-dir" if name == "tokenizer_dir" else f"set {name}"
-            problems.add(ParameterError, f"{name}: required but unset; {hint}")
 
     problems.raise_if_any(profile, engine)
     return Resolution(
         profile=profile,
         values=values,
         warnings=warnings,
-        world_size=engine.world_size if is_trt else 1,
+        world_size=engine.world_size if engine.kind == "trtllm" else 1,
         engine_kind=engine.kind,
     )

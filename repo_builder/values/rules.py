@@ -1,14 +1,17 @@
 """The rule table: what an engine allows, and which parameter values contradict it or each other.
 
-One table, two callers (``architecture.md``: "one rule table both call"):
+One table, two callers, so that ``repo-builder validate --engine-dir`` reports what render refuses:
 
-* :func:`repo_builder.resolve.resolve` at render time, with the typed values it resolved;
-* :func:`repo_builder.validate.check_against_engine` for ``repo-builder validate --engine-dir``, with the values
-  read back from a repository's ``config.pbtxt`` files (rendered by repo-builder or by hand).
+* :func:`repo_builder.values.resolve.resolve` at render time, with the typed values it resolved, the user's
+  values, ``--streaming``, the tokenizer and the profile's parameters;
+* :func:`repo_builder.repository.validate.check_against_engine` for ``repo-builder validate --engine-dir``, with
+  the values read back from a repository's ``config.pbtxt`` files (rendered by repo-builder or by hand) and the
+  tokenizer its ``tokenizer_dir`` names (when it is on this machine).
 
-Each rule gets a :class:`RuleContext` (the :class:`~repo_builder.engine.EngineInfo` and ``{parameter name:
-typed value or None}``) and yields :class:`Finding` objects naming the parameter at fault. The callers turn
-them into their own form: resolve into ``"name: message"`` problems and warnings, validate into
+Each rule gets a :class:`RuleContext` (the :class:`~repo_builder.engine.EngineInfo`, ``{parameter name: typed
+value or None}`` and what else the caller knows) and yields :class:`Finding` objects naming the parameter at
+fault. The callers turn them into their own form: resolve into ``"name: message"`` problems and warnings (and
+applies a finding's ``fix`` to a default the user did not set), validate into
 ``Problem(file, "config key: message", line)``. Facts behind the rules are cited per rule (TensorRT-LLM backend
 ``inflight_batcher_llm/src/model_instance_state.cc`` load errors, cases B06-B11 of the project's upstream
 notes, TensorRT-LLM ``KVCacheManager`` block sizing).
@@ -19,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +30,8 @@ from typing import Any, Literal
 from ..engine import EngineInfo, check_rank_files
 from ..errors import EngineError
 from ..profile.dtypes import triton_dtype
+from ..profile.schema import Parameter
+from ..tokenizer import TokenizerInfo
 
 Severity = Literal["error", "warning"]
 Blame = Literal["parameter", "engine", "tokenizer"]
@@ -39,28 +44,61 @@ INFLIGHT = ("inflight_fused_batching", "inflight_batching")
 BUILD = "trtllm-build"
 
 
+#: Marks a :class:`Finding` without a fix.
+NO_FIX: Any = object()
+
+
 @dataclass(frozen=True)
 class Finding:
     """One contradiction: ``key`` is the parameter name at fault, ``message`` says why (without the key),
-    ``blame`` which input has to change (the class of error resolve raises)."""
+    ``blame`` which input has to change (the class of error resolve raises).
+
+    ``fix`` (a warning only): the value resolve gives ``key`` instead of a default that contradicts the engine
+    (the user did not set it); its warning reads ``"<key> <message>"``.
+    """
 
     key: str
     message: str
     severity: Severity = "error"
     blame: Blame = "parameter"
+    fix: Any = NO_FIX
+
+    @property
+    def has_fix(self) -> bool:
+        return self.fix is not NO_FIX
 
 
 @dataclass
 class RuleContext:
-    """What a rule sees. ``local_path`` maps a path parameter's value to the path to look at on this machine
-    (validate maps paths under the serve path into the repository)."""
+    """What a rule sees.
+
+    Attributes:
+        engine: the engine the values are for.
+        values: {parameter name: typed value or None}.
+        local_path: maps a path parameter's value to the path to look at on this machine (validate maps paths
+            under the serve path into the repository).
+        tokenizer: the tokenizer (None: unknown, its rules are skipped).
+        user: {parameter name: typed value} the user set (``--set`` / ``--values``); None: every value is
+            someone's choice (validate reads a filled repository).
+        streaming: ``--streaming`` / ``--no-streaming`` (None: not given).
+        params: the profile's parameters (None: the unset-value rule is skipped; validate finds unset values as
+            unfilled placeholders and parse errors).
+    """
 
     engine: EngineInfo
     values: Mapping[str, Any]
     local_path: Callable[[str], Path] = field(default=Path)
+    tokenizer: TokenizerInfo | None = None
+    user: Mapping[str, Any] | None = None
+    streaming: bool | None = None
+    params: Mapping[str, Parameter] | None = None
 
     def v(self, name: str) -> Any:
         return self.values.get(name)
+
+    def by_user(self, name: str) -> bool:
+        """Whether ``name``'s value is the user's choice (always, when the context has no user values)."""
+        return self.user is None or name in self.user
 
     @property
     def beam(self) -> int:
@@ -83,13 +121,24 @@ def rule(func: Rule) -> Rule:
 
 
 def check(
-    engine: EngineInfo, values: Mapping[str, Any], *, local_path: Callable[[str], Path] | None = None
+    engine: EngineInfo,
+    values: Mapping[str, Any],
+    *,
+    local_path: Callable[[str], Path] | None = None,
+    tokenizer: TokenizerInfo | None = None,
+    user: Mapping[str, Any] | None = None,
+    streaming: bool | None = None,
+    params: Mapping[str, Parameter] | None = None,
+    skip: Collection[Rule] = (),
 ) -> list[Finding]:
-    """Run every rule of :data:`RULES`; returns the findings (errors and warnings) in table order."""
-    ctx = RuleContext(engine, values, local_path or Path)
+    """Run every rule of :data:`RULES` but those in ``skip`` (render has run :func:`rank_files` before the engine
+    copy starts); returns the findings (errors and warnings) in table order. The keywords are those of
+    :class:`RuleContext`."""
+    ctx = RuleContext(engine, values, local_path or Path, tokenizer, user, streaming, params)
     out: list[Finding] = []
     for func in RULES:
-        out.extend(func(ctx))
+        if func not in skip:
+            out.extend(func(ctx))
     return out
 
 
@@ -158,6 +207,28 @@ def _batch(ctx: RuleContext) -> int:
     return min(tmbs, ctx.engine.max_batch_size) if isinstance(tmbs, int) and tmbs > 0 else ctx.engine.max_batch_size
 
 
+# ------------------------------------------------------------------------------------------- user and tokenizer
+@rule
+def streaming_flag(ctx: RuleContext) -> Iterator[Finding]:
+    """``--streaming`` / ``--no-streaming`` and a user's decoupled_mode that says the opposite (B29)."""
+    if ctx.streaming is None or ctx.user is None or "decoupled_mode" not in ctx.values:
+        return
+    given = ctx.user.get("decoupled_mode")
+    if "decoupled_mode" in ctx.user and given is not bool(ctx.streaming):
+        yield Finding(
+            "decoupled_mode",
+            f"{given} contradicts --{'streaming' if ctx.streaming else 'no-streaming'}; give only one of them",
+        )
+
+
+@rule
+def end_id(ctx: RuleContext) -> Iterator[Finding]:
+    """B20: a tokenizer whose files name no end id, and no end_id set: generation would never stop."""
+    tok = ctx.tokenizer
+    if tok is not None and tok.end_id is None and ctx.v("end_id") is None and "end_id" in ctx.values:
+        yield Finding("end_id", f"{tok.special_ids_error or 'no end id found'} (B20)", blame="tokenizer")
+
+
 # ------------------------------------------------------------------------------------------- engine shape
 @rule
 def rank_files(ctx: RuleContext) -> Iterator[Finding]:
@@ -173,7 +244,8 @@ class EngineLimit:
     """A row of :data:`ENGINE_LIMITS`: parameter ``key`` may not exceed the engine's ``field``.
 
     ``message`` is formatted with ``value`` (the parameter's), ``limit`` (the engine's) and ``build``
-    (``trtllm-build``); ``severity`` and ``blame`` go to the :class:`Finding`.
+    (``trtllm-build``); ``severity`` and ``blame`` go to the :class:`Finding`. ``only_by_user``: the row
+    checks a user's choice only (:meth:`RuleContext.by_user`; trtllm-0.5's 128 is v0.5.0's own fixed value).
     """
 
     key: str
@@ -181,6 +253,7 @@ class EngineLimit:
     message: str
     severity: Severity = "error"
     blame: Blame = "parameter"
+    only_by_user: bool = False
 
 
 #: Parameters bounded by an engine build setting (B08: a larger Triton batch still runs at most the engine's
@@ -192,6 +265,7 @@ ENGINE_LIMITS = (
         "{value} is above the engine's max_batch_size {limit}: the engine runs at most {limit} requests at once; "
         "a larger batch needs `{build} --max_batch_size` (B08)",
         severity="warning",
+        only_by_user=True,
     ),
     EngineLimit(
         "max_beam_width",
@@ -206,6 +280,8 @@ ENGINE_LIMITS = (
 def engine_limits(ctx: RuleContext) -> Iterator[Finding]:
     """B07, B08: every row of :data:`ENGINE_LIMITS`."""
     for row in ENGINE_LIMITS:
+        if row.only_by_user and not ctx.by_user(row.key):
+            continue
         value, limit = ctx.v(row.key), getattr(ctx.engine, row.field)
         if isinstance(value, int) and value > limit:
             text = row.message.format(value=value, limit=limit, build=BUILD)
@@ -407,7 +483,8 @@ def inflight_batching(ctx: RuleContext) -> Iterator[Finding]:
 
 @rule
 def kv_cache_reuse(ctx: RuleContext) -> Iterator[Finding]:
-    """B06: block reuse needs paged context FMHA and beam width 1 (the backend fails to load otherwise)."""
+    """B06: block reuse needs paged context FMHA and beam width 1 (the backend fails to load otherwise). A user's
+    true is refused; the default true (TRT-LLM >= 0.19) is fixed to false with a warning."""
     if not ctx.is_trt or not ctx.v("enable_kv_cache_reuse"):
         return
     why = []
@@ -417,8 +494,18 @@ def kv_cache_reuse(ctx: RuleContext) -> Iterator[Finding]:
         )
     if ctx.beam > 1:
         why.append(f"block reuse is not supported with beam width > 1 (max_beam_width is {ctx.beam})")
-    if why:
+    if not why:
+        return
+    if ctx.by_user("enable_kv_cache_reuse"):
         yield Finding("enable_kv_cache_reuse", "cannot be true: " + "; ".join(why) + " (B06)", blame="engine")
+    else:
+        yield Finding(
+            "enable_kv_cache_reuse",
+            "set to false (the TRT-LLM >= 0.19 default is true): " + "; ".join(why),
+            severity="warning",
+            blame="engine",
+            fix=False,
+        )
 
 
 @rule
@@ -965,6 +1052,57 @@ def bls_companions(ctx: RuleContext) -> Iterator[Finding]:
         value = ctx.v(key)
         if value:
             yield Finding(key, message.format(value=value))
+
+
+# ------------------------------------------------------------------------------------------- tokenizer and backend
+@rule
+def vocabulary(ctx: RuleContext) -> Iterator[Finding]:
+    """A tokenizer that emits ids the engine's embedding table does not have (wrong tokenizer for the engine)."""
+    tok, vocab = ctx.tokenizer, ctx.engine.vocab_size
+    if tok is not None and vocab is not None and tok.vocab_size > vocab:
+        yield Finding(
+            "tokenizer_dir",
+            f"the tokenizer has {tok.vocab_size} tokens but the engine's "
+            f"vocabulary is {vocab}: ids above {vocab - 1} would "
+            f"be out of range (wrong tokenizer for {ctx.engine.dir}?)",
+            blame="tokenizer",
+        )
+
+
+@rule
+def backend(ctx: RuleContext) -> Iterator[Finding]:
+    """B29: the Python backend model of a TensorRT-LLM engine only runs decoupled; repo-builder's Python engines
+    (CPU reference, synthetic) run on the python backend only."""
+    name = ctx.v("triton_backend")
+    if name is None:
+        return
+    if ctx.is_trt and name == "python" and not ctx.v("decoupled_mode"):
+        yield Finding(
+            "triton_backend",
+            "python with a TensorRT-LLM engine needs decoupled mode "
+            "(the Python backend model only runs decoupled); set --streaming or "
+            "triton_backend=tensorrtllm (B29)",
+        )
+    if not ctx.is_trt and name != "python":
+        yield Finding(
+            "triton_backend",
+            f"{name} cannot serve a {ctx.engine.kind} engine; the "
+            "CPU reference / synthetic engines run on the python backend",
+        )
+
+
+@rule
+def unset(ctx: RuleContext) -> Iterator[Finding]:
+    """Structural parameters (Triton cannot parse a config without them) and required ones need a value."""
+    for name, param in (ctx.params or {}).items():
+        if param.kind == "structural" and ctx.v(name) is None:
+            yield Finding(
+                name,
+                f"has no value (structural: Triton cannot parse the config without it); expected {param.type_text()}",
+            )
+        elif param.required and ctx.v(name) is None:
+            hint = "pass --tokenizer-dir" if name == "tokenizer_dir" else f"set {name}"
+            yield Finding(name, f"required but unset; {hint}")
 
 
 # ------------------------------------------------------------------------------------------- layout disaggregated

@@ -6,7 +6,10 @@ The synthetic engine sits where the fill's ``gpt_model_path`` points, so the ans
 offline (``synthetic_token_ids`` decoded by the tokenizer): one server serves the upgraded repository, and
 the test checks the fresh render's configs are semantically the upgraded ones (``repo-builder diff`` empty)
 and that the served answers equal that offline answer, over the ensemble and the BLS, non-streaming and
-streamed, with the request a v0.5.0 client sends (text_input, max_tokens, bad_words, stop_words).
+streamed, with the request a v0.5.0 client sends (text_input, max_tokens, bad_words, stop_words). The decoupled
+flows of NVIDIA's clients that tests/e2e/test_nvidia_compat.py runs on a fresh render (v0.19.0
+``end_to_end_grpc_client.py`` unary-over-stream and streamed, per-response ``num_output_tokens``, ``--batch-inputs``)
+run here on the same server, against the upgraded repository.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import shutil
 
 import numpy as np
 import pytest
+import test_nvidia_compat as nvidia  # its client flows take the server as their first argument
 from conftest import ASSETS, asset
 from e2e_support import Stream, grpc_input, http_generate
 
@@ -156,3 +160,20 @@ def test_v05_uint32_max_tokens_is_refused_by_name(upgraded):
     assert len(errors) == 1
     assert "max_tokens" in errors[0] and "UINT32" in errors[0] and "INT32" in errors[0]
     assert "".join(deltas["b-int32"]) == answer(prompt)
+
+
+# ------------------------------------------------- NVIDIA's clients (test_nvidia_compat.py) on the upgrade
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_nvidia_end_to_end_grpc_client_on_the_upgrade(upgraded, model, streaming):
+    """end_to_end_grpc_client.py (v0.19.0) with and without --streaming: 1-d text per response, the prompt echoed
+    when the client sends exclude_input_in_output False."""
+    nvidia.test_text_output_is_1d_per_response_v019(upgraded[0], model, streaming)
+
+
+def test_nvidia_streamed_num_output_tokens_on_the_upgrade(upgraded):
+    nvidia.test_streamed_num_output_tokens_are_per_response(upgraded[0])
+
+
+def test_nvidia_batched_streaming_rows_on_the_upgrade(upgraded):
+    nvidia.test_batched_streaming_rows_keep_their_own_text(upgraded[0])

@@ -92,12 +92,16 @@ def e2e_grpc_inputs(prompt: str, output_len: int, *, streaming: bool, int_dtype=
     return [tensor(grpcclient, k, v) for k, v in arrays.items()]
 
 
-def stream_collect(server, model: str, inputs: list[Any], request_id: str = "1", timeout: float = 120) -> list[Any]:
-    """start_stream / async_stream_infer / stop_stream, as the v0.19.0 clients do; the results in order."""
+def stream_collect(
+    server, model: str, inputs: list[Any], request_id: str = "1", timeout: float = 120, outputs: list[str] | None = None
+) -> list[Any]:
+    """start_stream / async_stream_infer / stop_stream, as the v0.19.0 clients do; the results in order.
+    ``outputs``: the output names to request (``InferRequestedOutput``), else all."""
     results: queue.Queue[Any] = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: results.put(error or result))
-    client.async_stream_infer(model, inputs, request_id=request_id)
+    requested = [grpcclient.InferRequestedOutput(n) for n in outputs] if outputs else None
+    client.async_stream_infer(model, inputs, request_id=request_id, outputs=requested)
     client.stop_stream()  # waits for the stream to end
     client.close()
     out = []
@@ -385,6 +389,124 @@ def test_batched_streaming_rows_keep_their_own_text(default_12):
             continue
         texts[int(r.as_numpy("batch_index")[0][0])] += decode_like_nvidia(r)
     assert texts == [alone[p] for p in prompts]
+
+
+def test_batched_unary_rows_each_get_their_own_answer(default_12):
+    """end_to_end_grpc_client.py --batch-inputs without -S (v0.19.0): two prompts in one stream request with
+    stream=false, outputs text_output + batch_index; the client files each response under
+    ``batch_index[0][0]`` and reads ``output[0]``. NVIDIA's backend answers every row on its own (one
+    response per row, tagged with its batch_index, the last flagged final), so each row's text must equal
+    that prompt's text alone, on the ensemble and the BLS."""
+    prompts = [PROMPT, "Machine learning is"]
+    for model in ("ensemble", "tensorrt_llm_bls"):
+        alone = {}
+        for p in prompts:
+            (r,) = stream_collect(default_12, model, e2e_grpc_inputs(p, 10, streaming=False))
+            alone[p] = decode_like_nvidia(r)
+        rows = [
+            {
+                "text_input": np.array([[p]]).astype(object),
+                "max_tokens": np.array([[10]], np.int32),
+                "stream": np.array([[False]]),
+                "beam_width": np.array([[1]], np.int32),
+                "temperature": np.array([[1.0]], np.float32),
+            }
+            for p in prompts
+        ]
+        inputs = [tensor(grpcclient, k, np.concatenate([r[k] for r in rows], axis=0)) for k in rows[0]]
+        results = stream_collect(default_12, model, inputs, request_id="batch", outputs=["text_output", "batch_index"])
+        texts = ["", ""]
+        for r in results:
+            assert r.as_numpy("text_output").shape == (1,), model  # one row per response
+            texts[int(r.as_numpy("batch_index")[0][0])] = decode_like_nvidia(r)
+        assert len(results) == 2 and texts == [alone[p] for p in prompts], model
+        assert results[-1].get_response().parameters["triton_final_response"].bool_param, model
+
+
+# ------------------------------------------------------------------ issue 28: streams say they ended
+def _stream_events(server, model: str, inputs: list[Any], *, empty_final: bool, rid: str, stop_after: float = 0):
+    """[(text or None, final flag) or ("ERROR", message)] of one gRPC stream request, in order; with
+    ``stop_after`` a stop request (same id, ``stop`` true) follows after that many seconds."""
+    events: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: events.put(error or result))
+    client.async_stream_infer(model, inputs, request_id=rid, enable_empty_final_response=empty_final)
+    if stop_after:
+        time.sleep(stop_after)
+        stop = [tensor(grpcclient, "input_ids", np.array([[0]], np.int32)), *_stop_fields()]
+        client.async_stream_infer("tensorrt_llm", stop, request_id=rid)
+    client.stop_stream()
+    client.close()
+    out = []
+    while not events.empty():
+        r = events.get()
+        if isinstance(r, InferenceServerException):
+            out.append(("ERROR", r.message()))
+            continue
+        resp = r.get_response()
+        final = resp.parameters["triton_final_response"].bool_param
+        if stop_after and not resp.outputs:
+            assert final  # the stop request's own answer: one empty response, final
+            continue
+        text = r.as_numpy("text_output")
+        out.append((None if text is None else text[0].decode(), final))
+    return out
+
+
+def _stop_fields() -> list[Any]:
+    return [
+        tensor(grpcclient, "input_lengths", np.array([[1]], np.int32)),
+        tensor(grpcclient, "request_output_len", np.array([[1]], np.int32)),
+        tensor(grpcclient, "stop", np.array([[True]], bool)),
+    ]
+
+
+def test_every_stream_end_is_flagged_final_without_empty_final_response(default_12):
+    """A gRPC streaming client that does not set enable_empty_final_response (NVIDIA's clients, most SDKs)
+    sees the stream's last response flagged ``triton_final_response``, however it ends: end id, length, stop
+    word, a stop request; an error is the stream's only event. A client that sets it gets exactly one final
+    response, the last. Both the ensemble and the BLS."""
+    # the engine's third generated token, as end_id: the stream ends on the end token (not sent)
+    (first,) = stream_collect(default_12, "ensemble", e2e_grpc_inputs(PROMPT, 6, streaming=False))
+    words = decode_like_nvidia(first)[len(PROMPT) :].split()
+    ids = stream_collect(
+        default_12,
+        "tensorrt_llm",
+        [
+            tensor(grpcclient, "input_ids", np.array([[1, 415, 5565, 302]], np.int32)),
+            tensor(grpcclient, "input_lengths", np.array([[4]], np.int32)),
+            tensor(grpcclient, "request_output_len", np.array([[6]], np.int32)),
+        ],
+    )[0].as_numpy("output_ids")[0][0]
+    ends = {
+        "length": {},
+        "stop_word": {"stop_words": np.array([[words[1]]], dtype=object)},
+        "end_id": {},
+    }
+    for model in ("ensemble", "tensorrt_llm_bls"):
+        for how, extra in ends.items():
+            inputs = e2e_grpc_inputs(PROMPT, 6, streaming=True, **extra)
+            if how == "end_id":  # token ids straight from the engine, through the ensemble's end_id input
+                inputs = e2e_grpc_inputs("Hello", 6, streaming=True, end_id=np.array([[int(ids[5])]], np.int32))
+            for empty in (False, True):
+                got = _stream_events(default_12, model, inputs, empty_final=empty, rid=f"{model}-{how}-{empty}")
+                finals = [g for g in got if g[1] is True]
+                assert got and got[-1][1] is True and len(finals) == 1, (model, how, empty, got)
+        # an error is the only event of its stream
+        bad = e2e_grpc_inputs(PROMPT, 6, streaming=True, beam_width=np.array([[2]], np.int32))
+        got = _stream_events(default_12, model, bad, empty_final=False, rid=f"{model}-error")
+        assert len(got) == 1 and got[0][0] == "ERROR", (model, got)
+    # a stop request (inflight_batcher_llm_client.py --stop-after-ms --streaming) ends the engine's stream
+    long = [
+        tensor(grpcclient, "input_ids", np.array([[1, 415, 5565, 302]], np.int32)),
+        tensor(grpcclient, "input_lengths", np.array([[4]], np.int32)),
+        tensor(grpcclient, "request_output_len", np.array([[480]], np.int32)),
+        tensor(grpcclient, "streaming", np.array([[True]], bool)),
+    ]
+    for empty in (False, True):
+        got = _stream_events(default_12, "tensorrt_llm", long, empty_final=empty, rid=f"stop-{empty}", stop_after=0.3)
+        finals = [g for g in got if g[1] is True]
+        assert got and got[-1][1] is True and len(finals) == 1 and len(got) < 480, (empty, got[-3:])
 
 
 # --------------------------------------------------------------------------- item 10: one BOS only

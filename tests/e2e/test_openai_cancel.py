@@ -120,3 +120,43 @@ def test_after_cancellations_requests_complete_in_full(served, fronts, model):
         json={"model": "synthetic-llm", "prompt": "Hello", "max_tokens": 20},
     ).json()
     assert got["usage"]["completion_tokens"] == 20 and got["choices"][0]["finish_reason"] == "length"
+
+
+def _cut_inside_a_character(tok) -> tuple[str, int, str]:
+    """(prompt, max_tokens, expected text): a prompt whose synthetic answer's token ``max_tokens`` is a UTF-8
+    lead byte (byte-fallback ids 197..247 are 0xC2..0xF4), so ``max_tokens`` cuts inside a character, with no
+    U+FFFD before it. The expected text is the decode without the cut character."""
+    from repo_builder.runtime.synthetic import synthetic_token_ids
+    from repo_builder.runtime.text import encode_prompt
+
+    for i in range(5000):
+        prompt = f"Write a line of verse, number {i}."
+        gen = synthetic_token_ids(encode_prompt(tok, prompt, add_special_tokens=True), 40, 32000, end_id=2)
+        for n in range(2, 40):
+            if gen[n - 1] == 2:
+                break
+            text = tok.decode(gen[:n], skip_special_tokens=True)
+            if 197 <= gen[n - 1] <= 247 and text.endswith("\ufffd") and "\ufffd" not in text.rstrip("\ufffd"):
+                return prompt, n, text.rstrip("\ufffd")
+    raise AssertionError("no prompt whose answer max_tokens can cut inside a character")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_max_tokens_cutting_inside_a_character_sends_no_replacement_char(fronts, model, tmp_path):
+    """Issue 28: the front end never sends U+FFFD for a character max_tokens cut inside (it is left out, as a
+    stream holds it back), streamed or not, through the ensemble and the BLS."""
+    import transformers
+
+    from repo_builder.testing import packaged_tokenizer
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(packaged_tokenizer("mistral-v1-instruct", tmp_path / "tok")))
+    prompt, n, expected = _cut_inside_a_character(tok)
+    body = {"model": "synthetic-llm", "prompt": prompt, "max_tokens": n}
+    got = httpx.post(f"{fronts[model]}/v1/completions", timeout=60, json=body).json()
+    assert got["choices"][0]["text"] == expected and got["usage"]["completion_tokens"] == n, got
+    streamed = []
+    with httpx.stream("POST", f"{fronts[model]}/v1/completions", timeout=60, json={**body, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                streamed.extend(c["text"] for c in json.loads(line[6:])["choices"])
+    assert "".join(streamed) == expected and not any("\ufffd" in s for s in streamed), streamed

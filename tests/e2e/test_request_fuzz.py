@@ -208,29 +208,48 @@ def test_nan_over_grpc_is_refused_naming_the_field(served, model, field):
     assert not any(word in error.message() for word in EXCEPTION_NAMES)
 
 
-def test_token_id_outside_the_vocabulary_is_a_400_from_postprocessing(served):
-    """Item 12 on the server: postprocessing called directly with ids -5 and 32000."""
+def _post_ids(server, ids: list[int]) -> tuple[int, str]:
     import urllib.error
     import urllib.request
 
+    body = {
+        "inputs": [
+            {"name": "TOKENS_BATCH", "datatype": "INT32", "shape": [1, 1, len(ids)], "data": ids},
+            {"name": "SEQUENCE_LENGTH", "datatype": "INT32", "shape": [1, 1], "data": [len(ids)]},
+        ]
+    }
+    req = urllib.request.Request(
+        f"{server.http_url}/v2/models/postprocessing/infer",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_negative_token_id_is_a_400_from_postprocessing(served):
+    """Item 12 on the server: postprocessing called directly with id -5 (never engine output)."""
     server, _ = served
-    for bad in (-5, VOCAB):
-        body = {
-            "inputs": [
-                {"name": "TOKENS_BATCH", "datatype": "INT32", "shape": [1, 1, 2], "data": [1, bad]},
-                {"name": "SEQUENCE_LENGTH", "datatype": "INT32", "shape": [1, 1], "data": [2]},
-            ]
-        }
-        req = urllib.request.Request(
-            f"{server.http_url}/v2/models/postprocessing/infer",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(req, timeout=60)
-        text = err.value.read().decode()
-        assert err.value.code == 400, text
-        assert "TOKENS_BATCH" in text and f"token id {bad}" in text and "OverflowError" not in text
+    code, text = _post_ids(server, [1, -5])
+    assert code == 400, text
+    assert "TOKENS_BATCH" in text and "token id -5" in text and "OverflowError" not in text
+
+
+def test_token_ids_past_the_tokenizer_decode_as_nothing_and_are_logged_once(served):
+    """Issue 28: ids at or past the tokenizer's size (an engine vocabulary padded past the tokenizer's)
+    are engine output the client never sent: they decode as nothing, the request succeeds, and the log
+    says so once."""
+    server, tok = served
+    good = tok.encode("Paris", add_special_tokens=False)
+    for bad in (VOCAB, VOCAB + 63, 2**31 - 1):
+        code, text = _post_ids(server, [good[0], bad, *good[1:]])
+        assert code == 200, text
+        assert json.loads(text)["outputs"][0]["data"] == [tok.decode(good)]
+    log = server.log_tail(400)
+    assert log.count(f"token id {VOCAB} (1 id(s) in this sequence) at or past the tokenizer's size {VOCAB}") == 1
 
 
 #: Engine inputs NVIDIA's ensemble does not expose but its C++ backend reads (contract.yaml backend_reads): a text

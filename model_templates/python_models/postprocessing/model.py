@@ -33,6 +33,7 @@ class TritonPythonModel:
 
     def initialize(self, args):
         self.core = Postprocessor(json.loads(args["model_config"]))
+        self.core.log = pb_utils.Logger.log_warn
         self.ledger = None
         if self.core.keys_ensemble_streams:
             self.ledger = StreamLedger.open_for(args.get("model_name", ""), args.get("model_repository", ""))

@@ -246,7 +246,9 @@ class TritonPythonModel:
             from repo_builder_runtime.postprocessing import Postprocessor
 
             with open(post_config, encoding="utf-8") as fh:
-                local[wiring.post_steps[0].model] = Postprocessor(json.load(fh))
+                post = Postprocessor(json.load(fh))
+            post.log = pb_utils.Logger.log_warn
+            local[wiring.post_steps[0].model] = post
         self.metrics = for_model(pb_utils, args, params, BLS)
         for post in local.values():
             post.metrics = self.metrics
@@ -273,7 +275,9 @@ class TritonPythonModel:
         def send(outputs: Mapping[str, np.ndarray] | None, final: bool) -> None:
             nonlocal final_sent
             if outputs is None:
-                sender.send(flags=_FINAL)
+                # a response object, not a bare flag: Triton's gRPC front end drops a bare final flag unless
+                # the client set enable_empty_final_response, and the client would never see the stream end
+                sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=_FINAL)
             else:
                 sender.send(_response(outputs), flags=_FINAL if final else 0)
             final_sent = final_sent or final

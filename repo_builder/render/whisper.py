@@ -1,0 +1,396 @@
+"""Layout ``whisper`` (``render --layout whisper``): speech recognition through ``whisper_bls`` and an
+encoder-decoder ``tensorrt_llm``.
+
+What NVIDIA's layout holds (triton-inference-server/tensorrtllm_backend v0.15.0 ... v0.19.0
+``all_models/whisper``, ``docs/whisper.md``): ``whisper_bls`` (Python: log-mel features, tiktoken prompt,
+one request to ``tensorrt_llm``) and a copy of ``inflight_batcher_llm/tensorrt_llm`` in encoder-decoder mode
+(``encoder_engine_dir``); no ensemble. Clients call ``whisper_bls`` with ``WAV`` (FP32 ``[-1]``, 16 kHz
+samples), ``WAV_LENS`` (INT32 ``[1]``) and ``TEXT_PREFIX`` (STRING ``[1]``) and get ``TRANSCRIPTS``.
+
+What repo-builder does differently (each one a silent limit of NVIDIA's files):
+
+* every fact comes from the checkpoint (:func:`whisper_facts`): mel bins, the special ids and the number of
+  languages from its ``tokenizer.json`` (NVIDIA hard-codes 100 languages, right only for large-v3), the
+  audio window from ``preprocessor_config.json`` and ``max_source_positions``, the decoder limit from
+  ``max_target_positions``;
+* ``whisper_max_tokens`` (NVIDIA: 50, fixed), ``whisper_max_batch_size`` (NVIDIA: batch 1) and
+  ``whisper_max_audio_seconds`` (NVIDIA: audio over 30 s overflows the encoder) are typed parameters
+  (model_templates/parameters.yaml), checked here against the checkpoint, naming the key;
+* ``WAV_LENS`` is really optional (NVIDIA declares it optional and crashes without it).
+
+Served here: the checkpoint is a Hugging Face ``WhisperForConditionalGeneration`` directory, placed under
+``tensorrt_llm/1/engine`` and run by repo-builder's encoder-decoder reference engine
+(``runtime/whisper_engine.py``); the BLS is ``runtime/whisper_bls.py``. TensorRT-LLM engine pairs are not
+rendered yet (docs/layouts.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineError, ParameterError, RenderError, TokenizerError
+from ..profile.schema import load_schema, validate_user_values
+from ..repository.pbtxt import parse_model_config
+from .options import RenderOptions
+from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
+
+BLS = "whisper_bls"
+ENGINE = "tensorrt_llm"
+#: The parameters of this layout (model_templates/parameters.yaml, models [whisper_bls]).
+LAYOUT_PARAMETERS = ("whisper_max_tokens", "whisper_max_batch_size", "whisper_bls_count", "whisper_max_audio_seconds")
+_PROFILES = ("trtllm-1.2",)
+#: Checkpoint files the reference engine loads (weights: any of the safetensors / bin names).
+_MODEL_FILES = ("config.json", "generation_config.json")
+_TOKEN_NAMES = {
+    "eot": "<|endoftext|>",
+    "sot": "<|startoftranscript|>",
+    "translate": "<|translate|>",
+    "transcribe": "<|transcribe|>",
+    "notimestamps": "<|notimestamps|>",
+}
+#: Files of the BLS's facts folder (``whisper_bls/1/whisper``).
+FACTS_NAME = "whisper.json"
+
+
+@dataclass(frozen=True)
+class WhisperFacts:
+    """What the layout needs from a Whisper checkpoint (every field read from its files).
+
+    Attributes:
+        num_mel_bins: mel bands of the encoder input (config ``num_mel_bins``; 80, or 128 for large-v3).
+        vocab_size: config ``vocab_size`` (51865 for 99 languages, 51866 for 100, 51864 for ``.en``).
+        num_languages: language tokens between ``<|startoftranscript|>`` and ``<|translate|>``.
+        special_ids: {eot, sot, translate, transcribe, notimestamps: id} from tokenizer.json.
+        languages: the language codes in id order (``en`` for ``<|en|>``).
+        multilingual: vocab_size >= 51865 (OpenAI's ``is_multilingual`` rule).
+        max_target_positions: decoder positions (prompt + generated tokens; 448).
+        sampling_rate: Hz of ``WAV`` (16000); hop_length, n_fft: samples.
+        chunk_seconds: the encoder window (30 s = 2 x max_source_positions frames of hop_length samples).
+        default_prefix: the decoder prompt for an empty ``TEXT_PREFIX``.
+    """
+
+    num_mel_bins: int
+    vocab_size: int
+    num_languages: int
+    special_ids: dict[str, int]
+    languages: list[str]
+    multilingual: bool
+    max_target_positions: int
+    sampling_rate: int
+    hop_length: int
+    n_fft: int
+    chunk_seconds: int
+    default_prefix: str
+    default_prefix_ids: list[int] = field(default_factory=list)
+
+
+def _read_json(path: Path, what: type[Exception] = EngineError) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise what(f"missing {path.name}", path=path) from exc  # type: ignore[call-arg]
+    except (OSError, ValueError) as exc:
+        raise what(f"not readable JSON: {exc}", path=path) from exc  # type: ignore[call-arg]
+    if not isinstance(data, dict):
+        raise what("must be a JSON object", path=path)  # type: ignore[call-arg]
+    return data
+
+
+def _int_key(cfg: Mapping[str, Any], key: str, path: Path) -> int:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise EngineError(f"needs a positive integer {key}, got {value!r}", key=key, path=path)
+    return value
+
+
+def whisper_facts(checkpoint: str | Path) -> WhisperFacts:
+    """Read and cross-check the facts of a Hugging Face Whisper checkpoint directory.
+
+    Raises:
+        EngineError: config.json missing, not a Whisper model, a key missing, or the encoder window and the
+            feature extractor disagree (names the file and key).
+        TokenizerError: tokenizer.json missing, a special token missing, or its ids contradict config.json
+            (``decoder_start_token_id``, ``eos_token_id``, ``vocab_size``).
+    """
+    root = Path(checkpoint)
+    cfg_path = root / "config.json"
+    cfg = _read_json(cfg_path)
+    if cfg.get("model_type") != "whisper":
+        raise EngineError(
+            f"model_type is {cfg.get('model_type')!r}, not 'whisper'",
+            key="model_type",
+            path=cfg_path,
+            hint="layout whisper takes a WhisperForConditionalGeneration checkpoint",
+        )
+    mels = _int_key(cfg, "num_mel_bins", cfg_path)
+    vocab = _int_key(cfg, "vocab_size", cfg_path)
+    max_target = _int_key(cfg, "max_target_positions", cfg_path)
+    max_source = _int_key(cfg, "max_source_positions", cfg_path)
+
+    tok_path = root / "tokenizer.json"
+    tok = _read_json(tok_path, TokenizerError)
+    added = {str(t.get("content")): int(t.get("id")) for t in tok.get("added_tokens") or [] if "content" in t}
+    ids: dict[str, int] = {}
+    for short, name in _TOKEN_NAMES.items():
+        if name not in added:
+            raise TokenizerError(f"has no special token {name}", key="added_tokens", path=tok_path)
+        ids[short] = added[name]
+    by_id = {v: k for k, v in added.items()}
+    languages = [by_id[i][2:-2] for i in range(ids["sot"] + 1, ids["translate"]) if i in by_id]
+    if len(languages) != ids["translate"] - ids["sot"] - 1:
+        raise TokenizerError(
+            "the ids between <|startoftranscript|> and <|translate|> are not all language tokens",
+            key="added_tokens",
+            path=tok_path,
+        )
+    for key, short in (("decoder_start_token_id", "sot"), ("eos_token_id", "eot")):
+        if cfg.get(key) is not None and cfg.get(key) != ids[short]:
+            raise TokenizerError(
+                f"{_TOKEN_NAMES[short]} is {ids[short]} in tokenizer.json but config.json {key} is {cfg.get(key)}",
+                key=key,
+                path=tok_path,
+            )
+    if ids["notimestamps"] >= vocab:
+        raise TokenizerError(
+            f"<|notimestamps|> is {ids['notimestamps']}, outside config.json vocab_size {vocab}",
+            key="vocab_size",
+            path=tok_path,
+        )
+
+    pre_path = root / "preprocessor_config.json"
+    pre = _read_json(pre_path) if pre_path.is_file() else {}
+    feature_size = pre.get("feature_size", mels)
+    if feature_size != mels:
+        raise EngineError(
+            f"feature_size {feature_size} but config.json num_mel_bins is {mels}", key="feature_size", path=pre_path
+        )
+    rate, hop, n_fft = (int(pre.get(k, d)) for k, d in (("sampling_rate", 16000), ("hop_length", 160), ("n_fft", 400)))
+    chunk = int(pre.get("chunk_length", 30))
+    frames = 2 * max_source  # the encoder's two strided convolutions halve the frames
+    if chunk * rate // hop != frames:
+        raise EngineError(
+            f"chunk_length {chunk} s at {rate} Hz / hop {hop} is {chunk * rate // hop} frames, but the encoder takes "
+            f"2 x max_source_positions = {frames}",
+            key="chunk_length",
+            path=pre_path,
+        )
+    multilingual = vocab >= 51865
+    names = ["<|startoftranscript|>"]
+    if multilingual and "en" in languages:
+        names += ["<|en|>", "<|transcribe|>"]
+    names.append("<|notimestamps|>")
+    prefix_ids = [added[n] for n in names]
+    return WhisperFacts(
+        num_mel_bins=mels,
+        vocab_size=vocab,
+        num_languages=len(languages),
+        special_ids=ids,
+        languages=languages,
+        multilingual=multilingual,
+        max_target_positions=max_target,
+        sampling_rate=rate,
+        hop_length=hop,
+        n_fft=n_fft,
+        chunk_seconds=chunk,
+        default_prefix="".join(names),
+        default_prefix_ids=prefix_ids,
+    )
+
+
+def resolve_whisper_values(
+    facts: WhisperFacts, options: RenderOptions, *, checkpoint: Path
+) -> dict[str, tuple[Any, str]]:
+    """{parameter: (typed value, origin)} for this layout: schema defaults, then ``--values``, then ``--set``,
+    checked against the checkpoint.
+
+    Raises:
+        ParameterError: a bad or unknown key, a key of another layout, or a value the checkpoint cannot serve
+            (``whisper_max_tokens`` + the default prompt over ``max_target_positions``;
+            ``whisper_max_audio_seconds`` over the encoder window), naming the key.
+    """
+    given: dict[str, Any] = {}
+    if options.values_file is not None:
+        from .plan import _load_values_file
+
+        data = _load_values_file(options.values_file)
+        given.update(validate_user_values(options.profile, data, source=str(options.values_file)))
+    if options.user_values:
+        given.update(validate_user_values(options.profile, options.user_values, source="--set"))
+    foreign = [k for k in given if k not in LAYOUT_PARAMETERS]
+    if foreign:
+        raise ParameterError(
+            f"{foreign[0]} is not read by layout whisper (its parameters: {', '.join(LAYOUT_PARAMETERS)})",
+            key=foreign[0],
+        )
+    params = load_schema().for_profile(options.profile)
+    values: dict[str, tuple[Any, str]] = {}
+    for name in LAYOUT_PARAMETERS:
+        if given.get(name) is not None:
+            values[name] = (given[name], "user")
+        else:
+            values[name] = (params[name].default_for(options.profile), "default")
+    room = facts.max_target_positions - len(facts.default_prefix_ids)
+    if values["whisper_max_tokens"][0] > room:
+        raise ParameterError(
+            f"{values['whisper_max_tokens'][0]} tokens after the {len(facts.default_prefix_ids)}-token prompt exceed "
+            f"the decoder's max_target_positions {facts.max_target_positions} (config.json)",
+            key="whisper_max_tokens",
+            path=checkpoint / "config.json",
+            hint=f"at most {room}",
+        )
+    if values["whisper_max_audio_seconds"][0] > facts.chunk_seconds:
+        raise ParameterError(
+            f"{values['whisper_max_audio_seconds'][0]} s is longer than the encoder's {facts.chunk_seconds} s window "
+            "(long-form audio needs chunking, which this layout does not do)",
+            key="whisper_max_audio_seconds",
+            hint=f"at most {facts.chunk_seconds}",
+        )
+    return values
+
+
+def _render_template(profile: str, model: str, variables: Mapping[str, Any]) -> str:
+    import jinja2
+
+    from ..profile.paths import templates_dir
+
+    path = templates_dir() / profile / model / "config.pbtxt.j2"
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    try:
+        text = env.from_string(path.read_text(encoding="utf-8")).render(**variables)
+    except jinja2.UndefinedError as exc:
+        from ..errors import TemplateError
+
+        raise TemplateError(f"template uses an undefined variable: {exc.message}", path=path) from exc
+    parse_model_config(text, path=f"{model}/config.pbtxt (rendered from {path})")
+    return text
+
+
+def _weight_files(checkpoint: Path) -> list[Path]:
+    found = sorted(
+        p for p in checkpoint.iterdir() if p.is_file() and (p.suffix == ".safetensors" or p.name == "pytorch_model.bin")
+    )
+    index = checkpoint / "model.safetensors.index.json"
+    if index.is_file():
+        found.append(index)
+    if not found:
+        raise EngineError("no weights (model.safetensors / pytorch_model.bin)", path=checkpoint)
+    return found
+
+
+@dataclass
+class WhisperRenderResult:
+    """What :func:`render_whisper_repository` wrote: the repository, the facts, the values and the files."""
+
+    output: Path
+    facts: WhisperFacts
+    values: dict[str, tuple[Any, str]]
+    files: list[str]
+
+
+def plan_whisper_files(
+    checkpoint: Path, facts: WhisperFacts, values: Mapping[str, tuple[Any, str]], serve_root: Path, profile: str
+) -> dict[str, bytes]:
+    """{repository-relative path: bytes} of every file except the checkpoint copy."""
+    v = {k: val for k, (val, _) in values.items()}
+    engine_dir = serve_root / ENGINE / "1" / "engine"
+    variables = {
+        "values": v,
+        "facts": asdict(facts),
+        "engine_dir": str(engine_dir),
+        "max_batch_size": v["whisper_max_batch_size"],
+    }
+    files: dict[str, bytes] = {}
+    files[f"{BLS}/config.pbtxt"] = _render_template(profile, BLS, variables).encode()
+    files[f"{ENGINE}/config.pbtxt"] = _render_template(profile, "whisper_tensorrt_llm", variables).encode()
+    for model, kind in ((BLS, "whisper_bls"), (ENGINE, "whisper_engine")):
+        files[f"{model}/1/model.py"] = python_model_source(kind)
+        for rel, data in runtime_files().items():
+            files[f"{model}/1/{RUNTIME_FOLDER}/{rel}"] = data
+    facts_json = {
+        **asdict(facts),
+        "max_tokens": v["whisper_max_tokens"],
+        "max_audio_seconds": v["whisper_max_audio_seconds"],
+    }
+    files[f"{BLS}/1/whisper/{FACTS_NAME}"] = (json.dumps(facts_json, indent=2) + "\n").encode()
+    for name in ("tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"):
+        if (checkpoint / name).is_file():
+            files[f"{BLS}/1/whisper/{name}"] = (checkpoint / name).read_bytes()
+    if f"{BLS}/1/whisper/preprocessor_config.json" not in files:
+        pre = {
+            "feature_extractor_type": "WhisperFeatureExtractor",
+            "feature_size": facts.num_mel_bins,
+            "sampling_rate": facts.sampling_rate,
+            "hop_length": facts.hop_length,
+            "n_fft": facts.n_fft,
+            "chunk_length": facts.chunk_seconds,
+            "padding_value": 0.0,
+        }
+        files[f"{BLS}/1/whisper/preprocessor_config.json"] = (json.dumps(pre, indent=2) + "\n").encode()
+    lock = {
+        "repo_builder_layout": "whisper",
+        "checkpoint": str(checkpoint),
+        "values": {k: {"value": val, "origin": origin} for k, (val, origin) in values.items()},
+        "facts": asdict(facts) | {"languages": len(facts.languages)},
+        "launch": {"world_size": 1, "tensorrt_llm_model_names": [ENGINE, BLS]},
+    }
+    files["repo-builder.whisper.json"] = (json.dumps(lock, indent=2) + "\n").encode()
+    return files
+
+
+def render_whisper_repository(
+    checkpoint_dir: str | Path, output: str | Path, options: RenderOptions | None = None
+) -> WhisperRenderResult:
+    """Render layout ``whisper`` for a Hugging Face Whisper checkpoint.
+
+    The repository is written into a temp dir beside ``output`` and renamed into place; a failure leaves
+    nothing, and an existing ``output`` is never touched (``force`` is refused for this layout).
+
+    Raises:
+        EngineError / TokenizerError (:func:`whisper_facts`), ParameterError (:func:`resolve_whisper_values`),
+        RenderError: ``output`` exists, an unsupported profile, ``engine_mode`` other than copy, ``streaming``,
+            or the write failed.
+    """
+    opts = options or RenderOptions()
+    checkpoint = Path(checkpoint_dir).resolve()
+    out = Path(output).absolute()
+    if opts.profile not in _PROFILES:
+        raise RenderError(f"layout whisper needs profile {', '.join(_PROFILES)}, not {opts.profile}", key="--profile")
+    if opts.engine_mode != "copy":
+        raise RenderError(
+            f"--engine-mode {opts.engine_mode} is not supported by layout whisper (the checkpoint is copied)",
+            key="--engine-mode",
+        )
+    if opts.streaming:
+        raise RenderError("layout whisper has no streaming (decoupled) mode yet", key="--streaming")
+    if out.exists():
+        raise RenderError("already exists", path=out, hint="layout whisper writes a new directory; remove it first")
+    if not checkpoint.is_dir():
+        raise EngineError("not a directory", path=checkpoint, key="--engine-dir")
+    facts = whisper_facts(checkpoint)
+    values = resolve_whisper_values(facts, opts, checkpoint=checkpoint)
+    serve_root = Path(opts.serve_path) if opts.serve_path else out
+    files = plan_whisper_files(checkpoint, facts, values, serve_root, opts.profile)
+    weights = [checkpoint / n for n in _MODEL_FILES if (checkpoint / n).is_file()] + _weight_files(checkpoint)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for rel, data in files.items():
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        engine = tmp / ENGINE / "1" / "engine"
+        engine.mkdir(parents=True, exist_ok=True)
+        for src in weights:
+            shutil.copyfile(src, engine / src.name)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return WhisperRenderResult(output=out, facts=facts, values=values, files=sorted(files))
