@@ -286,7 +286,9 @@ def make_llama_1b(dest: Path, tokenizer_dir: str) -> Path:
         model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(str(dest))
     for item in Path(tokenizer_dir).iterdir():
-        if item.is_file():
+        # only the tokenizer's files: a tokenizer folder that holds a model's config.json
+        # (llama2_hf_tokenizer does) must not replace the config just saved
+        if item.is_file() and item.name not in ("config.json", "generation_config.json"):
             shutil.copy2(item, dest / item.name)
     n = sum(p.numel() for p in model.parameters())
     print(f"# llama1b: {n / 1e9:.2f}B parameters at {dest}", flush=True)
@@ -304,8 +306,38 @@ def cmd_llama1b(args: argparse.Namespace) -> int:
     values = {"reference_engine_device": "cuda", "reference_engine_dtype": "bf16", "triton_max_batch_size": 256}
     values.update(dict(item.partition("=")[::2] for item in args.set))
     repo = render_repository(ckpt, ckpt, work / "repo", user_values=values, streaming=True).output
-    report = bench_cpu(args, out / "llama1b_raw.json", ["--repo", str(repo), "--models", args.models])
-    results = {"machine": machine(), "values": values, "summary": report["summary"]}
+    results: dict[str, Any] = {"machine": machine(), "values": values}
+    if args.models:
+        report = bench_cpu(args, out / "llama1b_raw.json", ["--repo", str(repo), "--models", args.models])
+        results["summary"] = report["summary"]
+    if args.openai_concurrency:
+        # the OpenAI front end (/v1/completions, streamed) in front of the same repository; bench_openai.py
+        # also times the same requests straight to the ensemble over gRPC ("direct") in the same run
+        cmd = [
+            sys.executable,
+            str(PROJECT / "scripts" / "bench_openai.py"),
+            "--repo",
+            str(repo),
+            "--concurrency",
+            args.openai_concurrency,
+            "--requests",
+            str(args.openai_requests),
+            "--repeats",
+            str(args.repeats),
+            "--output-tokens",
+            str(args.output_tokens),
+            "--port-base",
+            str(args.port + 50),
+            "--json",
+            str(out / "llama1b_openai.json"),
+        ]
+        print("+ " + " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        results["openai"] = json.loads((out / "llama1b_openai.json").read_text())["levels"]
+    if "summary" not in results:
+        (out / "llama1b.json").write_text(json.dumps(results, indent=1) + "\n")
+        return 0
+    report = {"summary": results["summary"]}
     table = "Random-weight LLaMA 1.1B, reference engine on cuda (bf16), gRPC streaming\n\n" + HEADER + "\n"
     write(out, "llama1b", results, table + "\n".join(summary_rows(report, "llama1b")))
     return 0
@@ -331,6 +363,10 @@ def main() -> int:
         p.add_argument("--models", default=models)
         p.add_argument("--set", action="append", default=[], help="KEY=VALUE for render")
     sub.choices["scaling"].add_argument("--instances", default="1,2,4,8")
+    sub.choices["llama1b"].add_argument(
+        "--openai-concurrency", default="", help="e.g. 64: also through the OpenAI front end (bench_openai.py)"
+    )
+    sub.choices["llama1b"].add_argument("--openai-requests", type=int, default=256)
     for p in sub.choices.values():
         p.add_argument("--out", required=True)
         p.add_argument("--port", type=int, default=21700)

@@ -24,6 +24,11 @@ Usage::
     .venv/bin/python scripts/bench_openai.py [--concurrency 1,4,16,64] [--requests 64] [--repeats 3] \\
         [--output-tokens 64] [--delay-ms 5] [--json results/openai.json] [--keep-serving SECONDS]
 
+``--repo DIR`` serves an already rendered streaming repository instead (the GPU host's 1.1B LLaMA on the
+CUDA reference engine, issue 29): no render, ``--delay-ms`` unused, and the front end is asked through
+``POST /v1/completions`` with the message as ``prompt`` (a tokenizer without a chat template has no chat
+endpoint), the model name taken from ``GET /v1/models``.
+
 ``--keep-serving`` leaves the server and the front end up that long after the run (to point aiperf at
 the printed URL), then stops them.
 """
@@ -70,23 +75,34 @@ async def run_direct(backend, fields: dict, requests: int, concurrency: int, tok
         async with sem:
             t0 = time.perf_counter()
             first = None
-            n = 0
+            n = n_sum = 0
             try:
                 async for chunk in backend.generate(fields, f"direct-{os.getpid()}-{i}-{time.monotonic_ns()}"):
                     if chunk.text and first is None:
                         first = time.perf_counter()
                     if chunk.num_output_tokens:
+                        # cumulative (synthetic engine) or per response (reference engine): either adds up
                         n = max(n, chunk.num_output_tokens)
-            except Exception:  # noqa: BLE001 - counted
+                        n_sum += chunk.num_output_tokens
+            except Exception as exc:  # noqa: BLE001 - counted
                 errors += 1
+                if errors == 1:
+                    print(f"# first direct error: {exc!r}", flush=True)
                 return
-            if first is None or n != tokens:
+            if first is None or tokens not in (n, n_sum):
                 errors += 1
+                if errors == 1:
+                    print(f"# first direct error: {n} tokens (asked {tokens}), first text seen {first is not None}")
                 return
             ttft.append((first - t0) * 1000)
 
     await asyncio.gather(*(one(i) for i in range(requests)))
     return {"ttft": ttft, "errors": errors}
+
+
+def content(choice: dict) -> str | None:
+    """The text of a streamed choice: ``delta.content`` (chat) or ``text`` (completions)."""
+    return choice["delta"].get("content") if "delta" in choice else choice.get("text")
 
 
 async def run_front(client, url: str, body: dict, requests: int, concurrency: int, tokens: int) -> dict:
@@ -106,7 +122,9 @@ async def run_front(client, url: str, body: dict, requests: int, concurrency: in
                 async with client.stream("POST", url, json=body) as resp:
                     if resp.status_code != 200:
                         errors += 1
-                        await resp.aread()
+                        body_text = await resp.aread()
+                        if errors == 1:
+                            print(f"# first front-end error: HTTP {resp.status_code} {body_text[:300]!r}", flush=True)
                         return
                     async for line in resp.aiter_lines():
                         if not line.startswith("data: "):
@@ -121,13 +139,15 @@ async def run_front(client, url: str, body: dict, requests: int, concurrency: in
                             return
                         if msg.get("usage"):
                             usage = msg["usage"]
-                        if first is None and msg["choices"] and msg["choices"][0]["delta"].get("content"):
+                        if first is None and msg["choices"] and content(msg["choices"][0]):
                             first = time.perf_counter()
             except Exception:  # noqa: BLE001 - counted
                 errors += 1
                 return
             if not done or first is None or not usage or usage["completion_tokens"] != tokens:
                 errors += 1
+                if errors == 1:
+                    print(f"# first front-end error: done {done}, text seen {first is not None}, usage {usage}")
                 return
             ttft.append((first - t0) * 1000)
 
@@ -169,6 +189,14 @@ def start_front(repo: Path, grpc_url: str, port: int, log: Path) -> subprocess.P
     raise SystemExit("front end not ready")
 
 
+def served_name(port: int) -> str:
+    """The first model id ``GET /v1/models`` lists."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as resp:
+        return str(json.loads(resp.read())["data"][0]["id"])
+
+
 async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dict]:
     import httpx
 
@@ -185,8 +213,8 @@ async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dic
         "return_num_output_tokens": True,
         "exclude_input_in_output": True,
     }
-    body = {
-        "model": NAME,
+    body: dict = {
+        "model": NAME if args.repo is None else served_name(port),
         "messages": MESSAGES,
         "max_tokens": args.output_tokens,
         "min_tokens": args.output_tokens,
@@ -194,6 +222,9 @@ async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dic
         "stream_options": {"include_usage": True},
     }
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    if args.repo is not None:
+        body["prompt"] = body.pop("messages")[0]["content"]
+        url = f"http://127.0.0.1:{port}/v1/completions"
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     rows = []
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
@@ -236,6 +267,9 @@ async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dic
                 "direct_errors": sum(r["errors"] for r in direct_runs),
                 "front_errors": sum(r["errors"] for r in front_runs),
                 "requests_per_run": args.requests,
+                "direct_tokens_per_s": summary(
+                    [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in direct_runs]
+                ),
                 "front_tokens_per_s": summary(
                     [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in front_runs]
                 ),
@@ -248,7 +282,9 @@ async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dic
                 f" front-end CPU {fmt(row['front_cpu_ms_per_token']['median'], 4)} ms/token (min "
                 f"{fmt(row['front_cpu_ms_per_token']['min'], 4)}, "
                 f"max {fmt(row['front_cpu_ms_per_token']['max'], 4)});"
-                f" errors direct {row['direct_errors']} front {row['front_errors']}; load {load_average()}",
+                f" errors direct {row['direct_errors']} front {row['front_errors']};"
+                f" tokens/s direct {fmt(row['direct_tokens_per_s']['median'], 0)}"
+                f" front {fmt(row['front_tokens_per_s']['median'], 0)}; load {load_average()}",
                 flush=True,
             )
     await backend.close()
@@ -265,6 +301,7 @@ def main() -> None:
     parser.add_argument("--port-base", type=int, default=20800)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep-serving", type=float, default=0.0)
+    parser.add_argument("--repo", type=Path, default=None, help="an already rendered streaming repository")
     args = parser.parse_args()
 
     from repo_builder.render import render_repository
@@ -273,18 +310,21 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-openai-") as tmp:
         work = Path(tmp)
-        engine = work / NAME
-        engine.mkdir()
-        (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC))
-        tok = packaged_tokenizer("mistral-v1-instruct", work / "tok")
-        repo = work / "repo"
-        render_repository(
-            engine,
-            tok,
-            repo,
-            user_values={"synthetic_token_delay_ms": args.delay_ms, "triton_max_batch_size": 64},
-            streaming=True,
-        )
+        if args.repo is not None:
+            repo = args.repo
+        else:
+            engine = work / NAME
+            engine.mkdir()
+            (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC))
+            tok = packaged_tokenizer("mistral-v1-instruct", work / "tok")
+            repo = work / "repo"
+            render_repository(
+                engine,
+                tok,
+                repo,
+                user_values={"synthetic_token_delay_ms": args.delay_ms, "triton_max_batch_size": 64},
+                streaming=True,
+            )
         p = args.port_base
         config = LaunchConfig(
             model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True, timeout=300

@@ -16,6 +16,14 @@ Steps, all in one invocation so both sides see the same machine and, as far as p
    two-instance repository only at the highest concurrency;
 4. ``run_baseline.py summarize --compare``: the B/A tables (B = ours), written next to the results with
    the load averages seen before and after each side (``WORK/loadavg.json``).
+
+With ``--instances 1,4`` (the GPU host run, issue 29) steps 2-3 are instead, for each N: NVIDIA's filled
+repository with N preprocessing, postprocessing and BLS instances (``upstream_xN``), then our streaming
+render with N preprocessing and BLS instances (``ours_xN``; postprocessing stays at one, streaming requires
+it), both at every ``--concurrency`` level. ``--upstream-repo`` takes an already filled repository (from
+``run_baseline.py prepare-upstream`` on a machine that has the mirror) instead of step 1. ``--timeout-s``
+bounds each harness run: a run still going then gets a ``py-spy dump`` of every process of its group
+(``WORK/NAME_pyspy.txt``, where py-spy is installed), then SIGTERM to the group, and the next run starts.
 """
 
 from __future__ import annotations
@@ -42,6 +50,59 @@ def render(dest: Path, tokenizer_dir: str, extra: dict) -> Path:
     (engine / "synthetic_engine.json").write_text(json.dumps(SYNTHETIC_SPEC) + "\n")
     values = {"synthetic_token_delay_ms": 0, **extra}
     return render_repository(engine, tokenizer_dir, dest / "repo", user_values=values, streaming=True).output
+
+
+def upstream_with_instances(src: Path, dest: Path, n: int) -> Path:
+    """A copy of NVIDIA's filled repository with ``n`` preprocessing, postprocessing and BLS instances.
+
+    Their v0.19.0 fill writes ``count: <preprocessing_instance_count>`` etc. into each model's
+    ``instance_group``; the copy's ``count: 1`` there becomes ``count: n``. Returns the copy's folder.
+    """
+    import re
+    import shutil
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest)
+    for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
+        cfg = dest / model / "config.pbtxt"
+        text, k = re.subn(r"(instance_group\s*\[\s*\{[^}]*?count\s*:\s*)\d+", rf"\g<1>{n}", cfg.read_text())
+        if k != 1:
+            raise SystemExit(f"{cfg}: expected one instance_group count, found {k}")
+        cfg.write_text(text)
+    return dest
+
+
+def dump_and_stop(pgid: int, dump_path: Path) -> None:
+    """py-spy dump of every process in group ``pgid`` (where py-spy exists), then SIGTERM/SIGKILL to it."""
+    import shutil
+    import signal
+
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if os.getpgid(int(d.name)) == pgid:
+                    pids.append(int(d.name))
+            except OSError:
+                continue
+    spy = shutil.which("py-spy")
+    with dump_path.open("w") as f:
+        for pid in sorted(pids):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            f.write(f"=== pid {pid}: {cmd[:300]}\n")
+            if spy:
+                r = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+                f.write(r.stdout + r.stderr + "\n")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(10)
 
 
 def machine() -> dict:
@@ -117,6 +178,13 @@ def main() -> None:
         "2 x reps per cell, each followed by a wait): on a shared machine 0 keeps the run bounded",
     )
     ap.add_argument("--startup-reps", type=int, default=1)
+    ap.add_argument("--instances", default="", help="e.g. 1,4: both sides at each instance count (see above)")
+    ap.add_argument("--upstream-repo", default="", help="NVIDIA's already filled repository (skips step 1)")
+    ap.add_argument("--modes", default=MODES, help="harness overhead modes")
+    ap.add_argument("--output-tokens", type=int, default=256)
+    ap.add_argument("--timeout-s", type=float, default=0, help="per harness run; 0 = none")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for our render (all of ours)")
+    ap.add_argument("--harness-arg", action="append", default=[], help="passed to every harness run")
     ap.add_argument("--correctness", action="store_true", help="also run the harness's text-correctness part")
     ap.add_argument("--skip-upstream", action="store_true", help="reuse WORK/upstream_results.json")
     ap.add_argument(
@@ -138,38 +206,71 @@ def main() -> None:
     def harness_run(name: str, repo: Path, concurrency: str, extra: list[str]) -> None:
         loads[name + " before"] = list(os.getloadavg())
         t0 = time.time()
-        subprocess.run(
-            [
-                py,
-                harness,
-                "run",
-                "--repo",
-                str(repo),
-                "--tokenizer-dir",
-                args.tokenizer_dir,
-                "--modes",
-                MODES,
-                "--concurrency",
-                concurrency,
-                "--reps",
-                str(args.reps),
-                "--wait-quiet",
-                str(args.wait_quiet),
-                "--no-bls-acc",
-                "--label",
-                name,
-                "--startup-reps",
-                str(args.startup_reps),
-                *([] if args.correctness else ["--skip-correctness"]),
-                "--out",
-                str(work / f"{name}_results.json"),
-                *extra,
-            ],
-            check=True,
-        )
+        cmd = [
+            py,
+            harness,
+            "run",
+            "--repo",
+            str(repo),
+            "--tokenizer-dir",
+            args.tokenizer_dir,
+            "--modes",
+            args.modes,
+            "--output-tokens",
+            str(args.output_tokens),
+            "--concurrency",
+            concurrency,
+            "--reps",
+            str(args.reps),
+            "--wait-quiet",
+            str(args.wait_quiet),
+            "--no-bls-acc",
+            "--label",
+            name,
+            "--startup-reps",
+            str(args.startup_reps),
+            *([] if args.correctness else ["--skip-correctness"]),
+            "--out",
+            str(work / f"{name}_results.json"),
+            *extra,
+            *args.harness_arg,
+        ]
+        print("#", " ".join(cmd), flush=True)
+        proc = subprocess.Popen(cmd, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=args.timeout_s or None)
+        except subprocess.TimeoutExpired:
+            print(f"# {name}: still running after {args.timeout_s:.0f} s: py-spy dump, then SIGTERM", flush=True)
+            dump_and_stop(proc.pid, work / f"{name}_pyspy.txt")
+            rc = proc.wait()
+            loads[name + " timed out"] = [args.timeout_s]
+        if rc != 0 and not args.timeout_s:
+            raise SystemExit(f"harness run {name} failed with exit code {rc}")
         loads[name + " after"] = list(os.getloadavg())
         loads[name + " seconds"] = [round(time.time() - t0, 1)]
 
+    extra_values = dict(item.partition("=")[::2] for item in args.set)
+    if args.upstream_repo:
+        args.skip_upstream = True
+    if args.instances:
+        counts = [int(x) for x in args.instances.split(",")]
+        names = []
+        for n in counts:
+            up = upstream_with_instances(Path(args.upstream_repo), work / f"upstream_x{n}", n)
+            values = {**extra_values, "preprocessing_instance_count": n, "bls_instance_count": n}
+            ours_n = render(work / f"ours_x{n}", args.tokenizer_dir, values)
+            prov = Path(args.upstream_repo).parent / "provenance.json"
+            harness_run(f"upstream_x{n}", up, args.concurrency, ["--provenance", str(prov)] if prov.exists() else [])
+            harness_run(f"ours_x{n}", ours_n, args.concurrency, [])
+            names.append(n)
+        (work / "loadavg.json").write_text(json.dumps({"machine": machine(), "loadavg": loads}, indent=1) + "\n")
+        for n in names:
+            a, b = work / f"upstream_x{n}_results.json", work / f"ours_x{n}_results.json"
+            if a.exists() and b.exists():
+                (work / f"summary_x{n}.md").write_text(f"instances {n}\n\n" + table(a, b))
+                print(f"instances {n}\n\n" + table(a, b), flush=True)
+        print(json.dumps({"machine": machine(), "loadavg": loads}, indent=1))
+        return
     if not args.skip_upstream:
         subprocess.run(
             [
