@@ -133,7 +133,15 @@ def fake_pb_utils() -> types.SimpleNamespace:
     def get_input_tensor_by_name(request: FakeRequest, name: str) -> FakeTensor | None:
         return FakeTensor(name, request.inputs[name]) if name in request.inputs else None
 
+    logged: list[tuple[str, str]] = []
+    logger = types.SimpleNamespace(
+        logged=logged,
+        log_info=lambda msg: logged.append(("info", msg)),
+        log_warn=lambda msg: logged.append(("warn", msg)),
+        log_error=lambda msg: logged.append(("error", msg)),
+    )
     return types.SimpleNamespace(
+        Logger=logger,
         Tensor=FakeTensor,
         InferenceResponse=FakeResponse,
         TritonError=FakeError,
