@@ -2,7 +2,7 @@
 # Set up everything repo-builder needs on a fresh Debian machine: sourced by quickstart.sh and test.sh.
 #  - openmpi-bin (mpirun, for multi-rank launches) via apt-get when missing and we are root;
 #  - slurm-wlm + libpmix-dev (the Slurm deployment test) likewise;
-#  - prometheus (the metrics test, tests/e2e/test_metrics.py) likewise;
+#  - prometheus (the metrics test, tests/e2e/test_metrics_served.py) likewise;
 #  - a virtual environment in $REPO_BUILDER_VENV (default: .venv in the project) holding repo-builder
 #    (editable), the CPU build of torch 2.13.0, the nvidia-pytriton tritonserver, the OpenAI front end's
 #    fastapi/uvicorn, and test tools (pytest, the openai SDK);
@@ -37,7 +37,7 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q
   fi
 fi
 
-# prometheus (Debian's package): only for tests/e2e/test_metrics.py, which scrapes a served repository with a real
+# prometheus (Debian's package): only for tests/e2e/test_metrics_served.py, which scrapes a served repository with a real
 # Prometheus and checks the dashboard's PromQL (docs/metrics.md).
 if ! command -v prometheus >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

@@ -1,6 +1,6 @@
 """`repo-builder deploy monitoring` and `deploy kubernetes --service-monitor`: the scrape config and every
 dashboard query are checked by Prometheus's own ``promtool`` (Debian's prometheus package, installed by
-scripts/setup_env.sh); tests/e2e/test_metrics.py runs the same queries against a real Prometheus under load."""
+scripts/setup_env.sh); tests/e2e/test_metrics_served.py runs the same queries against a real Prometheus under load."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 engines' nv_trt_llm_* values from a real scheduler, and the text-side costs of preprocessing/postprocessing.
 
 Triton's ``pb_utils.MetricFamily`` exists only inside the Python backend's stub, so a stand-in records the calls
-(same signatures as python_backend r24.10 ``pb_stub.cc``); the real server is tested in tests/e2e/test_metrics.py.
+(same signatures as python_backend r24.10 ``pb_stub.cc``); the real server is tested in
+tests/e2e/test_metrics_served.py.
 """
 
 from __future__ import annotations

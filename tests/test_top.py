@@ -1,5 +1,5 @@
 """`repo-builder top`: the Prometheus text parser and the rows it shows (the live view against a real server is
-tested in tests/e2e/test_metrics.py)."""
+tested in tests/e2e/test_metrics_served.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Monitoring for a rendered repository: a Prometheus scrape config, a Grafana dashboard, a ServiceMonitor.
 
 The dashboard's panels and their PromQL live in one table, :data:`PANELS`; the dashboard JSON, ``repo-builder
-top`` and tests/e2e/test_metrics.py (which runs every query against a real Prometheus scraping a loaded server)
+top`` and tests/e2e/test_metrics_served.py (which runs every query against a real Prometheus scraping a loaded server)
 all read it. Queries use Triton's own families (``nv_inference_*``, core r24.10), NVIDIA's TensorRT-LLM
 families (``nv_trt_llm_*``, ``nv_llm_*``; tensorrtllm_backend v0.19.0 README "Triton Metrics") and
 repo-builder's (``repo_builder_*``); :mod:`repo_builder.runtime.metrics` defines the latter two and
