@@ -36,7 +36,9 @@ def test_every_subpackage_is_listed():
 def test_templates_come_from_the_installed_package():
     assert templates_dir() == Path(str(resources.files("repo_builder.model_templates")))
     assert (templates_dir() / "parameters.yaml").is_file()
-    assert sorted(p.parent.name for p in templates_dir().glob("*/contract.yaml")) == ["trtllm-0.5", "trtllm-1.2"]
+    installed = sorted(p.parent.name for p in templates_dir().glob("*/contract.yaml"))
+    in_checkout = sorted(p.parent.name for p in (PROJECT / "model_templates").glob("*/contract.yaml"))
+    assert installed == in_checkout and {"trtllm-0.5", "trtllm-1.2", "llmapi-1.2"} <= set(installed)
     assert (runtime_dir() / "__init__.py").is_file()
 
 
