@@ -31,7 +31,7 @@ from ..repository.lockfile import LOCK_NAME, build_lock, dumps
 from ..repository.pbtxt import parse_model_config
 from .options import RenderOptions
 from .output import check_output
-from .plan import ADOPTED_FROM_KEY, RenderPlan, _load_values_file, _values_source
+from .plan import RenderPlan, serve_root_of, user_values
 from .templates import _tidy, make_environment, template_path
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 
@@ -217,7 +217,6 @@ def prepare_llmapi_render(
     from ..engine import inspect_engine
     from ..engine.checkpoint import read_checkpoint_facts
     from ..errors import EngineError
-    from ..profile.schema import validate_user_values
     from ..tokenizer import check_tokenizer_dir
 
     opts = options
@@ -246,21 +245,8 @@ def prepare_llmapi_render(
         placement=opts.engine_mode,
         delete_unlisted=opts.delete_unlisted,
     )
-    serve_root = Path(opts.serve_path) if opts.serve_path is not None else out
-    if not serve_root.is_absolute():
-        raise RenderError(
-            "the serve path must be absolute (the repository's path inside the server)",
-            key="--serve-path",
-            path=serve_root,
-        )
-    checked: dict[str, Any] = {}
-    values_source: dict[str, Any] | None = None
-    if opts.values_file is not None:
-        file_values = _load_values_file(opts.values_file)
-        values_source = _values_source(opts.values_file, file_values.pop(ADOPTED_FROM_KEY, None))
-        checked.update(validate_user_values(opts.profile, file_values, source=str(opts.values_file)))
-    if opts.user_values:
-        checked.update(validate_user_values(opts.profile, dict(opts.user_values), source="--set"))
+    serve_root = serve_root_of(opts, out)
+    checked, values_source = user_values(opts)
     facts = read_checkpoint_facts(checkpoint_path)
     engine = inspect_engine(checkpoint_path)
     if engine.kind != "hf":

@@ -239,6 +239,42 @@ class PreparedRender:
         )
 
 
+def serve_root_of(opts: RenderOptions, out: Path) -> Path:
+    """The path the server will see the repository at: ``--serve-path``, else ``out``.
+
+    Raises:
+        RenderError: ``--serve-path`` is not absolute.
+    """
+    serve_root = Path(opts.serve_path) if opts.serve_path is not None else out
+    if not serve_root.is_absolute():
+        raise RenderError(
+            "the serve path must be absolute (the repository's path inside the server)",
+            key="--serve-path",
+            path=serve_root,
+        )
+    return serve_root
+
+
+def user_values(opts: RenderOptions) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The ``--values`` file's and ``--set`` values typed by the schema (``--set`` wins), and the lock file's
+    ``values_source`` block (None without ``--values``).
+
+    Raises:
+        RenderError: the values file cannot be read; ParameterError: a value the schema refuses (naming the key).
+    """
+    from ..profile.schema import validate_user_values
+
+    checked: dict[str, Any] = {}
+    values_source: dict[str, Any] | None = None
+    if opts.values_file is not None:
+        file_values = _load_values_file(opts.values_file)
+        values_source = _values_source(opts.values_file, file_values.pop(ADOPTED_FROM_KEY, None))
+        checked.update(validate_user_values(opts.profile, file_values, source=str(opts.values_file)))
+    if opts.user_values:
+        checked.update(validate_user_values(opts.profile, dict(opts.user_values), source="--set"))
+    return checked, values_source
+
+
 def prepare_render(
     engine_dir: str | Path,
     tokenizer_dir: str | Path,
@@ -259,7 +295,6 @@ def prepare_render(
         tokenizer directory).
     """
     from ..engine import check_rank_files, inspect_engine
-    from ..profile.schema import validate_user_values
     from ..tokenizer import check_tokenizer_dir
 
     opts = options
@@ -282,22 +317,8 @@ def prepare_render(
         placement=opts.engine_mode,
         delete_unlisted=opts.delete_unlisted,
     )
-    serve_root = Path(opts.serve_path) if opts.serve_path is not None else out
-    if not serve_root.is_absolute():
-        raise RenderError(
-            "the serve path must be absolute (the repository's path inside the server)",
-            key="--serve-path",
-            path=serve_root,
-        )
-
-    checked: dict[str, Any] = {}
-    values_source: dict[str, Any] | None = None
-    if opts.values_file is not None:
-        file_values = _load_values_file(opts.values_file)
-        values_source = _values_source(opts.values_file, file_values.pop(ADOPTED_FROM_KEY, None))
-        checked.update(validate_user_values(opts.profile, file_values, source=str(opts.values_file)))
-    if opts.user_values:
-        checked.update(validate_user_values(opts.profile, dict(opts.user_values), source="--set"))
+    serve_root = serve_root_of(opts, out)
+    checked, values_source = user_values(opts)
 
     from .disaggregated import check_layout_values
 
