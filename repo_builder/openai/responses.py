@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from starlette.responses import JSONResponse
 from starlette.responses import Response as _Response
 
 from .backend import BackendError
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
     from .jobs import Job
 
 DONE = b"data: [DONE]\n\n"
+
+
+def error_response(err: APIError) -> JSONResponse:
+    """The JSON response of ``err`` (its status; ``WWW-Authenticate: Bearer`` with a 401)."""
+    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
 def sse(payload: dict[str, Any]) -> bytes:
