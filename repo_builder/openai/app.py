@@ -27,9 +27,10 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .backend import TritonBackend
+from .metrics import FrontEndMetrics, MetricsMiddleware
 from .protocol import APIError
 from .responses import error_response
-from .router import FrontEnd, router
+from .router import FrontEnd, frontend, router
 from .served import FrontEndConfig, ServedModel, load_served_models, routing_table
 
 log = logging.getLogger("repo_builder.openai")
@@ -37,24 +38,32 @@ log = logging.getLogger("repo_builder.openai")
 
 def add_error_handlers(app: FastAPI) -> None:
     """Give every failure OpenAI's error shape: :class:`APIError` as raised, FastAPI's 404/405 and body
-    validation errors as 404/400, anything unexpected as 500 (logged, no traceback in the body)."""
+    validation errors as 404/400, anything unexpected as 500 (logged, no traceback in the body). A 4xx is
+    counted in ``repo_builder_openai_requests_refused_total`` by its error code."""
+
+    def refused(request: Request, err: APIError) -> Any:
+        if err.status < 500:
+            frontend(request).metrics.refused(getattr(request.state, "model", ""), err.code)
+        return error_response(err)
 
     @app.exception_handler(APIError)
-    async def _api_error(_request: Request, exc: APIError) -> Any:
-        return error_response(exc)
+    async def _api_error(request: Request, exc: APIError) -> Any:
+        return refused(request, exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> Any:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Any:
         kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(APIError(exc.status_code, str(exc.detail), type=kind))
+        return refused(request, APIError(exc.status_code, str(exc.detail), type=kind))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> Any:
-        return error_response(APIError(400, f"invalid request: {exc.errors()[0].get('msg')}"))
+    async def _validation(request: Request, exc: RequestValidationError) -> Any:
+        return refused(request, APIError(400, f"invalid request: {exc.errors()[0].get('msg')}"))
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> Any:
+    async def _unexpected(request: Request, exc: Exception) -> Any:
         log.exception("unexpected error")
+        # answered by the outermost middleware, so MetricsMiddleware does not see this status: counted here
+        frontend(request).metrics.status(getattr(request.state, "model", ""), 500)
         return error_response(APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error"))
 
 
@@ -88,8 +97,10 @@ def create_app(
                 await route.backend.close()
 
     app = FastAPI(title="repo-builder OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.frontend = FrontEnd(routes, config.api_key)
+    metrics = FrontEndMetrics(routes)
+    app.state.frontend = FrontEnd(routes, config.api_key, metrics)
     app.state.routes = routes  # what serve() checks and prints (the audio app has the same attribute)
     add_error_handlers(app)
     app.include_router(router)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from .backend import BackendError
 from .generation import Generation, watch_disconnect
@@ -31,6 +31,7 @@ from .jobs import (
     param_name,
     request_id,
 )
+from .metrics import ARRIVAL, FrontEndMetrics
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest, parse_request, unsupported
 from .responses import CHAT, COMPLETION, Renderer, SSEResponse, error_response
 from .served import Route, ServedModel
@@ -45,10 +46,12 @@ class FrontEnd:
     Attributes:
         routes: model id -> :class:`~.served.Route` (the LLM and its Triton model), in the lock file's order.
         api_key: when set, every ``/v1`` request needs ``Authorization: Bearer <api_key>``.
+        metrics: the front end's Prometheus metrics (``GET /metrics``).
     """
 
     routes: dict[str, Route]
-    api_key: str | None = None
+    api_key: str | None
+    metrics: FrontEndMetrics
 
 
 def frontend(request: Request) -> FrontEnd:
@@ -93,6 +96,8 @@ async def body_of(request: Request, cls: type) -> tuple[Any, Route]:
         raise APIError(400, f"The request body is not valid JSON: {exc}", code="invalid_json") from None
     req = parse_request(cls, data)
     route = routes.get(req.model)
+    if route is not None:
+        request.state.model = req.model  # the label its status and refusal are counted under
     if route is None:
         raise APIError(
             404,
@@ -135,7 +140,12 @@ async def run(request: Request, route: Route, job: Job, stream_out: bool, render
         stream = triton.generate(job.fields, job.rid)
     except ClientError as exc:
         raise backend_error(exc, job) from None
-    watcher = watch_disconnect(request.receive, stream)
+    metrics = frontend(request).metrics
+
+    def cancelled() -> None:
+        metrics.inc("repo_builder_openai_streams_cancelled_total", served.name)
+
+    watcher = watch_disconnect(request.receive, stream, cancelled)
     try:
         first = await stream.next()
     except BackendError as exc:
@@ -177,6 +187,16 @@ async def health(request: Request) -> Any:
     return Response(status_code=200)
 
 
+@router.get("/metrics")
+async def metrics(request: Request) -> Any:
+    """The front end's own metrics, Prometheus text format (no API key, like ``/health``)."""
+    return PlainTextResponse(frontend(request).metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+
+def _renderer(request: Request, *args: Any, **kw: Any) -> Renderer:
+    return Renderer(*args, metrics=frontend(request).metrics, arrival=request.scope.get(ARRIVAL), **kw)
+
+
 @router.get("/v1/models")
 async def list_models(request: Request) -> Any:
     routes = check_key(request).routes
@@ -202,7 +222,7 @@ async def completions(request: Request) -> Any:
     max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
     limit_max_tokens(served, max_tokens, "max_tokens")
     job = make_job("cmpl", req, prompt, max_tokens, "max_tokens", triton, request_id(request))
-    renderer = Renderer(COMPLETION, served.name, job, echo=prompt if req.echo else "")
+    renderer = _renderer(request, COMPLETION, served.name, job, echo=prompt if req.echo else "")
     return await run(request, route, job, bool(req.stream), renderer)
 
 
@@ -216,4 +236,4 @@ async def chat_completions(request: Request) -> Any:
         max_tokens = default_chat_max_tokens(served, text)
     limit_max_tokens(served, max_tokens, param)
     job = make_job("chatcmpl", req, text, max_tokens, param, triton, request_id(request))
-    return await run(request, route, job, bool(req.stream), Renderer(CHAT, served.name, job))
+    return await run(request, route, job, bool(req.stream), _renderer(request, CHAT, served.name, job))
