@@ -15,8 +15,6 @@ direct, ... ``--repeats`` times):
 * with ``--before DIR``: a second front end started from the source tree ``DIR`` (e.g. ``git archive main``
   unpacked), asked the same way, in the same rotation, so a change is measured before/after in one run.
 
-``--workers N`` starts the front end(s) with ``repo-builder openai --workers N`` (the old tree without it).
-
 Every request asks for exactly ``--output-tokens`` tokens (``max_tokens`` = ``min_tokens``; the synthetic
 engine never emits its end id). Figures per level (medians over repeats):
 
@@ -29,7 +27,7 @@ Usage::
 
     .venv/bin/python scripts/bench_openai.py [--concurrency 1,4,16,64] [--requests 64] [--repeats 3] \\
         [--output-tokens 64] [--delay-ms 5] [--json results/openai.json] [--keep-serving SECONDS] \\
-        [--client openai|httpx] [--before OLD_TREE] [--workers N]
+        [--client openai|httpx] [--before OLD_TREE]
 
 ``--repo DIR`` serves an already rendered streaming repository instead (the GPU host's 1.1B LLaMA on the
 CUDA reference engine, issue 29): no render, ``--delay-ms`` unused, and the front end is asked through
@@ -373,7 +371,6 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, default=None, help="an already rendered streaming repository")
     parser.add_argument("--client", choices=("openai", "httpx"), default="openai")
     parser.add_argument("--before", type=Path, default=None, help="source tree of a second front end (before)")
-    parser.add_argument("--workers", type=int, default=1, help="uvicorn workers of this tree's front end")
     args = parser.parse_args()
 
     from repo_builder.render import render_repository
@@ -402,7 +399,7 @@ def main() -> None:
             model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True, timeout=300
         )
         with TritonServer(config) as server:
-            front = start_front(repo, server.grpc_url, p + 3, work / "front.log", workers=args.workers)
+            front = start_front(repo, server.grpc_url, p + 3, work / "front.log")
             fronts = [("front", front.pid, p + 3)]
             before = None
             if args.before is not None:
