@@ -14,8 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
-from ..repository.lockfile import LOCK_NAME, read_launch_block
-from ..repository.pbtxt import model_config_pb2 as pbtxt_model_config_pb2
+from ..repository.lockfile import LOCK_NAME, read_lock_view
+from ..repository.pbtxt import python_instances, read_model_folders
 from .options import DEFAULTS, HELP
 
 DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
@@ -104,12 +104,6 @@ class RepositoryInfo:
         return [m.name for m in self.models]
 
 
-def _python_instances(cfg: object) -> int:
-    from ..repository.pbtxt import python_instances
-
-    return python_instances(cfg)
-
-
 #: ``parameters`` keys of a tensorrtllm-backend model that name its engine directory (``gpt_model_path`` before
 #: TRT-LLM 0.9 templates, ``engine_dir`` in the python-backend and newer templates).
 ENGINE_DIR_KEYS = ("engine_dir", "gpt_model_path")
@@ -147,18 +141,16 @@ def _engine_world_size(cfg: object, config_path: Path, warnings: list[str]) -> t
 def scan_repository(repo: Path) -> RepositoryInfo:
     """Parse every ``<repo>/<model>/config.pbtxt``, the lock file, and the world size of tensorrtllm engines.
 
-    Configs are parsed with protobuf ``text_format`` into ``tritonclient.grpc.model_config_pb2.ModelConfig``,
-    the message tritonserver itself reads them into.
+    Configs are read by :func:`repo_builder.repository.pbtxt.read_model_folders` (parsed into
+    ``tritonclient.grpc.model_config_pb2.ModelConfig``, the message tritonserver itself reads them into), the lock
+    file by :func:`repo_builder.repository.lockfile.read_lock_view` (leniently: a hand-made ``launch`` block is
+    enough).
 
     Raises:
-        LaunchError: the repository does not exist, holds no ``config.pbtxt``, a config does not parse, or the
-            lock file is not valid JSON / has a malformed ``launch`` block
-            (:func:`repo_builder.lockfile.read_launch_block`, names ``launch.<key>``).
+        LaunchError: the repository does not exist, holds no ``config.pbtxt``, a config is unreadable or does
+            not parse, or the lock file is not valid JSON / has a malformed ``launch`` block (names
+            ``launch.<key>``).
     """
-    from google.protobuf import text_format
-
-    model_config_pb2 = pbtxt_model_config_pb2()
-
     repo = Path(repo)
     if not repo.is_dir():
         raise LaunchError(
@@ -170,29 +162,30 @@ def scan_repository(repo: Path) -> RepositoryInfo:
     models: list[ModelEntry] = []
     warnings: list[str] = []
     engine_ws: dict[str, tuple[int, Path]] = {}
-    for config_path in sorted(repo.glob("*/config.pbtxt")):
-        cfg = model_config_pb2.ModelConfig()
-        try:
-            text_format.Parse(config_path.read_text(encoding="utf-8"), cfg)
-        except (text_format.ParseError, UnicodeDecodeError) as exc:
+    folders = read_model_folders(repo)
+    for folder in folders:
+        if folder.unreadable == "missing":
+            continue
+        cfg = folder.config
+        if cfg is None:
+            why = folder.error.message if folder.error is not None else folder.unreadable
             raise LaunchError(
-                f"config does not parse: {exc}", path=config_path, hint="run `repo-builder validate` on the repository"
-            ) from exc
+                f"config does not parse: {why}", path=folder.path, hint="run `repo-builder validate` on the repository"
+            )
         backend = cfg.backend or cfg.platform
         if cfg.backend == "tensorrtllm":
-            found = _engine_world_size(cfg, config_path, warnings)
+            found = _engine_world_size(cfg, folder.path, warnings)
             if found is not None:
-                engine_ws[config_path.parent.name] = found
+                engine_ws[folder.name] = found
         models.append(
             ModelEntry(
-                name=config_path.parent.name,
-                config_path=config_path,
+                name=folder.name,
+                config_path=folder.path,
                 backend=backend,
-                python_instances=_python_instances(cfg) if cfg.backend == "python" else 0,
+                python_instances=python_instances(cfg) if cfg.backend == "python" else 0,
             )
         )
-    folders = (p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
-    stray = sorted(p.name for p in folders if not (p / "config.pbtxt").is_file())
+    stray = [f.name for f in folders if f.unreadable == "missing"]
     if stray and models:
         # tritonserver polls every folder of the repository and refuses to start over one without a config
         # (2.51 with --disable-auto-complete-config: "Poll failed for model directory 'X': failed to open text
@@ -213,14 +206,15 @@ def scan_repository(repo: Path) -> RepositoryInfo:
             key="--model_repo",
             hint="pass the folder that contains the model folders",
         )
-    launch = read_launch_block(repo, error=LaunchError)
+    lock = read_lock_view(repo, error=LaunchError)
+    launch = lock.launch if lock is not None else None
     return RepositoryInfo(
         path=repo,
         models=models,
         lock_world_size=launch.world_size if launch else None,
         lock_model_names=(launch.tensorrt_llm_model_names or None) if launch else None,
         lock_orchestrator_world_size=launch.orchestrator_world_size if launch else None,
-        lock_path=repo / LOCK_NAME if launch else None,
+        lock_path=lock.path if launch and lock else None,
         engine_world_sizes=engine_ws,
         warnings=warnings,
     )
