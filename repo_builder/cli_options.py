@@ -74,10 +74,13 @@ class Opt:
         return value
 
     def typer(self, **overrides: Any) -> Any:
-        """The ``typer.Option`` of this option (``overrides``: further ``typer.Option`` keyword arguments)."""
+        """The ``typer.Option`` of this option; ``overrides`` replace ``default`` or ``help`` or add further
+        ``typer.Option`` keyword arguments."""
         import typer
 
-        return typer.Option(self.cli_default(), *self.flags, help=self.help, **overrides)
+        default = overrides.pop("default", self.cli_default())
+        text = overrides.pop("help", self.help)
+        return typer.Option(default, *self.flags, help=text, **overrides)
 
     def pydantic(self) -> Any:
         """The pydantic ``Field`` of this option: default, bounds and ``description`` (the help)."""

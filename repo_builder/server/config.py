@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
 from ..repository.lockfile import LOCK_NAME, read_lock_view
 from ..repository.pbtxt import python_instances, read_model_folders
-from .options import DEFAULTS, HELP
+from .options import HELP, LAUNCH_OPTIONS
 
 DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
+
+
+def _field(name: str) -> Any:
+    """The pydantic field of launch option ``name`` (:data:`~repo_builder.server.options.LAUNCH_OPTIONS`)."""
+    return LAUNCH_OPTIONS[name].pydantic()
 
 
 class LaunchConfig(BaseModel):
@@ -27,29 +33,27 @@ class LaunchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     model_repo: Path = Field(description=HELP["model_repo"])
-    world_size: int | None = Field(DEFAULTS["world_size"], ge=1, description=HELP["world_size"])
-    tritonserver: str | None = Field(DEFAULTS["tritonserver"], description=HELP["tritonserver"])
-    http_port: int = Field(DEFAULTS["http_port"], ge=1, le=65535, description=HELP["http_port"])
-    grpc_port: int = Field(DEFAULTS["grpc_port"], ge=1, le=65535, description=HELP["grpc_port"])
-    metrics_port: int = Field(DEFAULTS["metrics_port"], ge=1, le=65535, description=HELP["metrics_port"])
-    http_address: str = Field(DEFAULTS["http_address"], description=HELP["http_address"])
-    log: bool = Field(DEFAULTS["log"], description=HELP["log"])
-    log_file: Path | None = Field(DEFAULTS["log_file"], description=HELP["log_file"])
-    force: bool = Field(DEFAULTS["force"], description=HELP["force"])
-    multi_model: bool = Field(DEFAULTS["multi_model"], description=HELP["multi_model"])
-    no_mpi: bool = Field(DEFAULTS["no_mpi"], description=HELP["no_mpi"])
-    oversubscribe: bool = Field(DEFAULTS["oversubscribe"], description=HELP["oversubscribe"])
-    tensorrt_llm_model_name: list[str] | None = Field(
-        DEFAULTS["tensorrt_llm_model_name"], description=HELP["tensorrt_llm_model_name"]
-    )
-    detach: bool = Field(DEFAULTS["detach"], description=HELP["detach"])
-    pid_file: Path | None = Field(DEFAULTS["pid_file"], description=HELP["pid_file"])
-    timeout: float = Field(DEFAULTS["timeout"], gt=0, description=HELP["timeout"])
-    stop_timeout: float = Field(DEFAULTS["stop_timeout"], gt=0, description=HELP["stop_timeout"])
-    exit_timeout: int = Field(DEFAULTS["exit_timeout"], ge=0, description=HELP["exit_timeout"])
-    server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
-    hostfile: Path | None = Field(DEFAULTS["hostfile"], description=HELP["hostfile"])
-    openai_port: int | None = Field(DEFAULTS["openai_port"], ge=1, le=65535, description=HELP["openai_port"])
+    world_size: int | None = _field("world_size")
+    tritonserver: str | None = _field("tritonserver")
+    http_port: int = _field("http_port")
+    grpc_port: int = _field("grpc_port")
+    metrics_port: int = _field("metrics_port")
+    http_address: str = _field("http_address")
+    log: bool = _field("log")
+    log_file: Path | None = _field("log_file")
+    force: bool = _field("force")
+    multi_model: bool = _field("multi_model")
+    no_mpi: bool = _field("no_mpi")
+    oversubscribe: bool = _field("oversubscribe")
+    tensorrt_llm_model_name: list[str] | None = _field("tensorrt_llm_model_name")
+    detach: bool = _field("detach")
+    pid_file: Path | None = _field("pid_file")
+    timeout: float = _field("timeout")
+    stop_timeout: float = _field("stop_timeout")
+    exit_timeout: int = _field("exit_timeout")
+    server_args: list[str] = _field("server_args")
+    hostfile: Path | None = _field("hostfile")
+    openai_port: int | None = _field("openai_port")
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod
