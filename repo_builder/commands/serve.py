@@ -77,6 +77,12 @@ def launch(
     openai_port: int | None = typer.Option(
         _default("openai_port"), "--openai_port", "--openai-port", help=_help("openai_port")
     ),
+    histogram_latencies: bool = typer.Option(
+        _default("histogram_latencies"),
+        "--histogram-latencies",
+        "--histogram_latencies",
+        help=_help("histogram_latencies"),
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Run the preflight checks and print the command; start nothing."

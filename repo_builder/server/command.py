@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 MPIRUN = "mpirun"
+#: tritonserver's ``--metrics-config`` setting that turns on its latency histograms (off by default).
+HISTOGRAM_LATENCIES = "histogram_latencies=true"
 
 
 def shm_prefix(launch_id: str, rank: int) -> str:
@@ -35,6 +37,7 @@ def rank_argv(
     verbose: bool = False,
     extra_args: list[str] | None = None,
     exit_timeout: int | None = None,
+    histogram_latencies: bool = False,
 ) -> list[str]:
     """argv of one tritonserver rank.
 
@@ -46,6 +49,8 @@ def rank_argv(
         verbose: ``--log-verbose=3`` (rank 0 only, as upstream's ``--log``).
         exit_timeout: ``--exit-timeout-secs`` (seconds in-flight requests get after SIGTERM; tritonserver 2.51
             defaults to 30), unless ``extra_args`` already sets it.
+        histogram_latencies: rank 0 exports Triton's latency histograms
+            (``--metrics-config=histogram_latencies=true``; tritonserver 2.51, core r24.10 ``metrics.cc``).
     """
     argv = [
         str(binary),
@@ -65,6 +70,8 @@ def rank_argv(
         ]
         if verbose:
             argv.append("--log-verbose=3")
+        if histogram_latencies:
+            argv.append(f"--metrics-config={HISTOGRAM_LATENCIES}")
     else:
         argv += [
             "--model-control-mode=explicit",

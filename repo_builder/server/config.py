@@ -50,6 +50,7 @@ class LaunchConfig(BaseModel):
     server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
     hostfile: Path | None = Field(DEFAULTS["hostfile"], description=HELP["hostfile"])
     openai_port: int | None = Field(DEFAULTS["openai_port"], ge=1, le=65535, description=HELP["openai_port"])
+    histogram_latencies: bool = Field(DEFAULTS["histogram_latencies"], description=HELP["histogram_latencies"])
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod

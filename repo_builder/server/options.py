@@ -31,6 +31,7 @@ class LaunchDefaults(TypedDict):
     exit_timeout: int
     hostfile: Path | None
     openai_port: int | None
+    histogram_latencies: bool
 
 
 #: The default of every launch option but ``model_repo`` (required) and ``server_args`` (empty list): the one
@@ -57,6 +58,7 @@ DEFAULTS: LaunchDefaults = {
     "exit_timeout": 5,
     "hostfile": None,
     "openai_port": None,
+    "histogram_latencies": False,
 }
 
 HELP: dict[str, str] = {
@@ -93,4 +95,8 @@ HELP: dict[str, str] = {
     "with Open MPI's own means (ssh by default; OMPI_MCA_plm_rsh_agent for another agent).",
     "openai_port": "Also serve an OpenAI-compatible API on this port (`repo-builder openai`, started once the "
     "server is ready, stopped with it; needs the openai extra). Default: off.",
+    "histogram_latencies": "Export Triton's latency histograms on rank 0's metrics endpoint "
+    "(--metrics-config=histogram_latencies=true, tritonserver 2.51+): nv_inference_first_response_histogram_ms "
+    "per model, the time to a decoupled model's first response (docs/metrics.md). Default: off, as in "
+    "tritonserver.",
 }

@@ -217,6 +217,7 @@ class TritonServer:
                 verbose=cfg.log,
                 extra_args=cfg.server_args,
                 exit_timeout=cfg.exit_timeout,
+                histogram_latencies=cfg.histogram_latencies,
             )
             for r in range(plan.world_size)
         ]
