@@ -77,6 +77,9 @@ def launch(
     openai_port: int | None = typer.Option(
         _default("openai_port"), "--openai_port", "--openai-port", help=_help("openai_port")
     ),
+    unload_timeout: float = typer.Option(
+        _default("unload_timeout"), "--unload-timeout", "--unload_timeout", help=_help("unload_timeout")
+    ),
     histogram_latencies: bool = typer.Option(
         _default("histogram_latencies"),
         "--histogram-latencies",

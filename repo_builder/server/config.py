@@ -47,6 +47,7 @@ class LaunchConfig(BaseModel):
     timeout: float = Field(DEFAULTS["timeout"], gt=0, description=HELP["timeout"])
     stop_timeout: float = Field(DEFAULTS["stop_timeout"], gt=0, description=HELP["stop_timeout"])
     exit_timeout: int = Field(DEFAULTS["exit_timeout"], ge=0, description=HELP["exit_timeout"])
+    unload_timeout: float = Field(DEFAULTS["unload_timeout"], gt=0, description=HELP["unload_timeout"])
     server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
     hostfile: Path | None = Field(DEFAULTS["hostfile"], description=HELP["hostfile"])
     openai_port: int | None = Field(DEFAULTS["openai_port"], ge=1, le=65535, description=HELP["openai_port"])

@@ -32,6 +32,7 @@ class LaunchDefaults(TypedDict):
     hostfile: Path | None
     openai_port: int | None
     histogram_latencies: bool
+    unload_timeout: float
 
 
 #: The default of every launch option but ``model_repo`` (required) and ``server_args`` (empty list): the one
@@ -59,6 +60,7 @@ DEFAULTS: LaunchDefaults = {
     "hostfile": None,
     "openai_port": None,
     "histogram_latencies": False,
+    "unload_timeout": 20.0,
 }
 
 HELP: dict[str, str] = {
@@ -88,6 +90,9 @@ HELP: dict[str, str] = {
     "exit_timeout": "Seconds tritonserver lets in-flight requests finish after a stop was asked for "
     "(--exit-timeout-secs; tritonserver's own default is 30). Streams still running then get an "
     "error and the server exits.",
+    "unload_timeout": "Seconds a stop waits for the models to unload once no request is in flight any more, "
+    "counted apart from --exit-timeout (tritonserver gets --exit-timeout-secs = their sum, since it counts both "
+    "against one timer). Models still unloading then are killed; the stop says how long it waited for each.",
     "server_args": "Extra arguments appended to every rank's tritonserver command.",
     "hostfile": "Open MPI hostfile ('HOST slots=N' per line) spreading the ranks over hosts with --map-by slot: "
     "ranks fill the first host's slots, then the next host's. Rank 0 (the endpoints) runs on the first "
@@ -95,8 +100,9 @@ HELP: dict[str, str] = {
     "with Open MPI's own means (ssh by default; OMPI_MCA_plm_rsh_agent for another agent).",
     "openai_port": "Also serve an OpenAI-compatible API on this port (`repo-builder openai`, started once the "
     "server is ready, stopped with it; needs the openai extra). Default: off.",
-    "histogram_latencies": "Export Triton's latency histograms on rank 0's metrics endpoint "
-    "(--metrics-config=histogram_latencies=true, tritonserver 2.51+): nv_inference_first_response_histogram_ms "
-    "per model, the time to a decoupled model's first response (docs/metrics.md). Default: off, as in "
-    "tritonserver.",
+    "histogram_latencies": "Export Triton's latency distributions on rank 0's metrics endpoint: "
+    "--metrics-config=histogram_latencies=true (tritonserver 2.52+: nv_inference_first_response_histogram_ms, "
+    "the time to a decoupled model's first response) and summary_latencies=true (2.51+: "
+    "nv_inference_request_summary_us and the queue/compute summaries, with quantiles; 2.51 has no "
+    "histograms). Default: off, as in tritonserver.",
 }
