@@ -14,13 +14,14 @@ import numpy as np
 from _text_support import tokenizer as load
 from test_postprocessing_model import post, text
 from test_preprocessing_model import pre, q
+from test_stream_ledger import ENSEMBLE_OUTPUTS
 
 from repo_builder.runtime.preprocessing import EnsembleStreamKeys, FirstUseIds
 
 
 def ask(p, request_id, **extra):
     inputs = {"QUERY": q("Deep learning"), "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32), **extra}
-    out = p.process(inputs, request_id)
+    out = p.process(inputs, request_id, ENSEMBLE_OUTPUTS)
     return bool(out["OUT_RETURN_PERF_METRICS"].reshape(-1)[0]), dict(p.response_parameters)
 
 
@@ -126,14 +127,15 @@ def test_preprocessing_adapter_sends_sequence_id_where_the_backend_takes_respons
     module = load_model_py("preprocessing", monkeypatch)
     plain = module.TritonPythonModel()
     plain.initialize(cfg)
-    first, again = plain.execute([FakeRequest(good, "id-1"), FakeRequest(good, "id-1")])
+    step = list(ENSEMBLE_OUTPUTS)  # what the ensemble asks its preprocessing step for
+    first, again = plain.execute([FakeRequest(good, "id-1", step), FakeRequest(good, "id-1", step)])
     assert not hasattr(first, "parameters")
     assert [bool(r.tensors["OUT_RETURN_PERF_METRICS"][0, 0]) for r in (first, again)] == [False, True]
 
     monkeypatch.setattr(sys.modules["triton_python_backend_utils"], "InferenceResponse", ResponseWithParameters)
     keyed = module.TritonPythonModel()
     keyed.initialize(cfg)
-    responses = keyed.execute([FakeRequest(good, "id-1"), FakeRequest(good, "id-1"), FakeRequest(good, "")])
+    responses = keyed.execute([FakeRequest(good, rid, step) for rid in ("id-1", "id-1", "")])
     ids = [r.parameters["sequence_id"] for r in responses]
     assert len(set(ids)) == 3 and all(isinstance(i, str) and i for i in ids)
     assert not any(bool(r.tensors["OUT_RETURN_PERF_METRICS"][0, 0]) for r in responses)

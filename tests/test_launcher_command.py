@@ -137,6 +137,17 @@ def test_several_trtllm_models_and_verbose() -> None:
     assert "--log-verbose=3" in rank0 and "--log-verbose=3" not in rank1
 
 
+def test_histogram_latencies_only_on_rank_0_and_only_when_asked() -> None:
+    """Rank 0 alone serves metrics; tritonserver keeps its histograms off unless --metrics-config says so."""
+    kw = dict(binary=TS, backend_args=[], model_repo="/repo", launch_id="rbTEST", http_address="127.0.0.1")
+    ports = dict(http_port=8000, grpc_port=8001, metrics_port=8002, trtllm_models=["tensorrt_llm"])
+    on = [rank_argv(rank=r, histogram_latencies=True, **kw, **ports) for r in range(2)]
+    assert "--metrics-config=histogram_latencies=true" in on[0] and "--metrics-config=summary_latencies=true" in on[0]
+    assert not [a for a in on[1] if a.startswith("--metrics-config")]
+    assert not [a for a in ranks(1)[0] if a.startswith("--metrics-config")]
+    assert LaunchConfig(model_repo=Path("/repo")).histogram_latencies is False
+
+
 def test_config_splits_comma_list() -> None:
     cfg = LaunchConfig(model_repo=".", tensorrt_llm_model_name="a, b,,c")
     assert cfg.tensorrt_llm_model_name == ["a", "b", "c"]
@@ -423,8 +434,9 @@ def test_script_accepts_upstream_flags(tiny: Path) -> None:
         "--load-model=tensorrt_llm",
         "--load-model=postprocessing",
     ]
-    # every rank bounds how long in-flight requests may delay a stop (tritonserver's own default is 30 s)
-    assert all("--exit-timeout-secs=5" in rank for rank in per_rank)
+    # every rank bounds how long a stop may take (tritonserver's own default is 30 s): in-flight requests
+    # (--exit-timeout 5) plus the models' unloads (--unload-timeout 20), which tritonserver counts on one timer
+    assert all("--exit-timeout-secs=25" in rank for rank in per_rank)
 
 
 # ---------------------------------------------------------------- world size from the engine (case B12)

@@ -19,6 +19,7 @@ from _text_support import tokenizer as load
 from test_postprocessing_model import post, text
 from test_preprocessing_model import pre, q
 
+from repo_builder.profile.contract import load_contract
 from repo_builder.runtime import stream_ledger
 from repo_builder.runtime.preprocessing import EnsembleStreamKeys
 from repo_builder.runtime.stream_ledger import StreamLedger, id_hash, ledger_path
@@ -45,8 +46,18 @@ def pair(shm):
     return p, o
 
 
-def ask(p, request_id, max_tokens, requested=None):
-    inputs = {"QUERY": q(SENTENCE), "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], np.int32)}
+#: what the ensemble asks preprocessing for: its step's output_map (Triton asks a step for exactly those)
+ENSEMBLE_OUTPUTS = [
+    step for step in load_contract("trtllm-1.2").models["ensemble"].steps if step.model == "preprocessing"
+][0].output_map.keys()
+
+
+def ask(p, request_id, max_tokens, requested=ENSEMBLE_OUTPUTS, stream=True):
+    inputs = {
+        "QUERY": q(SENTENCE),
+        "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], np.int32),
+        "STREAM": np.array([[stream]], bool),
+    }
     return bool(p.process(inputs, request_id, requested)["OUT_RETURN_PERF_METRICS"].reshape(-1)[0])
 
 
@@ -86,6 +97,48 @@ def test_an_id_whose_stream_is_in_flight_or_stopped_short_still_asks_for_perf_me
     assert ask(p, "X", len(ids)) is True  # never counted to its end: still ambiguous
 
 
+def test_a_stream_ended_by_a_response_without_tokens_frees_its_id(pair):
+    """The end id (and a cancellation) ends a stream with a response of zero new tokens, which only a
+    stream's last response can be: the id is free again, with no state left behind."""
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    for _round in range(2):
+        assert ask(p, "Y", 100) is False  # the earlier round ended short of its budget, yet freed the id
+        deltas = stream(o, "Y", ids[:4])
+        empty = {"TOKENS_BATCH": np.zeros((1, 1, 0), np.int32), "SEQUENCE_LENGTH": np.array([[0]], np.int32)}
+        deltas += text(o.process(empty, request_id="Y"))
+        assert "".join(deltas) == llama.decode(ids[:4]) and deltas[0] == "Deep"
+    assert len(o.streams) == 0
+
+
+def test_a_non_streaming_request_is_ended_by_its_only_response(pair):
+    """A non-streaming one-row request gets one engine response, however few tokens it holds (an end id
+    before max_tokens): preprocessing registers it so (STREAM false or absent), and that response ends it."""
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    whole = {"TOKENS_BATCH": np.array([[ids[:3]]], np.int32), "SEQUENCE_LENGTH": np.array([[3]], np.int32)}
+    for _round in range(3):
+        assert ask(p, "Z", 100, stream=False) is False
+        assert text(o.process(whole, request_id="Z")) == [llama.decode(ids[:3])]
+    absent = {"QUERY": q(SENTENCE), "REQUEST_OUTPUT_LEN": np.array([[100]], np.int32)}  # client sent no stream
+    assert not p.process(absent, "Z", ENSEMBLE_OUTPUTS)["OUT_RETURN_PERF_METRICS"].reshape(-1)[0]
+    assert text(o.process(whole, request_id="Z")) == [llama.decode(ids[:3])]
+    assert ask(p, "Z", 100) is False
+
+
+def test_direct_calls_never_register_their_id(pair):
+    """A direct preprocessing call (every output, or DETOKENIZER_KEY among those asked for) is no ensemble
+    step: postprocessing's ensemble step will never count its stream, so registering its id would make every
+    later ensemble request with that id ask for perf metrics (and carry them to its client)."""
+    p, _ = pair
+    assert "DETOKENIZER_KEY" not in ENSEMBLE_OUTPUTS and "OUT_RETURN_PERF_METRICS" in ENSEMBLE_OUTPUTS
+    for requested in (None, list(p.out_dtypes), ["INPUT_ID", "DETOKENIZER_KEY", "OUT_RETURN_PERF_METRICS"]):
+        assert ask(p, "direct", 8, requested=requested) is False  # and its own answer has no perf metrics
+    assert ask(p, "direct", 8) is False  # the first ensemble request of the id is keyed alone
+
+
 def test_the_empty_id_is_keyed_alone_only_while_the_ledger_holds_it(pair):
     """Clients that send no request id one after another (a benchmark at concurrency 1): each stream is
     registered, keyed ("", 0) and ended; a concurrent one asks for perf metrics; without a registration a
@@ -114,8 +167,8 @@ def test_non_streaming_and_several_row_requests(pair):
     assert text(o.process(whole, request_id="whole")) == [SENTENCE]
     assert ask(p, "whole", len(ids)) is False
     two = {"QUERY": q("a", "b"), "REQUEST_OUTPUT_LEN": np.array([[4], [4]], np.int32)}
-    assert p.process(two, "rows")["OUT_RETURN_PERF_METRICS"].tolist() == [[False], [False]]  # first use
-    assert p.process(two, "rows")["OUT_RETURN_PERF_METRICS"].tolist() == [[True], [True]]
+    assert p.process(two, "rows", ENSEMBLE_OUTPUTS)["OUT_RETURN_PERF_METRICS"].tolist() == [[False], [False]]
+    assert p.process(two, "rows", ENSEMBLE_OUTPUTS)["OUT_RETURN_PERF_METRICS"].tolist() == [[True], [True]]
 
 
 def test_bls_requests_leave_the_ensemble_keys_alone(pair):

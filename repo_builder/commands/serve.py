@@ -70,6 +70,8 @@ def launch(
     ),
     hostfile: Path | None = _opt("hostfile"),
     openai_port: int | None = _opt("openai_port"),
+    unload_timeout: float = _opt("unload_timeout"),
+    histogram_latencies: bool = _opt("histogram_latencies"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Run the preflight checks and print the command; start nothing."

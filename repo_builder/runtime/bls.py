@@ -344,18 +344,21 @@ class BLSCore:
         if not self.settings.call_engine_decoupled:
             resp = next(iter(spec)) if spec else self.caller.call(model, engine_inputs, engine_outputs, rid)
             penv = postprocess(resp)
-            if plan.stop_words:
-                self._trim_final(penv, text_names, plan, protected)
+            if plan.stop_words and self._trim_final(penv, text_names, plan, protected):
+                self.metrics.inc("repo_builder_stop_strings_hit_total")
             send(assemble(penv), True)
             return
 
         stream = spec or self.caller.stream(model, engine_inputs, engine_outputs, rid)
         if not plan.stream:
+            cut_all = bool(plan.stop_words)
             for resp in stream:
                 penv = postprocess(resp)
                 if plan.stop_words:
-                    self._trim_final(penv, text_names, plan, protected)
+                    cut_all = self._trim_final(penv, text_names, plan, protected) and cut_all
                 send(assemble(penv), False)
+            if cut_all:  # every sequence ended at a stop string: counted as a stopped stream is
+                self.metrics.inc("repo_builder_stop_strings_hit_total")
             return
 
         # Streaming.
@@ -466,7 +469,10 @@ class BLSCore:
         return len(seen) >= plan.num_sequences
 
     @staticmethod
-    def _trim_final(penv: dict[str, Any], text_names: Sequence[str], plan: RequestPlan, protected: str) -> None:
+    def _trim_final(penv: dict[str, Any], text_names: Sequence[str], plan: RequestPlan, protected: str) -> bool:
+        """Cut each text output of a non-streaming response at its first stop string (after the echoed
+        prompt ``protected``). Returns True when the response held text and every text was cut."""
+        cut, seen = True, False
         for tname in text_names:
             arr = penv.get(tname)
             if arr is None:
@@ -475,5 +481,8 @@ class BLSCore:
             for item in arr.reshape(-1).tolist():
                 t = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
                 start = len(protected) if protected and t.startswith(protected) else 0
-                texts.append(truncate_at_stop(t, plan.stop_words, start)[0])
+                kept, found = truncate_at_stop(t, plan.stop_words, start)
+                seen, cut = True, cut and found
+                texts.append(kept)
             penv[tname] = _encode_like(texts, arr)
+        return seen and cut

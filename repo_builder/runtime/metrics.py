@@ -259,7 +259,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "repo_builder_stop_strings_hit_total",
         COUNTER,
-        "Streaming requests the BLS ended at a stop string (the engine request is then cancelled)",
+        "Requests the BLS ended at a stop string: a stream, whose engine request is then cancelled, or a "
+        "non-streaming request whose every text was cut there",
         (BLS,),
         unit="requests",
     ),

@@ -267,7 +267,7 @@ class Postprocessor:
                 budgets.popitem(last=False)
         text = self.streams.add(key, ids)
         left[2] -= len(ids)
-        if left[2] <= 0:
+        if left[2] <= 0 or not ids:  # the budget is used up, or the stream's last response (no new token)
             text += self.streams.finish(key)
             del budgets[key]
             self.ledger.end(left[0], left[1])

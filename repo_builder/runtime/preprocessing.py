@@ -55,6 +55,7 @@ FIELDS = {
     "PAD_ID": "pad_id",
     "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
     "RETURN_PERF_METRICS": "return_perf_metrics",
+    "STREAM": "stream",
 }
 INPUT_NAMES = tuple(FIELDS)
 
@@ -171,6 +172,33 @@ class EnsembleStreamKeys:
         return not self._seen.claim(request_id)
 
 
+#: The preprocessing outputs that tell an ensemble step from any other caller (:func:`is_ensemble_step`).
+ENSEMBLE_ONLY_OUTPUT = "OUT_RETURN_PERF_METRICS"
+DIRECT_ONLY_OUTPUT = "DETOKENIZER_KEY"
+
+
+def is_ensemble_step(requested_outputs: Collection[str] | None) -> bool:
+    """True when a preprocessing request is an ensemble's step, whose engine responses the ensemble's
+    postprocessing step will see under the same request id.
+
+    Triton runs an ensemble step asking for exactly the outputs in that step's ``output_map`` (core
+    ``src/ensemble_scheduler/ensemble_scheduler.cc`` r24.10 ``InitStep``: ``AddOriginalRequestedOutput`` per
+    mapped output), and a request that names no output asks for all of them (``infer_request.cc``
+    ``PrepareForInference``). The ensembles rendered here map ``OUT_RETURN_PERF_METRICS`` and never
+    ``DETOKENIZER_KEY`` (a key for callers that are not an ensemble; contract.yaml, checked by
+    tests/test_stream_ledger.py). So a request asking for the first and not the second is an ensemble step;
+    a direct call (``DETOKENIZER_KEY`` asked for, or every output) and the BLS (no
+    ``OUT_RETURN_PERF_METRICS``) are not: their ids are never registered in the stream ledger, which only
+    postprocessing's ensemble step ends, and they get no perf metrics they did not ask for.
+    ``requested_outputs`` None means every output (a direct call).
+    """
+    return (
+        requested_outputs is not None
+        and ENSEMBLE_ONLY_OUTPUT in requested_outputs
+        and DIRECT_ONLY_OUTPUT not in requested_outputs
+    )
+
+
 def instance_count(config: Mapping[str, Any]) -> int:
     """Model instances in ``config["instance_group"]`` (count defaults to 1 per group; no group: 1)."""
     groups = config.get("instance_group") or []
@@ -248,6 +276,8 @@ class Preprocessor:
         self.words = WordEncoder(tokenizer)
         self.keys = KeySource()
         self.stream_keys = EnsembleStreamKeys(instance_count(params.config))
+        #: this model declares ``STREAM`` (trtllm-1.2 renders since issue 28): the ensemble wires the client's flag
+        self.reads_stream = "STREAM" in {i.get("name") for i in params.config.get("input") or []}
         #: the response parameters of the last :meth:`process` call (the adapter sends them)
         self.response_parameters: dict[str, Any] = {}
         #: where tokenize and word-list times go (model.py sets :func:`.metrics.for_model`'s)
@@ -259,6 +289,14 @@ class Preprocessor:
         self.stream_keys = EnsembleStreamKeys(
             instance_count(self.params.config), response_parameters=supported, ledger=ledger
         )
+
+    def _one_response(self, stream: np.ndarray | None) -> bool:
+        """True when the engine answers this one-row request with one response: ``STREAM`` (the client's
+        ``stream``, wired by the ensemble) false or absent. Only where this model declares ``STREAM``: an
+        older repository's ensemble does not wire it, and its absence then says nothing."""
+        if not self.reads_stream:
+            return False
+        return stream is None or np.asarray(stream).size == 0 or not bool(np.asarray(stream).reshape(-1)[0])
 
     @property
     def keys_ensemble_streams(self) -> bool:
@@ -294,8 +332,10 @@ class Preprocessor:
 
         ``request_id`` is the Triton request id (None: unknown, treated like a repeated id).
         ``requested_outputs``: the outputs the caller asked for (``request.requested_output_names()``; None
-        = all). An ensemble asks for ``OUT_RETURN_PERF_METRICS``; the BLS does not (it passes the client's
-        flag to the engine itself), so its requests leave the ensemble's stream keys alone. After the
+        = all). Only an ensemble step touches the ensemble's stream keys (:func:`is_ensemble_step`): the BLS
+        does not ask for ``OUT_RETURN_PERF_METRICS`` (it passes the client's flag to the engine itself), and
+        a direct call asks for ``DETOKENIZER_KEY`` too (or for every output), so neither registers its id in
+        the stream ledger nor gets perf metrics it did not ask for. After the
         call :attr:`response_parameters` holds the parameters for this request's response
         (``{"sequence_id": key}`` when :class:`EnsembleStreamKeys` uses response parameters, else ``{}``).
 
@@ -419,8 +459,11 @@ class Preprocessor:
         perf_asked = [bool(r.size and r.reshape(-1)[0]) for r in perf_rows] if perf_rows else [False] * batch
         self.response_parameters = {}
         perf = False
-        if self.keys_ensemble_streams and (requested_outputs is None or "OUT_RETURN_PERF_METRICS" in requested_outputs):
-            perf = self.stream_keys.perf_metrics_needed(request_id, max_tokens[0] if batch == 1 else None)
+        if self.keys_ensemble_streams and is_ensemble_step(requested_outputs):
+            budget: int | None = max_tokens[0] if batch == 1 else None
+            if budget is not None and self._one_response(inputs.get("STREAM")):
+                budget = 1  # the engine's only response ends it, however many tokens it holds
+            perf = self.stream_keys.perf_metrics_needed(request_id, budget)
         if self.stream_keys.response_parameters:
             # a string: no integer range to respect (python_backend sends parameters as JSON)
             self.response_parameters = {"sequence_id": f"rb-{keys[0]:016x}"}

@@ -21,11 +21,15 @@ state with a new one. The ledger lets postprocessing say "this id's stream ended
   up (the engine never sends more than ``max_tokens`` generated tokens; a streamed response never carries
   the prompt) it ends the stream's detokenizer state and marks the id ended (:meth:`StreamLedger.end`).
 
-A stream that stops short of its budget (end id, stop word, cancellation, an error) stays registered, so
-later requests with its id ask for perf metrics, exactly as without the ledger: the ledger only ever
-removes a cost, never decides a key on a guess. Streams that postprocessing cannot count (several rows,
-beams or sequences in one response) are never ended either; a request of several rows is registered with
-no end at all (:data:`NO_END`).
+Only an ensemble step registers (``preprocessing.is_ensemble_step``: a direct preprocessing call or the BLS
+never does, since no ensemble postprocessing step would end it). A stream also ends on a response without
+new tokens (the end id, a cancellation: only a stream's last response is empty), and a non-streaming
+request is registered with a budget of 1 (its one engine response ends it). A stream that stops short of
+its budget otherwise (a stop word, whose tokens the final response carries; an error, which never reaches
+postprocessing) stays registered, so later requests with its id ask for perf metrics, exactly as without
+the ledger: the ledger only ever removes a cost, never decides a key on a guess. Streams that
+postprocessing cannot count (several rows, beams or sequences in one response) are never ended either; a
+request of several rows is registered with no end at all (:data:`NO_END`).
 
 Storage: a file in ``/dev/shm`` mapped by every user, :data:`SLOTS` slots of two 8-byte words (the id's
 64-bit BLAKE2b hash, never 0; the budget, > 0 while registered, 0 once ended), open addressing over at

@@ -13,6 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 MPIRUN = "mpirun"
+#: tritonserver's ``--metrics-config`` settings of ``launch --histogram-latencies`` (both off by default):
+#: latency histograms (core r24.11+, i.e. tritonserver 2.52+: ``nv_inference_first_response_histogram_ms``; core
+#: ``src/metrics.cc``) and latency summaries with quantiles (2.51 has these, ``nv_inference_*_summary_us``; core
+#: r24.10 ``metric_model_reporter.cc``). tritonserver 2.51 takes the unknown histogram setting and ignores it,
+#: so the summaries are the latency distributions it can export.
+LATENCY_DISTRIBUTIONS = ("histogram_latencies=true", "summary_latencies=true")
 
 
 def shm_prefix(launch_id: str, rank: int) -> str:
@@ -35,6 +41,7 @@ def rank_argv(
     verbose: bool = False,
     extra_args: list[str] | None = None,
     exit_timeout: int | None = None,
+    histogram_latencies: bool = False,
 ) -> list[str]:
     """argv of one tritonserver rank.
 
@@ -46,6 +53,7 @@ def rank_argv(
         verbose: ``--log-verbose=3`` (rank 0 only, as upstream's ``--log``).
         exit_timeout: ``--exit-timeout-secs`` (seconds in-flight requests get after SIGTERM; tritonserver 2.51
             defaults to 30), unless ``extra_args`` already sets it.
+        histogram_latencies: rank 0 exports Triton's latency distributions (:data:`LATENCY_DISTRIBUTIONS`).
     """
     argv = [
         str(binary),
@@ -65,6 +73,8 @@ def rank_argv(
         ]
         if verbose:
             argv.append("--log-verbose=3")
+        if histogram_latencies:
+            argv += [f"--metrics-config={setting}" for setting in LATENCY_DISTRIBUTIONS]
     else:
         argv += [
             "--model-control-mode=explicit",

@@ -54,6 +54,8 @@ class LaunchConfig(BaseModel):
     server_args: list[str] = _field("server_args")
     hostfile: Path | None = _field("hostfile")
     openai_port: int | None = _field("openai_port")
+    unload_timeout: float = _field("unload_timeout")
+    histogram_latencies: bool = _field("histogram_latencies")
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod

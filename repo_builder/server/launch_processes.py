@@ -18,12 +18,13 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ..runtime.stream_ledger import FILE_PREFIX as LEDGER_PREFIX
 from . import procs
-from .server_log import EXIT_TIMEOUT_EXPIRED, ServerLog
+from .server_log import EXIT_TIMEOUT_EXPIRED, UNLOADING_MODELS, ServerLog
 
 if TYPE_CHECKING:
     from .config import LaunchPlan
@@ -37,6 +38,36 @@ ORPHAN_GRACE_S = 5.0
 MODEL_POLL_S = 0.5
 #: ``comm`` of a Python-backend stub process (``triton_python_backend_stub`` cut to 15 characters by the kernel).
 STUB_COMM = "triton_python_backend_stub"[:15]
+#: Seconds past a phase's bound before the stop gives up on it: tritonserver checks its state once a second.
+PHASE_GRACE_S = 1.5
+
+
+@dataclass
+class StopReport:
+    """What a stop waited for (seconds from the SIGTERM), as rank 0's log tells it.
+
+    Attributes:
+        in_flight_s: until no request was in flight any more and the models started to unload (None: not
+            seen, e.g. no log, a server that had already exited, or the wait was cut).
+        unload_s: how long the models took to unload after that (None: not seen to finish).
+        in_flight_expired: requests were still in flight after the exit timeout (then killed).
+        unload_expired: models were still unloading after the unload timeout (then killed).
+    """
+
+    in_flight_s: float | None = None
+    unload_s: float | None = None
+    in_flight_expired: bool = False
+    unload_expired: bool = False
+
+    def describe(self) -> str:
+        """One line for the launcher's output, e.g. ``waited 0.0 s for in-flight requests, 6.2 s for models to
+        unload``."""
+        parts = []
+        if self.in_flight_s is not None:
+            parts.append(f"{self.in_flight_s:.1f} s for in-flight requests")
+        if self.unload_s is not None:
+            parts.append(f"{self.unload_s:.1f} s for models to unload")
+        return "waited " + ", ".join(parts) if parts else ""
 
 
 class LaunchProcesses:
@@ -171,41 +202,69 @@ class LaunchProcesses:
         found.pop(os.getpid(), None)
         return list(found.values())
 
-    def stop(self, timeout: float, log: ServerLog, kill_now: Callable[[], bool]) -> bool:
+    def stop(
+        self,
+        timeout: float,
+        log: ServerLog,
+        kill_now: Callable[[], bool],
+        exit_timeout: float | None = None,
+        unload_timeout: float | None = None,
+    ) -> StopReport:
         """Stop every process of this launch and remove its ``/dev/shm`` regions.
 
-        SIGTERM goes to the tritonserver ranks (never first to mpirun, unless no rank has started); after
-        ``timeout`` seconds whatever is left of ours (ranks, stubs, mpirun) gets SIGKILL, and so does what
-        outlives the last rank by :data:`ORPHAN_GRACE_S`, and everything once ``log`` says
-        :data:`EXIT_TIMEOUT_EXPIRED`, or as soon as ``kill_now()`` is true (a second Ctrl-C).
+        SIGTERM goes to the tritonserver ranks (never first to mpirun, unless no rank has started). The wait
+        has two phases, told apart by rank 0's log (:data:`UNLOADING_MODELS`): requests in flight, bounded by
+        ``exit_timeout``, then the models' unloads, bounded by ``unload_timeout`` from their start, so a
+        stop with nothing in flight is not cut because models unload slowly (tritonserver 2.51 counts both
+        phases against one ``--exit-timeout-secs``, which the launcher therefore sets to their sum). Whatever
+        is left of ours (ranks, stubs, mpirun) gets SIGKILL when a phase outlives its bound, after
+        ``timeout`` seconds in all (at least the two bounds), when it outlives the last rank by
+        :data:`ORPHAN_GRACE_S`, once ``log`` says :data:`EXIT_TIMEOUT_EXPIRED`, or as soon as ``kill_now()``
+        is true (a second Ctrl-C).
 
         Returns:
-            True when tritonserver gave up on in-flight requests (:data:`EXIT_TIMEOUT_EXPIRED` seen).
+            What the stop waited for (:class:`StopReport`).
         """
+        report = StopReport()
         if self.launcher_pid is None:
-            return False
-        expired = False
+            return report
         ranks = self.rank_pids()
+        rank0 = ranks.get(0, (self.launcher_pid, 0))[0] if ranks else None
         if ranks:
             for pid, start in ranks.values():
                 procs.send_signal(pid, signal.SIGTERM, start)
         elif self.alive():
             # mpirun has not started a rank yet: nothing can leak, stop mpirun itself
             procs.send_signal(self.launcher_pid, signal.SIGTERM, self.launcher_start)
-        deadline = time.monotonic() + timeout
+        signalled = time.monotonic()
+        bounds = (exit_timeout or 0) + (unload_timeout or 0) + 2 * PHASE_GRACE_S
+        deadline = signalled + max(timeout, bounds if exit_timeout is not None and unload_timeout is not None else 0)
         ranks_gone_at: float | None = None
+        unloading_at: float | None = None
         log_from = log.size()
         next_log_check = time.monotonic()
         while time.monotonic() < deadline and not kill_now():
             self.alive()  # reaps our child
             if not self.ours():
                 break
-            if time.monotonic() >= next_log_check:
-                next_log_check = time.monotonic() + MODEL_POLL_S
-                if EXIT_TIMEOUT_EXPIRED in log.since(log_from):
-                    # in-flight requests outlived --exit-timeout-secs; tritonserver 2.51 then hangs in its
-                    # teardown (the Python backend waits for the stubs' requests) instead of exiting
-                    expired = True
+            now = time.monotonic()
+            if now >= next_log_check:
+                next_log_check = now + MODEL_POLL_S
+                added = log.since(log_from)
+                if unloading_at is None and _rank_logged(added, UNLOADING_MODELS, rank0):
+                    unloading_at = now
+                    report.in_flight_s = now - signalled
+                if EXIT_TIMEOUT_EXPIRED in added:
+                    # tritonserver's exit timeout ran out; tritonserver 2.51 then hangs in its teardown (the
+                    # Python backend waits for the stubs' requests) instead of exiting
+                    report.in_flight_expired = unloading_at is None
+                    report.unload_expired = unloading_at is not None
+                    break
+                if unloading_at is None and exit_timeout is not None and now - signalled > exit_timeout + PHASE_GRACE_S:
+                    report.in_flight_expired = True  # requests still in flight after the exit timeout
+                    break
+                if unloading_at is not None and unload_timeout is not None and now - unloading_at > unload_timeout:
+                    report.unload_expired = True
                     break
             if not self.rank_pids():
                 # every rank has exited: what is left (stubs, mpirun) gets a short grace, not the stop timeout
@@ -213,6 +272,8 @@ class LaunchProcesses:
                 if time.monotonic() - ranks_gone_at >= ORPHAN_GRACE_S:
                     break
             time.sleep(POLL_S)
+        if unloading_at is not None and not report.unload_expired and not self.rank_pids():
+            report.unload_s = time.monotonic() - unloading_at
         leftovers = self.ours()
         if leftovers:
             for info in leftovers:
@@ -230,4 +291,13 @@ class LaunchProcesses:
         procs.remove_shm_files(self.shm_prefix)
         for pid, _start in ranks.values():  # stream ledgers a killed server's models could not remove
             procs.remove_shm_files(f"{LEDGER_PREFIX}{pid}-")
-        return expired
+        return report
+
+
+def _rank_logged(text: str, marker: str, pid: int | None) -> bool:
+    """True when ``text`` (log lines) holds ``marker`` on a line of the tritonserver process ``pid`` (its log
+    lines carry it: ``I1203 16:44:47.271828 23858 server.cc:336] "..."``; None: any process)."""
+    for line in text.splitlines():
+        if marker in line and (pid is None or f" {pid} " in line):
+            return True
+    return False

@@ -37,6 +37,9 @@ HELP: dict[str, str] = {
     "exit_timeout": "Seconds tritonserver lets in-flight requests finish after a stop was asked for "
     "(--exit-timeout-secs; tritonserver's own default is 30). Streams still running then get an "
     "error and the server exits.",
+    "unload_timeout": "Seconds a stop waits for the models to unload once no request is in flight any more, "
+    "counted apart from --exit-timeout (tritonserver gets --exit-timeout-secs = their sum, since it counts both "
+    "against one timer). Models still unloading then are killed; the stop says how long it waited for each.",
     "server_args": "Extra arguments appended to every rank's tritonserver command.",
     "hostfile": "Open MPI hostfile ('HOST slots=N' per line) spreading the ranks over hosts with --map-by slot: "
     "ranks fill the first host's slots, then the next host's. Rank 0 (the endpoints) runs on the first "
@@ -44,6 +47,11 @@ HELP: dict[str, str] = {
     "with Open MPI's own means (ssh by default; OMPI_MCA_plm_rsh_agent for another agent).",
     "openai_port": "Also serve an OpenAI-compatible API on this port (`repo-builder openai`, started once the "
     "server is ready, stopped with it; needs the openai extra). Default: off.",
+    "histogram_latencies": "Export Triton's latency distributions on rank 0's metrics endpoint: "
+    "--metrics-config=histogram_latencies=true (tritonserver 2.52+: nv_inference_first_response_histogram_ms, "
+    "the time to a decoupled model's first response) and summary_latencies=true (2.51+: "
+    "nv_inference_request_summary_us and the queue/compute summaries, with quantiles; 2.51 has no "
+    "histograms). Default: off, as in tritonserver.",
 }
 
 #: One entry per :class:`~repo_builder.server.config.LaunchConfig` field. Flag names follow NVIDIA's
@@ -78,6 +86,12 @@ LAUNCH_OPTIONS: dict[str, Opt] = {
     "hostfile": Opt(default=None, flags=("--hostfile",), help=HELP["hostfile"]),
     "openai_port": Opt(
         default=None, flags=("--openai_port", "--openai-port"), help=HELP["openai_port"], ge=1, le=65535
+    ),
+    "unload_timeout": Opt(
+        default=20.0, flags=("--unload-timeout", "--unload_timeout"), help=HELP["unload_timeout"], gt=0
+    ),
+    "histogram_latencies": Opt(
+        default=False, flags=("--histogram-latencies", "--histogram_latencies"), help=HELP["histogram_latencies"]
     ),
 }
 

@@ -11,6 +11,7 @@ rank 0 is alive and holds the listening HTTP socket (observed with tritonserver 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -27,7 +28,7 @@ from . import procs
 from .binary import TritonBinary, find_tritonserver
 from .command import launch_argv, rank_argv, shm_prefix
 from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan_repository
-from .launch_processes import MODEL_POLL_S, POLL_S, LaunchProcesses
+from .launch_processes import MODEL_POLL_S, POLL_S, LaunchProcesses, StopReport
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
 from .probe import connect_host, is_ready, model_states
 from .server_log import TAIL_LINES, ServerLog
@@ -102,6 +103,8 @@ class TritonServer:
         self.interrupted = 0
         #: set by :meth:`stop` when tritonserver gave up on in-flight requests (then it is SIGKILLed at once).
         self.exit_timeout_expired = False
+        #: what the last :meth:`stop` waited for (in-flight requests, model unloads)
+        self.stop_report = StopReport()
         #: ``(model, pid)`` of the first model process :meth:`wait` saw die while the server ran, else None.
         self.model_died: tuple[str, int] | None = None
 
@@ -216,7 +219,9 @@ class TritonServer:
                 trtllm_models=plan.trtllm_models,
                 verbose=cfg.log,
                 extra_args=cfg.server_args,
-                exit_timeout=cfg.exit_timeout,
+                # tritonserver counts in-flight requests and unloads against one timer; the stop bounds each
+                exit_timeout=cfg.exit_timeout + math.ceil(cfg.unload_timeout),
+                histogram_latencies=cfg.histogram_latencies,
             )
             for r in range(plan.world_size)
         ]
@@ -430,7 +435,12 @@ class TritonServer:
         timeout = self.config.stop_timeout if timeout_s is None else timeout_s
         if self.processes.launcher_pid is None:
             return None
-        if self.processes.stop(timeout, self.log, lambda: self._kill_now):
+        cfg = self.config
+        report = self.processes.stop(
+            timeout, self.log, lambda: self._kill_now, exit_timeout=cfg.exit_timeout, unload_timeout=cfg.unload_timeout
+        )
+        self.stop_report = report
+        if report.in_flight_expired:
             self.exit_timeout_expired = True
         return self.returncode
 

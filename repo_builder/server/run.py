@@ -175,7 +175,14 @@ def launch(
         else:
             echo(f"tritonserver exited with code {code}; cleaning up")
         code = server.stop()
-        if server.exit_timeout_expired:
+        if server.stop_report.describe():
+            echo(f"stop: {server.stop_report.describe()}")
+        if server.stop_report.unload_expired:
+            echo(
+                f"models were still unloading after --unload-timeout {config.unload_timeout:g} s (no request was in "
+                "flight); tritonserver was killed"
+            )
+        elif server.exit_timeout_expired:
             echo(
                 f"in-flight requests did not finish within --exit-timeout {config.exit_timeout} s; they were "
                 "failed and tritonserver was killed (it does not exit by itself then)"
@@ -239,7 +246,8 @@ def stop(
         except (FileNotFoundError, LaunchError):
             pass
     if running:
-        echo(f"stopped launch {server.launch_id} in {time.monotonic() - t0:.1f} s")
+        waited = server.stop_report.describe()
+        echo(f"stopped launch {server.launch_id} in {time.monotonic() - t0:.1f} s" + (f" ({waited})" if waited else ""))
     else:
         echo(f"launch {server.launch_id} was no longer running; cleaned up")
     return 0

@@ -18,6 +18,10 @@ TAIL_LINES = 40
 #: tritonserver 2.51's log line when in-flight requests outlived ``--exit-timeout-secs`` (``main.cc``); after
 #: it the process hangs in its teardown until killed (measured: 30 s, the length of the request in flight).
 EXIT_TIMEOUT_EXPIRED = "Exit timeout expired. Exiting immediately."
+#: tritonserver 2.51's log line when no request is in flight any more during a stop and the models start to
+#: unload (core r24.10 ``server.cc`` ``InferenceServer::Stop``). Before it the server waits for in-flight
+#: requests, after it for the models' unloads; both under one ``--exit-timeout-secs`` counter.
+UNLOADING_MODELS = "All models are stopped, unloading models"
 
 _LOAD_ERROR_RE = re.compile(r"failed to load '([^']+)' version \d+: ([^\n]*)")
 #: mpirun ``--tag-output`` prefixes (``[1,0]<stderr>:``), which also split one tritonserver line into pieces.

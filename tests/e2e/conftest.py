@@ -63,12 +63,13 @@ def _renderer(base: Callable[[], Path]) -> Callable[..., Path]:
 
 
 @contextlib.contextmanager
-def _serve(repo: Path, timeout: float = 300.0) -> Iterator[Any]:
+def _serve(repo: Path, timeout: float = 300.0, **options: Any) -> Iterator[Any]:
+    """``options``: more LaunchConfig fields (e.g. ``histogram_latencies=True``)."""
     from repo_builder.server import LaunchConfig, TritonServer
 
     http, grpc, metrics = free_ports(3)
     config = LaunchConfig(
-        model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True, timeout=timeout
+        model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True, timeout=timeout, **options
     )
     server = TritonServer(config)
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -225,6 +226,29 @@ def test_sigterm_while_a_model_loads(tmp_path):
     assert stub
     assert code == 128 + signal.SIGTERM, launch.text()
     assert "interrupted by signal 15 before the server was ready" in launch.text()
+    assert_all_gone(repo, prefixes)
+
+
+def test_stop_with_nothing_in_flight_waits_for_a_slow_unload(tmp_path):
+    """Nothing in flight, a model whose finalize() takes 8 s (> --exit-timeout 5 s): tritonserver 2.51 counts
+    unloads against the exit timeout, so this stop used to end as a kill reported as requests that did not
+    finish. The unload phase now has its own bound: the server stops by itself and the stop says so."""
+    repo = tmp_path / "slow_unload"
+    shutil.copytree(FIXTURES / "slow_unload", repo)
+    launch = Launch(repo, tmp_path, "--stop-timeout", "600")
+    try:
+        launch.wait_ready()
+        prefixes = launch.prefixes()
+        launch.proc.send_signal(signal.SIGTERM)
+        code = launch.wait()
+    finally:
+        launch.kill()
+    text = launch.text()
+    assert code == 128 + signal.SIGTERM, text
+    assert "did not finish within --exit-timeout" not in text and "killed" not in text, text
+    waited = re.search(r"stop: waited ([\d.]+) s for in-flight requests, ([\d.]+) s for models to unload", text)
+    assert waited is not None, text
+    assert float(waited.group(1)) < 5 and float(waited.group(2)) >= 7, text
     assert_all_gone(repo, prefixes)
 
 

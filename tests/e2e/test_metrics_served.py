@@ -3,7 +3,8 @@ tritonserver serving a synthetic-engine repository under load, and every dashboa
 (repo_builder/deploy/monitoring.py ``PANELS``, the queries the Grafana dashboard holds) returns what the load
 implies: 8 concurrent streams show as 8 active engine requests with KV-cache blocks in use, the tokens counted
 equal the tokens the clients received, everything returns to 0 afterwards, a refused request is counted by its
-field, a stop string in the BLS is counted.
+field, a stop string in the BLS is counted (streamed or not), and the launcher's ``histogram_latencies`` option
+turns on Triton's own first-response histogram.
 
 One server and one Prometheus for the module. The scrape config is the one ``repo-builder deploy monitoring``
 writes (``monitoring_files``), with a 1 s scrape interval.
@@ -61,7 +62,7 @@ def server(tmp_path_factory, render_repo_module, serve_module):
     spec = {"vocab_size": 32000, "max_batch_size": STREAMS, "max_input_len": 64, "max_seq_len": 1024}
     (engine / "synthetic_engine.json").write_text(json.dumps(spec))
     repo = render_repo_module(engine, tok, streaming=True, values={"synthetic_token_delay_ms": 20}, name="metrics")
-    with serve_module(repo) as srv:
+    with serve_module(repo, histogram_latencies=True) as srv:
         srv.repo = repo
         yield srv
 
@@ -297,6 +298,11 @@ def test_refused_requests_and_stop_strings_are_counted(load, prom, server):
         assert not errors
     finally:
         stream.close()
+    # the same stop string without streaming: the text is cut there, and the request is counted too
+    status, body = http_generate(
+        server, "tensorrt_llm_bls", {"text_input": PROMPT, "max_tokens": 40, "stop_words": [stop]}
+    )
+    assert status == 200 and body["text_output"].endswith(stop) and len(body["text_output"].split()) < len(words)
 
     def counted() -> Any:
         refused = panel(prom, server, "refused", "reason")
@@ -312,6 +318,38 @@ def test_refused_requests_and_stop_strings_are_counted(load, prom, server):
             pytest.fail(f"the refusal and the stop string are not in Prometheus: {last}")
         time.sleep(0.5)
     assert panel(prom, server, "bls_stream_ends", query=0).get("", 0) == 0  # nothing was cancelled
+    wait_for("both stop-string hits on /metrics", lambda: scraped(server, "repo_builder_stop_strings_hit_total") == 2)
+
+
+def scraped(server, family: str, **labels: str) -> float:
+    """The sum of ``family``'s samples on the server's /metrics whose labels hold ``labels``."""
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name != family:
+            continue
+        held, _, value = rest.rpartition("}")
+        if all(f'{k}="{v}"' in held for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def test_histogram_latencies_flag_exports_triton_latency_distributions(load, server):
+    """``launch --histogram-latencies`` (the module's server) passes --metrics-config=histogram_latencies=true
+    and summary_latencies=true. The tritonserver here (2.51) has no histograms (core r24.11 added them) and
+    ignores that setting; it exports the latency summaries: nv_inference_request_summary_us per model, one
+    observation per request (at least the load's 8 streams on tensorrt_llm). Without the flag neither family
+    exists (Triton's default: counters only). On 2.52+ the first-response histogram is checked too."""
+    assert "--metrics-config=histogram_latencies=true" in server.argv
+    count = scraped(server, "nv_inference_request_summary_us_count", model="tensorrt_llm")
+    assert count >= STREAMS
+    assert scraped(server, "nv_inference_request_summary_us_sum", model="tensorrt_llm") > 0
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    if "nv_inference_first_response_histogram_ms" in text:  # tritonserver 2.52+
+        assert scraped(server, "nv_inference_first_response_histogram_ms_count", model="tensorrt_llm") >= STREAMS
 
 
 def test_every_panel_is_checked_here():

@@ -9,6 +9,10 @@ Checked here with the synthetic engine and a SentencePiece tokenizer (Mistral v1
   alone (no perf metrics) and the text is right, whichever instance takes the request;
 * concurrent streams with one request id still get their own text (all but one are keyed by the engine's
   arrival time);
+* no request leaves its id registered for later ones (issue 28): after a direct preprocessing call, and
+  after a non-streaming request that a stop word ends short of max_tokens, a request with the same id
+  still gets text_output alone (before, the id stayed registered and every later request with it got the
+  engine's perf metrics, which nobody asked for);
 * after the server stops, no ledger file of it is left in /dev/shm.
 """
 
@@ -18,22 +22,43 @@ import json
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 from conftest import asset
 from e2e_support import Stream, grpc_input, texts
 
 from repo_builder.runtime.stream_ledger import FILE_PREFIX, SHM_DIR
+from repo_builder.runtime.wordlists import WordEncoder
 
 pytestmark = pytest.mark.server
 
 N_TOKENS = 48
 
 
-def inputs(prompt: str) -> list:
-    return [
+def inputs(prompt: str, stream: bool = True, stop_word: str | None = None) -> list:
+    sent = [
         grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
         grpc_input("max_tokens", np.array([[N_TOKENS]], np.int32)),
-        grpc_input("stream", np.array([[True]], bool)),
+        grpc_input("stream", np.array([[stream]], bool)),
     ]
+    if stop_word is not None:
+        sent.append(grpc_input("stop_words", np.array([[stop_word.encode()]], dtype=object)))
+    return sent
+
+
+def answer(server, model: str, sent: list, request_id: str) -> list:
+    """The responses (with outputs) of one request on a fresh stream; fails on an error."""
+    s = Stream(server)
+    try:
+        s.send(model, sent, request_id)
+        got, errors = s.collect({request_id})
+    finally:
+        s.close()
+    assert not errors
+    return got[request_id]
+
+
+def output_names(results: list) -> set[str]:
+    return {o.name for r in results for o in r.get_response().outputs}
 
 
 def test_two_preprocessing_instances_key_reused_ids_without_perf_metrics(tmp_path, render_repo, serve):
@@ -79,5 +104,36 @@ def test_two_preprocessing_instances_key_reused_ids_without_perf_metrics(tmp_pat
         for (got, errors), prompt in zip(got_all, prompts):
             assert not errors
             assert "".join(texts(got["shared"])) == tok.decode(expected(prompt), skip_special_tokens=True)
+
+        # a direct preprocessing call (every output asked for) is no ensemble step: its id stays free
+        query = [
+            grpc_input("QUERY", np.array([[prompts[1].encode()]], dtype=object)),
+            grpc_input("REQUEST_OUTPUT_LEN", np.array([[N_TOKENS]], np.int32)),
+        ]
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            direct = client.infer("preprocessing", query, request_id="direct")
+        finally:
+            client.close()
+        assert not direct.as_numpy("OUT_RETURN_PERF_METRICS").any()
+        full = tok.decode(expected(prompts[1]), skip_special_tokens=True)
+        for _round in range(2):
+            got = answer(server, "ensemble", inputs(prompts[1]), "direct")
+            assert output_names(got) == {"text_output"} and "".join(texts(got)) == full
+
+        # a non-streaming request ended short of max_tokens by a stop word: its one response ends its id
+        ids = expected(prompts[1])
+        words = WordEncoder(tok)
+        stop = next(
+            (k, w)
+            for k in range(4, N_TOKENS - 8)
+            for w in [tok.decode(ids[k : k + 1]).strip()]
+            if w.isalpha() and any(v == ids[k : k + 1] for v in words.sequences(w, "stop_words"))
+        )
+        for _round in range(3):
+            got = answer(server, "ensemble", inputs(prompts[1], stream=False, stop_word=stop[1]), "short")
+            assert output_names(got) == {"text_output"}, f"round {_round}: perf metrics nobody asked for"
+            text = "".join(texts(got))
+            assert full.startswith(text) and len(text) < len(full)
     assert pids
     assert not [p for pid in pids for p in SHM_DIR.glob(f"{FILE_PREFIX}{pid}-*")]
