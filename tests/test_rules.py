@@ -28,6 +28,17 @@ LORA_ENGINE = {
 # one adapter at rank 64: 2 (A and B) x 64 x hidden 512 x 2 modules x 4 layers x 2 bytes
 LORA_BYTES = 2 * 64 * 512 * 2 * 4 * 2
 BEAM = {"build_config": {"max_beam_width": 4, "max_seq_len": 2050}}
+# Speculative engines (config.json keys per NVIDIA/TensorRT-LLM cpp/tensorrt_llm/runtime/gptJsonConfig.cpp):
+# speculative_decoding_mode 4 = medusa, 32 = eagle, 8 = lookahead_decoding.
+MEDUSA = {
+    "build_config": {"speculative_decoding_mode": 4, "max_draft_len": 4},
+    "pretrained_config": {"num_medusa_heads": 2, "max_draft_len": 4},
+}
+EAGLE = {
+    "build_config": {"speculative_decoding_mode": 32, "max_draft_len": 8},
+    "pretrained_config": {"num_eagle_layers": 3, "max_non_leaves_per_layer": 2},
+}
+LOOKAHEAD = {"build_config": {"speculative_decoding_mode": 8, "max_draft_len": 8}}
 
 
 @pytest.fixture(scope="module")
@@ -275,6 +286,88 @@ CASES = [
         {},
         "warning",
         "enable_chunked_context: off, but the engine's max_num_tokens 512 is below its max_input_len 1024",
+    ),
+    (
+        "medusa-tree-too-many-choices",
+        MEDUSA,
+        {"decoding_mode": "medusa", "medusa_choices": "{0}, {1}, {2}, {0,0}, {0,1}"},
+        "error",
+        "medusa_choices: has 5 choices; the engine's max_draft_len is 4 (one draft token each)",
+    ),
+    (
+        "medusa-tree-too-deep",
+        MEDUSA,
+        {"medusa_choices": "{0}, {0,0}, {0,0,0}"},
+        "error",
+        "medusa_choices: is 3 levels deep; the engine's draft paths are at most 2 long",
+    ),
+    (
+        "medusa-tree-orphan",
+        MEDUSA,
+        {"medusa_choices": "{0}, {1,0}"},
+        "warning",
+        "medusa_choices: has {1, 0} without the parent path",
+    ),
+    (
+        "medusa-tree-skips-a-level",
+        MEDUSA,
+        {"medusa_choices": "{0}, {0,0,0}"},
+        "error",
+        "medusa_choices: has no choice of depth 2: the levels of a tree follow one another",
+    ),
+    (
+        "medusa-tree-on-plain-engine",
+        {},
+        {"medusa_choices": "{0}, {1}"},
+        "error",
+        "medusa_choices: is read by a medusa engine only; this engine's speculative_decoding_mode is none",
+    ),
+    (
+        "decoding-mode-needs-engine-mode",
+        MEDUSA,
+        {"decoding_mode": "eagle"},
+        "error",
+        "decoding_mode: eagle needs an engine built with `--speculative_decoding_mode eagle`; this engine's "
+        "speculative_decoding_mode is medusa",
+    ),
+    (
+        "eagle-tree-depth",
+        EAGLE,
+        {"eagle_choices": "{0}, {1}, {0,0}"},
+        "error",
+        "eagle_choices: is 2 levels deep; EAGLE-1 needs exactly num_eagle_layers (3) levels",
+    ),
+    (
+        "eagle-non-leaves",
+        EAGLE,
+        {"eagle_choices": "{0}, {1}, {2}, {0,0}, {1,0}, {2,0}, {0,0,0}"},
+        "error",
+        "eagle_choices: has 3 inner nodes at level 1; the engine's max_non_leaves_per_layer is 2",
+    ),
+    (
+        "lookahead-needs-draft-len",
+        LOOKAHEAD,
+        {
+            "decoding_mode": "lookahead",
+            "lookahead_window_size": 4,
+            "lookahead_ngram_size": 3,
+            "lookahead_verification_set_size": 4,
+        },
+        "error",
+        "lookahead_window_size: (W, N, G) = (4, 3, 4) needs (W + G) * (N - 1) - 1 = 15 draft tokens; the engine was "
+        "built with max_draft_len 8",
+    ),
+    (
+        "lookahead-on-plain-engine",
+        {},
+        {
+            "decoding_mode": "lookahead",
+            "lookahead_window_size": 2,
+            "lookahead_ngram_size": 2,
+            "lookahead_verification_set_size": 1,
+        },
+        "error",
+        "decoding_mode: lookahead needs an engine built with `--speculative_decoding_mode lookahead_decoding`",
     ),
 ]
 
@@ -579,3 +672,30 @@ def test_kind_gpu_instance_group_is_counted_per_listed_gpu(tmp_path, tok):
         p.message.startswith("instance_group kind: KIND_GPU with gpus [3] disagrees with gpu_device_ids '0,1'")
         for p in problems
     ), problems
+
+
+@pytest.mark.parametrize(
+    ("sections", "values"),
+    [
+        (MEDUSA, {"decoding_mode": "medusa", "medusa_choices": "{0}, {1}, {0,0}, {0,1}"}),
+        (EAGLE, {"eagle_choices": "{0}, {1}, {0,0}, {1,0}, {0,0,0}"}),
+        (
+            LOOKAHEAD,
+            {
+                "decoding_mode": "lookahead",
+                "lookahead_window_size": 2,
+                "lookahead_ngram_size": 3,
+                "lookahead_verification_set_size": 2,
+            },
+        ),
+    ],
+    ids=["medusa", "eagle", "lookahead"],
+)
+def test_speculative_parameters_that_fit_the_engine_pass(tmp_path, tok, sections, values):
+    """A tree within max_draft_len and the engine's depth, and a lookahead triple needing (2+2)*(3-1)-1 = 7 <= 8
+    draft tokens, render without a finding and validate clean against the engine."""
+    engine = write_engine(tmp_path / "engine", config("new", **sections))
+    assert _render_text(engine, tok, tmp_path / "dry", values) == ("none", "")
+    repo = tmp_path / "repo"
+    render_repository(engine, tok, repo, user_values={k: str(v) for k, v in values.items()})
+    assert [str(p) for p in validate_repository(repo, engine_dir=engine, warnings=True)] == []

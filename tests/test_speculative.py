@@ -56,13 +56,13 @@ class Caller:
         return next(iter(self.stream(model, inputs, outputs, request_id)))
 
 
-def speculate(engines, draft, n_draft, *, streaming=False, exclude=True, total=20, **extra):
+def speculate(engines, draft, n_draft, *, streaming=False, exclude=True, total=20, prompt=PROMPT, **extra):
     caller = Caller(engines)
     stream = SpeculativeStream(
         caller,
         draft_model=draft,
         target_model="target",
-        inputs=req_inputs(PROMPT, total, **extra),
+        inputs=req_inputs(prompt, total, **extra),
         outputs=["output_ids", "sequence_length", *extra.get("_outputs", [])],
         request_id="spec",
         num_draft_tokens=n_draft,
@@ -75,9 +75,9 @@ def speculate(engines, draft, n_draft, *, streaming=False, exclude=True, total=2
     return responses, stream, caller
 
 
-def plain(engines, total=20, **extra):
+def plain(engines, total=20, prompt=PROMPT, **extra):
     return ids_of(
-        run(engines["target"], PhaseRequest(req_inputs(PROMPT, total, exclude_input_in_output=[True], **extra)))
+        run(engines["target"], PhaseRequest(req_inputs(prompt, total, exclude_input_in_output=[True], **extra)))
     )
 
 
@@ -130,3 +130,51 @@ def test_the_engine_returns_the_accepted_draft_and_its_own_token(engines):
     bad = req_inputs(PROMPT, 5, draft_input_ids=np.array([[40_000]], np.int32))
     ((resp, _),) = run(engines["target"], PhaseRequest(bad))
     assert "'draft_input_ids'" in resp.error.message()
+
+
+def test_num_draft_tokens_above_the_targets_max_draft_len_is_refused_naming_the_field():
+    from repo_builder.runtime.bls_request import BLSRequestError, BLSSettings, parse_request
+
+    settings = BLSSettings(draft_model="tensorrt_llm_draft", max_draft_len=4)
+    base = {"text_input": np.array([[b"hi"]], dtype=object), "max_tokens": np.array([[8]], np.int32)}
+    plan = parse_request({**base, "num_draft_tokens": np.array([[4]], np.int32)}, settings)
+    assert plan.num_draft_tokens == 4
+    with pytest.raises(BLSRequestError, match=r"num_draft_tokens.*5 is larger than the target engine's max_draft_len"):
+        parse_request({**base, "num_draft_tokens": np.array([[5]], np.int32)}, settings)
+
+
+def test_the_engine_refuses_a_draft_longer_than_its_max_draft_len(tiny_llama):
+    cfg = engine_model_config(
+        decoupled=True,
+        params={"engine_dir": str(tiny_llama), "reference_engine_threads": "1", "max_draft_len": "2"},
+    )
+    model = PhasedEngineModel(fake_pb_utils(), init_args(cfg), ReferenceBackend.from_params)
+    try:
+        inputs = req_inputs(PROMPT, 5, draft_input_ids=np.array([[1, 2, 3]], np.int32))
+        ((resp, _),) = run(model, PhaseRequest(inputs))
+        assert "'draft_input_ids'" in resp.error.message() and "max_draft_len (2)" in resp.error.message()
+        ok = req_inputs(PROMPT, 5, draft_input_ids=np.array([[1, 2]], np.int32))
+        ((resp, _),) = run(model, PhaseRequest(ok))
+        assert resp.error is None
+    finally:
+        model.finalize()
+
+
+#: a prompt whose greedy continuation by the tiny LLaMA changes token at index 5 (77 x 5, then 25130 ...)
+VARIED_PROMPT = [3000, 12, 450, 77]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_stop_word_spanning_two_iterations_cuts_the_output_as_plain_does(engines, streaming):
+    """With num_draft_tokens 1 and a draft that is always accepted, every iteration returns 2 tokens (indices 0-1,
+    2-3, 4-5, ...): the stop word of tokens 3-5 arrives in two chunks, and neither engine call sees it whole. The
+    output ends right after it, as the plain engine's does."""
+    want = plain(engines, prompt=VARIED_PROMPT)
+    word = want[3:6]
+    assert word not in [want[j : j + 3] for j in range(3)]  # it ends first at index 5
+    stops = {"stop_words_list": np.array([[word, [3, -1, -1]]], np.int32)}
+    expected = plain(engines, prompt=VARIED_PROMPT, **stops)
+    assert expected == want[:6]
+    responses, stream, _ = speculate(engines, "target", 1, streaming=streaming, prompt=VARIED_PROMPT, **stops)
+    assert [t for r in responses for t in r["output_ids"].reshape(-1)] == expected
+    assert stream.iterations == 3

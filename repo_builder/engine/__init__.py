@@ -21,12 +21,13 @@ from __future__ import annotations
 from .files import check_rank_files, engine_fingerprint
 from .info import ENGINE_PATTERNS, SYNTHETIC_FILE, WEIGHT_PATTERNS, EngineInfo, EngineKind
 from .inspection import inspect_engine
-from .layouts import HF_MAX_BATCH_SIZE, SPECULATIVE_MODES
+from .layouts import HF_MAX_BATCH_SIZE, HF_MAX_DRAFT_LEN, SPECULATIVE_MODES
 from .sections import check_config, show_value
 
 __all__ = [
     "ENGINE_PATTERNS",
     "HF_MAX_BATCH_SIZE",
+    "HF_MAX_DRAFT_LEN",
     "SPECULATIVE_MODES",
     "SYNTHETIC_FILE",
     "WEIGHT_PATTERNS",

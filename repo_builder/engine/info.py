@@ -31,6 +31,11 @@ class EngineInfo(BaseModel):
     LoRA facts: ``lora_plugin`` (the plugin setting, None = built without LoRA), ``lora_dtype`` (the dtype
     adapter weights must have: the plugin's, the model's for ``auto``), ``max_lora_rank``, ``lora_target_modules``
     (TensorRT-LLM module names: ``attn_q``, ``mlp_h_to_4h`` ...), ``max_loras`` (adapters per engine step).
+    Speculative facts: ``max_draft_len`` (draft tokens per step; for the CPU reference engine the stand-in limit
+    :data:`~.layouts.HF_MAX_DRAFT_LEN`), ``speculative_decoding_mode`` (``draft_tokens_external``, ``medusa``,
+    ``lookahead_decoding``, ``eagle`` ...), and the tree limits from ``pretrained_config``: ``num_medusa_heads``
+    (a Medusa tree's deepest path), ``num_eagle_layers`` (an EAGLE tree's depth) and ``max_non_leaves_per_layer``
+    (NVIDIA/TensorRT-LLM ``cpp/tensorrt_llm/runtime/gptJsonConfig.cpp``).
     Plugin facts (``paged_kv_cache`` ...) are None for ``hf`` and ``synthetic`` engines, which do not
     have them. ``rank_files`` are the sorted ``rank*.engine`` names found (empty for other kinds).
     """
@@ -65,6 +70,9 @@ class EngineInfo(BaseModel):
     tokens_per_block: int | None = None
     max_draft_len: int = 0
     speculative_decoding_mode: str | None = None
+    num_medusa_heads: int | None = None
+    num_eagle_layers: int | None = None
+    max_non_leaves_per_layer: int | None = None
     quantization: str = "none"
     rank_files: tuple[str, ...] = ()
     weight_files: tuple[str, ...] = ()

@@ -15,7 +15,7 @@ from ..runtime.errors import EngineLoadError
 from ..runtime.synthetic_spec import SPEC_DEFAULTS, SpecError, read_spec
 from .files import list_files, rank_index
 from .info import ENGINE_PATTERNS, SYNTHETIC_FILE, WEIGHT_PATTERNS, EngineInfo, EngineKind
-from .layouts import parse_hf, parse_new, parse_old
+from .layouts import HF_MAX_DRAFT_LEN, parse_hf, parse_new, parse_old
 from .sections import HFConfig, NewLayout, OldLayout, check_config
 
 
@@ -92,6 +92,7 @@ def inspect_engine(engine_dir: str | Path) -> EngineInfo:
             vocab_size=spec["vocab_size"],
             max_batch_size=spec["max_batch_size"],
             max_beam_width=1,
+            max_draft_len=HF_MAX_DRAFT_LEN,
             max_input_len=spec["max_input_len"],
             max_seq_len=spec["max_seq_len"],
             logits_dtype="float32",

@@ -34,6 +34,10 @@ SPECULATIVE_MODES = {
 
 #: The CPU reference engine batches at most this many requests (requests).
 HF_MAX_BATCH_SIZE = 8
+#: repo-builder's Python engines (CPU reference, synthetic) verify at most this many draft tokens per request
+#: (``max_draft_len``): they stand in for a target engine built with ``trtllm-build --speculative_decoding_mode
+#: draft_tokens_external --max_draft_len 8``.
+HF_MAX_DRAFT_LEN = 8
 
 
 def _plugin_str(value: Any) -> str | None:
@@ -264,6 +268,9 @@ def parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         tokens_per_block=_int(plugin.get("tokens_per_block")),
         max_draft_len=_int(build.get("max_draft_len"), _int(pre.get("max_draft_len"), 0)) or 0,
         speculative_decoding_mode=spec_name,
+        num_medusa_heads=_int(pre.get("num_medusa_heads")),
+        num_eagle_layers=_int(pre.get("num_eagle_layers")),
+        max_non_leaves_per_layer=_int(pre.get("max_non_leaves_per_layer")),
         quantization=_quant_summary_new(pre.get("quantization")),
         is_decoder=not _looks_like_encoder(architecture),
         num_layers=_int(pre.get("num_hidden_layers")),
@@ -304,6 +311,7 @@ def parse_hf(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         vocab_size=_int(cfg.get("vocab_size")),
         max_batch_size=HF_MAX_BATCH_SIZE,
         max_beam_width=1,
+        max_draft_len=HF_MAX_DRAFT_LEN,
         max_input_len=max_pos - 1,
         max_seq_len=max_pos,
         max_position_embeddings=max_pos,

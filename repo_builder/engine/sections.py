@@ -155,6 +155,9 @@ class PretrainedSection(_Section):
     vocab_size: Pos = None
     max_position_embeddings: Pos = None
     max_draft_len: NonNeg = None
+    num_medusa_heads: NonNeg = None
+    num_eagle_layers: NonNeg = None
+    max_non_leaves_per_layer: NonNeg = None
     hidden_size: Pos = None
     num_hidden_layers: Pos = None
     num_attention_heads: Pos = None

@@ -17,8 +17,12 @@ iteration are streamed as they come (NVIDIA refuses ``stream`` with speculation)
 for the generated tokens alone (``exclude_input_in_output`` true) and the prompt is put in front for the
 client when its request (or the model's default) says so, which avoids the breakage fixed upstream by
 NVIDIA/TensorRT-LLM#11481. Perf outputs ``total_draft_tokens``, ``total_accepted_draft_tokens`` and
-``acceptance_rate`` add up over the iterations. A stop word that spans two iterations is not seen by the
-engine (each call sees its own tokens); the BLS's string stop words still cut the text.
+``acceptance_rate`` add up over the iterations.
+
+Token stop words (``stop_words_list``): each engine call sees only its own new tokens, so a stop word whose
+tokens arrive in two iterations (the accepted tokens come in chunks) is not seen by the engine. The loop
+searches the whole generated sequence after every iteration, from the first new token on, and cuts it right
+after the stop word, as the plain engine does (the stop word's tokens stay in the output, nothing after them).
 """
 
 from __future__ import annotations
@@ -28,13 +32,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .engine_request import parse_word_list
 from .errors import StepError
+from .wordlists import StopWordIndex
 
 INPUT_IDS = "input_ids"
 INPUT_LENGTHS = "input_lengths"
 REQUEST_OUTPUT_LEN = "request_output_len"
 OUTPUT_IDS = "output_ids"
 SEQUENCE_LENGTH = "sequence_length"
+STOP_WORDS_LIST = "stop_words_list"
 DRAFT_INPUT_IDS = "draft_input_ids"
 DRAFT_LOGITS = "draft_logits"
 GENERATION_LOGITS = "generation_logits"
@@ -121,6 +128,7 @@ class SpeculativeStream:
         self.exclude_input = exclude_input
         self.decoupled = decoupled
         self.cancelled = False
+        self.stops = StopWordIndex(parse_word_list(inputs.get(STOP_WORDS_LIST), STOP_WORDS_LIST))
         self.draft_total = 0
         self.accepted_total = 0
         self.iterations = 0
@@ -184,6 +192,16 @@ class SpeculativeStream:
                 out[name] = np.full_like(out[name], value)
         return out
 
+    def stop_end(self, generated: list[int], start: int) -> int | None:
+        """Where a token stop word ends in ``generated`` (the index after its last token), searching the
+        positions from ``start`` (the first token of this iteration) on; None when none ends there."""
+        if not self.stops:
+            return None
+        for end in range(max(start, 0) + 1, len(generated) + 1):
+            if self.stops.ends_with_any(generated[:end]):
+                return end
+        return None
+
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         generated: list[int] = []
         last: Mapping[str, np.ndarray] = {}
@@ -193,9 +211,16 @@ class SpeculativeStream:
             accepted = next((i for i, (a, b) in enumerate(zip(draft, got)) if a != b), min(len(draft), len(got)))
             self.draft_total += len(draft)
             self.accepted_total += accepted
+            before = len(generated)
             generated += got
+            end = self.stop_end(generated, before)
+            if end is not None:  # a stop word ends here (maybe begun in an earlier iteration): cut after it
+                generated = generated[:end]
+                got = generated[before:]
             if self.streaming and got:
                 yield self._response(got, last)
+            if end is not None:
+                break
             if not got or (len(got) <= len(draft) and got == draft[: len(got)]):
                 break  # the target stopped before its own token: end id, stop word or length
         if not self.streaming:

@@ -80,6 +80,8 @@ class BLSSettings:
             too): whether a non-streaming text starts with the echoed prompt when the request does not say.
         draft_model: ``tensorrt_llm_draft_model_name``: the draft model of speculative decoding (None: a request
             with ``num_draft_tokens`` > 0 is refused); :mod:`.bls_draft`.
+        max_draft_len: the target engine's ``max_draft_len`` (parameter ``max_draft_len``, from the engine's
+            config.json): most ``num_draft_tokens`` a request may ask for; None = unknown (not checked here).
     """
 
     engine_model: str = ENGINE_STEP_MODEL
@@ -90,6 +92,7 @@ class BLSSettings:
     coalesce: bool = False
     exclude_input_default: bool = False
     draft_model: str | None = None
+    max_draft_len: int | None = None
 
     @property
     def call_engine_decoupled(self) -> bool:
@@ -189,8 +192,8 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
             ``temperature`` NaN, ...);
             ``stop_words`` not strings; ``beam_width`` < 1 or above ``max_beam_width``; ``stream`` on a
             non-decoupled BLS or with ``beam_width`` > 1 (case B30); ``accumulate_tokens`` with
-            ``beam_width`` > 1; ``num_draft_tokens`` > 0 without a draft model, or with several rows, beams or
-            sequences; ``stream`` with several rows.
+            ``beam_width`` > 1; ``num_draft_tokens`` > 0 without a draft model, above ``max_draft_len``, or with several
+            rows, beams or sequences; ``stream`` with several rows.
     """
     text = inputs.get(TEXT_INPUT)
     if text is None or text.size == 0:
@@ -244,6 +247,13 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
                 NUM_DRAFT_TOKENS,
                 "cannot perform speculative decoding without a draft model (tensorrt_llm_draft_model_name is "
                 "unset in this repository); omit num_draft_tokens or send 0",
+            )
+        limit = settings.max_draft_len
+        if limit is not None and num_draft > limit:
+            raise BLSRequestError(
+                NUM_DRAFT_TOKENS,
+                f"{num_draft} is larger than the target engine's max_draft_len ({limit}: the most draft tokens it "
+                f"verifies per step, fixed when the engine was built); send at most {limit}",
             )
         for bad, field in ((batch > 1, TEXT_INPUT), (beam > 1, BEAM_WIDTH), (num_seq > 1, NUM_RETURN_SEQUENCES)):
             if bad:

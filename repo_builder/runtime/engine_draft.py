@@ -27,16 +27,21 @@ from .engine_request import ParsedRequest, RequestError
 DRAFT_INPUT_IDS = "draft_input_ids"
 
 
-def draft_tokens(arr: Any, vocab_size: int) -> list[int]:
+def draft_tokens(arr: Any, vocab_size: int, max_draft_len: int | None = None) -> list[int]:
     """The draft of one row: ``draft_input_ids`` INT32 ``[1, D]`` (or ``[D]``) as token ids.
 
     Raises:
-        RequestError: ids outside the vocabulary, or more than one row (names the input).
+        RequestError: ids outside the vocabulary, more than one row, or more than ``max_draft_len`` tokens (the
+            engine parameter of that name; TensorRT-LLM refuses such a request too) (names the input).
     """
     a = np.asarray(arr)
     if a.ndim == 2 and a.shape[0] != 1:
         raise RequestError(DRAFT_INPUT_IDS, f"one row per request, got {a.shape[0]}")
     ids = [int(t) for t in a.reshape(-1)]
+    if max_draft_len is not None and len(ids) > max_draft_len:
+        raise RequestError(
+            DRAFT_INPUT_IDS, f"has {len(ids)} draft tokens, more than this engine's max_draft_len ({max_draft_len})"
+        )
     bad = [t for t in ids if t < 0 or t >= vocab_size]
     if bad:
         raise RequestError(DRAFT_INPUT_IDS, f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})")

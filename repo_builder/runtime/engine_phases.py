@@ -186,7 +186,7 @@ class PhasedEngineModel(TritonEngineModel):
         if draft is not None and np.asarray(draft).size and not parsed.stop:
             if kind != CONTEXT_AND_GENERATION:
                 raise RequestError(DRAFT_INPUT_IDS, f"is not read by a {kind} request", "send it without request_type")
-            limit_to_draft(parsed, draft_tokens(draft, self.limits.vocab_size))
+            limit_to_draft(parsed, draft_tokens(draft, self.limits.vocab_size, self.params.int("max_draft_len")))
         if kind == CONTEXT_AND_GENERATION:
             if params is not None and np.asarray(params).size:
                 raise RequestError(

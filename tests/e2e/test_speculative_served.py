@@ -49,3 +49,16 @@ def test_speculative_text_equals_plain_text(server):
     assert not errors
     assert "".join(texts(got["spec"])) == plain["text_output"]
     assert 1 < len(got["spec"]) < N_TOKENS  # several tokens per streamed response
+
+
+def test_num_draft_tokens_above_max_draft_len_fails_alone_naming_the_field(server):
+    """The reference engine stands in for a target built with --max_draft_len 8 (rendered into the BLS): 9 is a
+    client error naming num_draft_tokens; the next request is served."""
+    from repo_builder.engine import HF_MAX_DRAFT_LEN
+
+    base = {"text_input": PROMPT, "max_tokens": 8, "exclude_input_in_output": True}
+    status, body = http_generate(server, BLS, {**base, "num_draft_tokens": HF_MAX_DRAFT_LEN + 1})
+    assert status == 400, body
+    assert "num_draft_tokens" in body["error"] and f"max_draft_len ({HF_MAX_DRAFT_LEN}:" in body["error"]
+    status, body = http_generate(server, BLS, {**base, "num_draft_tokens": HF_MAX_DRAFT_LEN})
+    assert status == 200 and body["text_output"], body

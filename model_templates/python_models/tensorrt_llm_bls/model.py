@@ -227,6 +227,7 @@ class TritonPythonModel:
             coalesce=bool(params.bool("coalesce_streaming_responses", False)),
             exclude_input_default=bool(params.bool("exclude_input_in_output", False)),
             draft_model=params.str("tensorrt_llm_draft_model_name") or None,
+            max_draft_len=params.int("max_draft_len"),
         )
         here = os.path.dirname(os.path.abspath(__file__))
         try:
