@@ -15,6 +15,13 @@ thread count), on the raw prompt (the llmapi model applies no chat template), st
   stop string and reports ``stop`` with ``stop_reason`` naming it;
 * concurrent requests (in-flight batching in the stand-in) each get their own greedy text;
 * a bad request (two prompts, max_tokens 0) fails alone with a message naming the input; the next one answers.
+
+The text front doors (``ensemble`` and ``tensorrt_llm_bls``, Python models over ``tensorrt_llm``) in the same
+server, with the engine ensemble's request shapes: non-streaming (the prompt echoed unless
+``exclude_input_in_output``), streaming deltas that add up to the greedy text, HTTP ``/generate``, token counts
+(``num_input_tokens`` = the tokenizer's prompt ids, ``num_output_tokens`` = max_tokens), an input the llmapi
+contract cannot serve refused naming it; and ``repo-builder openai`` over the ensemble (completions, streamed and
+not, and ``usage``), all equal to transformers' greedy text.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_support import Stream, grpc_input
+from e2e_support import Stream, grpc_input, http_generate, openai_front_end
 
 pytestmark = pytest.mark.server
 
@@ -71,12 +78,17 @@ def offline(smollm2_dir, tok) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_dir, tmp_path_factory, serve_module):
+def served_repo(smollm2_dir, tmp_path_factory) -> Path:
     from repo_builder.render import render_repository
 
     repo = tmp_path_factory.mktemp("llmapi") / "repo"
     render_repository(smollm2_dir, None, repo, profile="llmapi-1.2", engine_mode="reference", streaming=True)
-    with serve_module(repo) as srv:
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(served_repo, serve_module):
+    with serve_module(served_repo) as srv:
         yield srv
 
 
@@ -218,3 +230,70 @@ def test_bad_request_fails_alone_naming_the_input(stream, offline):
     got, errors = stream.collect({"good"})
     assert not errors, errors
     assert _str(got["good"][-1], "text_output") == offline[prompt]
+
+
+# ---------------------------------------------------------------------------------------------- front doors
+def front_inputs(prompt: str, max_tokens: int, **extra: Any) -> list[Any]:
+    """An engine-ensemble request (batch dimension first, NVIDIA's ensemble names)."""
+    out = [
+        grpc_input("text_input", np.array([[prompt.encode()]], dtype=object)),
+        grpc_input("max_tokens", np.array([[max_tokens]], np.int32)),
+    ]
+    for name, value in extra.items():
+        arr = np.array([[value]], bool if isinstance(value, bool) else np.int32)
+        out.append(grpc_input(name, arr))
+    return out
+
+
+@pytest.mark.parametrize("front", ["ensemble", "tensorrt_llm_bls"])
+def test_front_door_unary_and_streamed_equal_greedy(stream, offline, tok, front):
+    prompt, max_tokens = CASES[0]
+    counts = {"return_num_input_tokens": True, "return_num_output_tokens": True}
+    stream.send(front, front_inputs(prompt, max_tokens, **counts), f"{front}-echo")
+    stream.send(front, front_inputs(prompt, max_tokens, exclude_input_in_output=True), f"{front}-bare")
+    stream.send(front, front_inputs(prompt, max_tokens, stream=True, **counts), f"{front}-stream")
+    got, errors = stream.collect({f"{front}-echo", f"{front}-bare", f"{front}-stream"})
+    assert not errors, errors
+    echo, bare = got[f"{front}-echo"], got[f"{front}-bare"]
+    assert len(echo) == len(bare) == 1
+    assert _str(echo[0], "text_output") == prompt + offline[prompt]
+    assert _str(bare[0], "text_output") == offline[prompt]
+    n_in = len(tok.encode(prompt, add_special_tokens=True))
+    assert int(echo[0].as_numpy("num_input_tokens").reshape(-1)[0]) == n_in
+    assert int(echo[0].as_numpy("num_output_tokens").reshape(-1)[0]) == max_tokens
+    deltas = [_str(r, "text_output") for r in got[f"{front}-stream"]]
+    assert len(deltas) > 1 and "".join(deltas) == offline[prompt], deltas  # deltas, no echo, as the ensemble
+    per_response = [int(r.as_numpy("num_output_tokens").reshape(-1)[0]) for r in got[f"{front}-stream"]]
+    assert sum(per_response) == max_tokens, per_response  # counted per response in a stream, as NVIDIA's backend
+
+
+def test_front_door_http_generate_and_a_refused_input(server, offline):
+    prompt, max_tokens = CASES[1]
+    status, body = http_generate(server, "ensemble", {"text_input": prompt, "max_tokens": max_tokens})
+    assert status == 200 and body["text_output"] == prompt + offline[prompt], body
+    status, body = http_generate(server, "ensemble", {"text_input": prompt, "max_tokens": 4, "beam_width": 2})
+    assert status == 400 and "beam_width" in body.get("error", ""), (status, body)
+
+
+@pytest.fixture(scope="module")
+def openai_base(server, served_repo):
+    pytest.importorskip("fastapi")
+    with openai_front_end(served_repo, server.grpc_url, "--served-model-name", "smollm2") as base:
+        yield base
+
+
+def test_openai_completions_equal_greedy(openai_base, offline, tok):
+    openai = pytest.importorskip("openai")
+    prompt, max_tokens = CASES[0]
+    with openai.OpenAI(base_url=f"{openai_base}/v1", api_key="unused", max_retries=0) as client:
+        got = client.completions.create(model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0)
+        streamed = "".join(
+            c.choices[0].text
+            for c in client.completions.create(
+                model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True
+            )
+            if c.choices
+        )
+    assert got.choices[0].text == offline[prompt] == streamed
+    assert got.usage.prompt_tokens == len(tok.encode(prompt, add_special_tokens=True))
+    assert got.usage.completion_tokens == max_tokens
