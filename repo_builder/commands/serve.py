@@ -57,6 +57,12 @@ def launch(
     ),
     no_mpi: bool = typer.Option(_default("no_mpi"), "--no-mpi", "--no_mpi", help=_help("no_mpi")),
     oversubscribe: bool = typer.Option(_default("oversubscribe"), "--oversubscribe", help=_help("oversubscribe")),
+    trtllm_llmapi_launch: bool = typer.Option(
+        _default("trtllm_llmapi_launch"),
+        "--trtllm_llmapi_launch",
+        "--trtllm-llmapi-launch",
+        help=_help("trtllm_llmapi_launch"),
+    ),
     tensorrt_llm_model_name: str | None = typer.Option(
         _default("tensorrt_llm_model_name"),
         "--tensorrt_llm_model_name",

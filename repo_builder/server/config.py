@@ -39,6 +39,7 @@ class LaunchConfig(BaseModel):
     multi_model: bool = Field(DEFAULTS["multi_model"], description=HELP["multi_model"])
     no_mpi: bool = Field(DEFAULTS["no_mpi"], description=HELP["no_mpi"])
     oversubscribe: bool = Field(DEFAULTS["oversubscribe"], description=HELP["oversubscribe"])
+    trtllm_llmapi_launch: bool = Field(DEFAULTS["trtllm_llmapi_launch"], description=HELP["trtllm_llmapi_launch"])
     tensorrt_llm_model_name: list[str] | None = Field(
         DEFAULTS["tensorrt_llm_model_name"], description=HELP["tensorrt_llm_model_name"]
     )

@@ -23,6 +23,7 @@ class LaunchDefaults(TypedDict):
     multi_model: bool
     no_mpi: bool
     oversubscribe: bool
+    trtllm_llmapi_launch: bool
     tensorrt_llm_model_name: list[str] | None
     detach: bool
     pid_file: Path | None
@@ -49,6 +50,7 @@ DEFAULTS: LaunchDefaults = {
     "multi_model": False,
     "no_mpi": False,
     "oversubscribe": False,
+    "trtllm_llmapi_launch": False,
     "tensorrt_llm_model_name": None,
     "detach": False,
     "pid_file": None,
@@ -76,6 +78,8 @@ HELP: dict[str, str] = {
     "multi_model": "TensorRT-LLM orchestrator mode (sets TRTLLM_ORCHESTRATOR=1); needs world size 1.",
     "no_mpi": "Run one tritonserver process without mpirun (world size must be 1).",
     "oversubscribe": "Pass --oversubscribe to mpirun (added automatically when there are more ranks than CPU cores).",
+    "trtllm_llmapi_launch": "Prefix every rank's command with TensorRT-LLM's trtllm-llmapi-launch (llmapi repositories "
+    "in an MPI world; launch_triton_server.py's flag of the same name). It must be on PATH.",
     "tensorrt_llm_model_name": "Comma-separated TensorRT-LLM model name(s) that ranks > 0 load. Default: the lock "
     "file's launch.tensorrt_llm_model_names, then tensorrt_llm.",
     "detach": "Return once the server is ready and leave it running; write a pid file that `repo-builder stop` uses.",
