@@ -407,7 +407,11 @@ class LLMAPIModel:
             async for state in result:
                 last = state
                 if parsed.streaming and not tracked.cancelled:
-                    self._send(sender, response_tensors(state, parsed.outputs), final=bool(state.finished))
+                    final = bool(state.finished)
+                    if final:
+                        self._untrack(tracked)
+                    self._send(sender, response_tensors(state, parsed.outputs), final=final)
+            self._untrack(tracked)
             if tracked.cancelled:
                 self._send_error(sender, "tensorrt_llm: request cancelled by the client", cancelled=True)
             elif not parsed.streaming and last is not None:
@@ -415,11 +419,18 @@ class LLMAPIModel:
             elif last is None or not last.finished:
                 self._send(sender, None, final=True)
         except Exception as exc:  # noqa: BLE001 - this request fails alone
+            self._untrack(tracked)
             self._send_error(sender, f"tensorrt_llm: generation failed: {exc}", client=False)
         finally:
-            if tracked is not None:
-                with self._lock:
-                    self._tracked.pop(id(tracked), None)
+            self._untrack(tracked)
+
+    def _untrack(self, tracked: _Tracked | None) -> None:
+        """Stop watching ``tracked`` -- before its final response: Triton frees the request's response factory
+        with the final response, and ``is_cancelled()`` on a freed one crashes tritonserver (seen with 24.10:
+        SIGSEGV in ``TRITONBACKEND_ResponseFactoryIsCancelled``)."""
+        if tracked is not None:
+            with self._lock:
+                self._tracked.pop(id(tracked), None)
 
     def _watch_cancellation(self) -> None:
         """Every ``cancellation_check_period_ms``: abort the requests Triton cancelled (client gone)."""
@@ -427,16 +438,18 @@ class LLMAPIModel:
 
         while self._running:
             time.sleep(self.period_s)
-            with self._lock:
-                tracked = list(self._tracked.values())
-            for t in tracked:
-                try:
-                    gone = bool(t.request.is_cancelled())
-                except Exception:  # noqa: BLE001 - a request without the call is never cancelled
-                    gone = False
-                if gone and not t.cancelled:
-                    t.cancelled = True
-                    t.result.abort()
+            gone_now = []
+            with self._lock:  # held while asking: a request untracked under the lock has no final response yet
+                for t in self._tracked.values():
+                    try:
+                        gone = bool(t.request.is_cancelled())
+                    except Exception:  # noqa: BLE001 - a request without the call is never cancelled
+                        gone = False
+                    if gone and not t.cancelled:
+                        t.cancelled = True
+                        gone_now.append(t)
+            for t in gone_now:
+                t.result.abort()
 
     def finalize(self) -> None:
         """Stop the watcher, shut the LLM down and stop the event loop."""

@@ -14,7 +14,15 @@ thread count), on the raw prompt (the llmapi model applies no chat template), st
 * ``return_finish_reason``: ``length`` at ``max_tokens``; ``sampling_param_stop`` cuts the text before the
   stop string and reports ``stop`` with ``stop_reason`` naming it;
 * concurrent requests (in-flight batching in the stand-in) each get their own greedy text;
-* a bad request (two prompts, max_tokens 0) fails alone with a message naming the input; the next one answers.
+* a bad request (two prompts, max_tokens 0) fails alone with a message naming the input; the next one answers;
+* the default, non-decoupled render (NVIDIA's ``decoupled: False``; served beside as ``tensorrt_llm_unary`` /
+  ``ensemble_unary``): HTTP ``/generate`` and unary gRPC answer the greedy text, ``streaming`` is refused
+  naming the input;
+* cancellation: a ``stop`` request with the same request id ends a long streaming generation early with
+  ``finish_reason`` ``cancelled`` (the stop request gets a CANCELLED error); a gRPC stream the client cancels
+  leaves the server answering;
+* perf metrics (``sampling_param_return_perf_metrics``): the KV-cache and timing outputs with their declared
+  dtypes and ordered times, through ``tensorrt_llm`` and through the ensemble's names.
 
 The text front doors (``ensemble`` and ``tensorrt_llm_bls``, Python models over ``tensorrt_llm``) in the same
 server, with the engine ensemble's request shapes: non-streaming (the prompt echoed unless
@@ -77,12 +85,28 @@ def offline(smollm2_dir, tok) -> dict[str, str]:
     return out
 
 
+#: The default (non-decoupled) render's tensorrt_llm and ensemble, served beside the streaming ones in the same
+#: server under these names (Triton serves each folder under its config's name).
+UNARY = {"tensorrt_llm": "tensorrt_llm_unary", "ensemble": "ensemble_unary"}
+
+
 @pytest.fixture(scope="module")
 def served_repo(smollm2_dir, tmp_path_factory) -> Path:
+    """The ``--streaming`` render, plus the default render's two models renamed (:data:`UNARY`): one server
+    covers both transaction policies."""
+    import shutil
+
     from repo_builder.render import render_repository
 
-    repo = tmp_path_factory.mktemp("llmapi") / "repo"
+    base = tmp_path_factory.mktemp("llmapi")
+    repo, unary = base / "repo", base / "unary"
     render_repository(smollm2_dir, None, repo, profile="llmapi-1.2", engine_mode="reference", streaming=True)
+    render_repository(smollm2_dir, None, unary, profile="llmapi-1.2", engine_mode="reference")
+    for model, name in UNARY.items():
+        shutil.copytree(unary / model, repo / name)
+        config = repo / name / "config.pbtxt"
+        text = config.read_text().replace(f'name: "{model}"', f'name: "{name}"')
+        config.write_text(text.replace('string_value: "tensorrt_llm"', f'string_value: "{UNARY["tensorrt_llm"]}"'))
     return repo
 
 
@@ -297,3 +321,103 @@ def test_openai_completions_equal_greedy(openai_base, offline, tok):
     assert got.choices[0].text == offline[prompt] == streamed
     assert got.usage.prompt_tokens == len(tok.encode(prompt, add_special_tokens=True))
     assert got.usage.completion_tokens == max_tokens
+
+
+# ---------------------------------------------------------------------------------------------- unary, cancel, perf
+def test_non_decoupled_generate_and_unary_infer_equal_greedy(server, offline):
+    """NVIDIA's default transaction policy: /generate (the documented curl) and unary gRPC infer."""
+    import tritonclient.grpc as grpcclient
+
+    prompt, max_tokens = CASES[0]
+    status, body = http_generate(
+        server, UNARY["tensorrt_llm"], {"text_input": prompt, "sampling_param_max_tokens": max_tokens}
+    )
+    assert status == 200 and body["text_output"] == prompt + offline[prompt], (status, body)
+    status, body = http_generate(server, UNARY["ensemble"], {"text_input": prompt, "max_tokens": max_tokens})
+    assert status == 200 and body["text_output"] == prompt + offline[prompt], (status, body)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        result = client.infer(
+            UNARY["tensorrt_llm"],
+            inputs(prompt, max_tokens, streaming=False, sampling_param_exclude_input_from_output=True),
+        )
+        assert _str(result, "text_output") == offline[prompt]
+    finally:
+        client.close()
+    status, body = http_generate(
+        server, UNARY["tensorrt_llm"], {"text_input": prompt, "sampling_param_max_tokens": 4, "streaming": True}
+    )
+    assert status == 400 and "streaming" in body.get("error", ""), (status, body)
+
+
+def test_stop_request_cancels_a_running_generation(stream):
+    """NVIDIA's cancellation request: ``stop: true`` under the running request's id."""
+    import queue
+
+    prompt = CASES[1][0]
+    long = inputs(prompt, 400, streaming=True, return_finish_reason=True, sampling_param_exclude_input_from_output=True)
+    stream.send(MODEL, long, "long")
+    first, error = stream.events.get(timeout=120)
+    assert error is None, error
+    stream.send(MODEL, [grpc_input("stop", np.array([True], bool))], "long")
+    results, errors, final = [first], [], None
+    while final is None:
+        try:
+            result, error = stream.events.get(timeout=120)
+        except queue.Empty:
+            pytest.fail(f"no final response after the stop request (errors: {errors})")
+        if error is not None:
+            errors.append(str(error))
+            continue
+        response = result.get_response()
+        if response.outputs:
+            results.append(result)
+        if response.parameters["triton_final_response"].bool_param:
+            final = results[-1]
+    assert any("cancel" in e.lower() for e in errors), errors  # the stop request's own CANCELLED answer
+    assert _str(final, "finish_reason") == "cancelled"
+    assert len(results) < 400  # stopped long before max_tokens
+
+
+def test_client_cancelled_stream_leaves_the_server_answering(server, offline):
+    import time
+
+    import tritonclient.grpc as grpcclient
+
+    prompt, max_tokens = CASES[0]
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    got: list[Any] = []
+    client.start_stream(callback=lambda result, error: got.append((result, error)))
+    client.async_stream_infer("ensemble", front_inputs(prompt, 400, stream=True), request_id="gone")
+    deadline = time.monotonic() + 120
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert got, "no first response"
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    status, body = http_generate(server, "ensemble", {"text_input": prompt, "max_tokens": max_tokens})
+    assert status == 200 and body["text_output"] == prompt + offline[prompt], (status, body)
+
+
+def test_perf_metrics_outputs(stream):
+    prompt, max_tokens = CASES[0]
+    stream.send(MODEL, inputs(prompt, max_tokens, streaming=False, sampling_param_return_perf_metrics=True), "perf")
+    stream.send("tensorrt_llm_bls", front_inputs(prompt, max_tokens, return_perf_metrics=True), "perf-front")
+    got, errors = stream.collect({"perf", "perf-front"})
+    assert not errors, errors
+    result, front = got["perf"][-1], got["perf-front"][-1]
+    times = [
+        int(result.as_numpy(n).reshape(-1)[0])
+        for n in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+    ]
+    assert times[0] > 0 and times == sorted(times), times
+    assert result.as_numpy("arrival_time_ns").dtype == np.int64
+    for name in ("kv_cache_reused_block", "kv_cache_alloc_total_blocks", "total_draft_tokens"):
+        assert result.as_numpy(name).dtype == np.int32, name
+    assert result.as_numpy("kv_cache_hit_rate").dtype == np.float32
+    front_times = [
+        int(front.as_numpy(n).reshape(-1)[0])
+        for n in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+    ]
+    assert front_times[0] > times[0] and front_times == sorted(front_times), (times, front_times)
+    assert front.as_numpy("kv_cache_reused_blocks").dtype == np.int32  # the ensemble's name
