@@ -48,13 +48,46 @@ def rendered(tiny_llama, tmp_path_factory) -> Path:
     return out
 
 
-def test_layout_is_nvidias_single_model(rendered):
-    """One model ``tensorrt_llm`` (no preprocessing/postprocessing/ensemble/BLS) with the three files."""
+def test_layout_is_nvidias_model_plus_the_text_front_doors(rendered, tiny_llama, tmp_path):
+    """NVIDIA's ``tensorrt_llm`` with its three files, and by default the two text front doors (Python models);
+    ``text_front_doors=false`` leaves NVIDIA's single model alone."""
     models = sorted(p.name for p in rendered.iterdir() if p.is_dir())
-    assert models == ["tensorrt_llm"]
+    assert models == ["ensemble", "tensorrt_llm", "tensorrt_llm_bls"]
     for rel in ("config.pbtxt", "1/model.py", "1/model.yaml"):
         assert (rendered / "tensorrt_llm" / rel).is_file(), rel
+    for front in ("ensemble", "tensorrt_llm_bls"):
+        assert (rendered / front / "1" / "repo_builder_runtime" / "llmapi_front.py").is_file()
     assert (rendered / "repo-builder.lock.json").is_file()
+    _, model_yaml = _files(rendered)
+    assert "text_front_doors" not in model_yaml  # a render choice, not an LLM() argument
+    bare = tmp_path / "bare"
+    _render(tiny_llama, bare, user_values={"text_front_doors": "false"}, engine_mode="reference")
+    assert sorted(p.name for p in bare.iterdir() if p.is_dir()) == ["tensorrt_llm"]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_front_doors_have_the_ensemble_text_contract(tiny_llama, tmp_path, streaming):
+    """ensemble and tensorrt_llm_bls: Python models with the contract's text inputs/outputs (the engine
+    ensemble's names and dtypes), batch dimension (max_batch_size 1), decoupled exactly as tensorrt_llm."""
+    from google.protobuf.json_format import MessageToDict
+
+    out = tmp_path / "repo"
+    _render(tiny_llama, out, streaming=streaming, engine_mode="reference")
+    engine = load_contract("trtllm-1.2").models["ensemble"]
+    contract = load_contract(PROFILE)
+    for front in ("ensemble", "tensorrt_llm_bls"):
+        message = parse_model_config((out / front / "config.pbtxt").read_text())
+        config = MessageToDict(message, preserving_proto_field_name=True)
+        assert config["name"] == front and config["backend"] == "python"
+        assert int(config["max_batch_size"]) == 1 and _decoupled(config) is streaming
+        spec = contract.models[front]
+        assert _names(config["input"]) == [(s.name, s.data_type, list(s.dims), s.optional) for s in spec.inputs]
+        assert _names(config["output"]) == [(s.name, s.data_type, list(s.dims), s.optional) for s in spec.outputs]
+        for s in spec.inputs + spec.outputs:  # the engine ensemble's names, dtypes and dims, unchanged
+            theirs = engine.input(s.name) if s in spec.inputs else engine.output(s.name)
+            assert (theirs.data_type, theirs.dims, theirs.optional) == (s.data_type, s.dims, s.optional), s.name
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        assert params == {"tensorrt_llm_model_name": "tensorrt_llm"}
 
 
 def test_config_pbtxt_has_the_llmapi_contract(rendered):

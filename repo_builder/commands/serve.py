@@ -57,6 +57,7 @@ def launch(
     multi_model: bool = _opt("multi_model"),
     no_mpi: bool = _opt("no_mpi"),
     oversubscribe: bool = _opt("oversubscribe"),
+    trtllm_llmapi_launch: bool = _opt("trtllm_llmapi_launch"),
     tensorrt_llm_model_name: str | None = _opt("tensorrt_llm_model_name"),
     detach: bool = _opt("detach"),
     pid_file: Path | None = _opt("pid_file"),

@@ -69,6 +69,17 @@ class DeploymentFacts:
     metrics_port: int
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def llmapi(self) -> bool:
+        """The repository is of an llmapi profile (one ``tensorrt_llm`` model over ``tensorrt_llm.LLM``): its
+        ranks are started through ``trtllm-llmapi-launch`` (:data:`repo_builder.server.command.LLMAPI_LAUNCH`)."""
+        from ..profile.contract import profile_layout
+
+        try:
+            return profile_layout(self.profile) == "llmapi"
+        except RepoBuilderError:  # a profile this version does not know: an engine layout
+            return False
+
     def shm_bytes(self, ranks: Iterable[int]) -> int:
         """``/dev/shm`` bytes the given ranks need together (one pod or node), by the launcher's own formula
         (:func:`repo_builder.server.preflight.shm_requirement`)."""

@@ -11,6 +11,10 @@ Layout (facts from :mod:`.facts`, i.e. the lock file):
   ServiceAccount may ``get/list/watch`` pods and create ``pods/exec`` (Role + RoleBinding). Rank 0 serves the
   whole repository with its endpoints; ranks > 0 load only the TensorRT-LLM model(s)
   (:func:`repo_builder.server.command.rank_argv`). The Service selects the leader pods (worker-index 0).
+  An llmapi repository (``--profile llmapi-1.2``) runs one plain ``tritonserver`` on one node (the LLM API
+  spawns its tp x pp workers on the pod's GPUs itself, TensorRT-LLM's backend docs) and, on several nodes,
+  ``trtllm-llmapi-launch <rank 0's command>`` on every rank under the leader's ``mpirun``
+  (:data:`repo_builder.server.command.LLMAPI_LAUNCH`, launch_triton_server.py's ``--trtllm_llmapi_launch``).
   LWS facts (label keys, pod names ``<name>-<group>`` / ``<name>-<group>-<worker>``, ``restartPolicy``
   ``RecreateGroupOnPodRestart``): kubernetes-sigs/lws ``api/leaderworkerset/v1/leaderworkerset_types.go``.
 
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..server.binary import OPT_TRITONSERVER
-from ..server.command import launch_argv, rank_argv
+from ..server.command import launch_argv, llmapi_launch_argvs, rank_argv
 from .facts import DeployError, DeploymentFacts, check_name
 
 #: LeaderWorkerSet label keys (kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go).
@@ -156,7 +160,8 @@ def _volumes(facts: DeploymentFacts, opts: KubernetesOptions, ranks: range) -> t
 
 
 def _rank_argvs(facts: DeploymentFacts, launch_id: str) -> list[list[str]]:
-    return [
+    """Every rank's argv; an llmapi repository's are ``trtllm-llmapi-launch`` + rank 0's (several nodes)."""
+    argvs = [
         rank_argv(
             binary=OPT_TRITONSERVER,
             backend_args=[],
@@ -171,6 +176,9 @@ def _rank_argvs(facts: DeploymentFacts, launch_id: str) -> list[list[str]]:
         )
         for r in range(facts.world_size)
     ]
+    if facts.llmapi:
+        return llmapi_launch_argvs(argvs[0], facts.world_size)
+    return argvs
 
 
 def _openai_sidecar(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str, Any]]:
@@ -272,7 +280,10 @@ def _manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str
     ranks = _rank_argvs(facts, launch_id)
     gpu_limits = {"limits": {"nvidia.com/gpu": str(gpus)}}
     if opts.nodes == 1:
-        command = launch_argv(ranks, use_mpi=facts.world_size > 1)
+        if facts.llmapi:  # one tritonserver; the LLM API spawns its tp x pp workers on the pod's GPUs itself
+            command = ranks[0][1:]
+        else:
+            command = launch_argv(ranks, use_mpi=facts.world_size > 1)
         volumes, mounts = _volumes(facts, opts, range(facts.world_size))
         container = {
             "name": "triton",

@@ -9,6 +9,9 @@ LLM API for a Hugging Face checkpoint (NVIDIA/TensorRT-LLM v1.2.1 ``triton_backe
       tensorrt_llm/1/model.yaml          LLM() arguments + triton_config, from the schema's typed values
       tensorrt_llm/1/repo_builder_runtime/   the vendored runtime (llmapi_model.py, llmapi_standin.py, ...)
       tensorrt_llm/1/engine/             the checkpoint (copy | hardlink | symlink; nothing for reference)
+      ensemble/, tensorrt_llm_bls/       the text front doors (parameter text_front_doors, on by default):
+                                         Python models with the engine ensemble's text inputs/outputs over
+                                         tensorrt_llm (model_templates/python_models/llmapi_front/model.py)
 
 The same two steps as the engine profiles (:mod:`.plan`): :func:`prepare_llmapi_render` checks everything
 cheap and plans the checkpoint placement; :meth:`PreparedLLMAPIRender.finish` inspects the tokenizer,
@@ -39,6 +42,11 @@ from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 LLMAPI_MODEL = "tensorrt_llm"
 LLMAPI_SOURCE_KIND = "llmapi"
 MODEL_YAML = "model.yaml"
+#: The text front doors (parameter ``text_front_doors``), their Python source kind and Triton max_batch_size:
+#: 1, so clients send the batch dimension NVIDIA's ensemble clients send, one request per call.
+FRONT_DOORS = ("ensemble", "tensorrt_llm_bls")
+FRONT_SOURCE_KIND = "llmapi_front"
+FRONT_MAX_BATCH_SIZE = 1
 
 _YAML_HEADER = """\
 # Rendered by repo-builder (profile {profile}); edit the values, not this file: `repo-builder render`.
@@ -50,17 +58,17 @@ _YAML_HEADER = """\
 
 
 def model_yaml_text(profile: str, values: dict[str, Any], contract: ProfileContract) -> str:
-    """``1/model.yaml``: the profile's parameters with a value, nested at their dots, in schema order,
-    ``triton_config`` last. Unset (None) parameters are left out (the LLM API's defaults apply)."""
+    """``1/model.yaml``: the profile's ``tensorrt_llm`` parameters with a value, nested at their dots, in schema
+    order, ``triton_config`` last. Unset (None) parameters are left out (the LLM API's defaults apply)."""
     import yaml
 
     from ..profile.schema import load_schema
 
     tree: dict[str, Any] = {}
     triton: dict[str, Any] = {}
-    for name in load_schema().for_profile(profile):
+    for name, param in load_schema().for_profile(profile).items():
         value = values.get(name)
-        if value is None:
+        if value is None or LLMAPI_MODEL not in param.models:  # text_front_doors: a render choice, no LLM() key
             continue
         head, _, rest = name.partition(".")
         if head == "triton_config":
@@ -99,6 +107,52 @@ def render_llmapi_config(profile: str, values: dict[str, Any], contract: Profile
     text = _tidy(text)
     parse_model_config(text, path=f"{model_name}/config.pbtxt (rendered from {path})")
     return text
+
+
+def render_front_config(
+    profile: str, values: dict[str, Any], contract: ProfileContract, model_name: str, engine_model: str
+) -> str:
+    """``ensemble/config.pbtxt`` or ``tensorrt_llm_bls/config.pbtxt``: a text front door (Python model over
+    ``engine_model``) from ``model_templates/<profile>/<model_name>/config.pbtxt.j2``, decoupled exactly when
+    the llmapi model is.
+
+    Raises:
+        TemplateError: a missing template or one protobuf refuses (names it).
+    """
+    from ..errors import TemplateError
+
+    path = template_path(profile, model_name)
+    if not path.is_file():
+        raise TemplateError("template missing", path=path)
+    text = (
+        make_environment()
+        .get_template(f"{profile}/{model_name}/config.pbtxt.j2")
+        .render(
+            contract=contract.models[model_name],
+            model_name=model_name,
+            front_max_batch_size=FRONT_MAX_BATCH_SIZE,
+            decoupled=bool(values["triton_config.decoupled"]),
+            tensorrt_llm_model_name=engine_model,
+        )
+    )
+    text = _tidy(text)
+    parse_model_config(text, path=f"{model_name}/config.pbtxt (rendered from {path})")
+    return text
+
+
+def front_door_files(profile: str, values: dict[str, Any], contract: ProfileContract) -> dict[str, bytes]:
+    """{relative path: bytes} of the text front doors (:data:`FRONT_DOORS`), each with the vendored runtime;
+    empty when ``text_front_doors`` is false."""
+    if not values.get("text_front_doors"):
+        return {}
+    files: dict[str, bytes] = {}
+    runtime = runtime_files()
+    for name in FRONT_DOORS:
+        files[f"{name}/config.pbtxt"] = render_front_config(profile, values, contract, name, LLMAPI_MODEL).encode()
+        files[f"{name}/1/model.py"] = python_model_source(FRONT_SOURCE_KIND)
+        for rel, data in runtime.items():
+            files[f"{name}/1/{RUNTIME_FOLDER}/{rel}"] = data
+    return files
 
 
 @dataclass
@@ -144,6 +198,7 @@ class PreparedLLMAPIRender:
         }
         for rel, data in runtime_files().items():
             files[f"{LLMAPI_MODEL}/1/{RUNTIME_FOLDER}/{rel}"] = data
+        files.update(front_door_files(profile, values, self.contract))
         targets = {f.target for f in self.placement.files}
         for rel in files:
             if rel in targets:
@@ -171,7 +226,7 @@ class PreparedLLMAPIRender:
             engine_files=[f.target for f in self.placement.files],
             tp_size=tp,
             pp_size=pp,
-            python_instances={LLMAPI_MODEL: 1},
+            python_instances={LLMAPI_MODEL: 1, **{m: 1 for m in FRONT_DOORS if f"{m}/config.pbtxt" in files}},
         )
         lock["checkpoint"] = self.checkpoint.lock_block()
         lock["tokenizer"].update(

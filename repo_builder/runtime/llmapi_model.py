@@ -15,6 +15,9 @@ Facts of the contract (NVIDIA/TensorRT-LLM v1.2.1 ``triton_backend/all_models/ll
   ``return_perf_metrics``), ``return_finish_reason``/``return_stop_reason``/``return_cumulative_logprob``, and
   ``stop`` (true: abort every request with the same Triton request id; the stop request itself gets a
   CANCELLED error).
+* Inputs of ours (optional, so NVIDIA's clients are unaffected): ``return_num_input_tokens`` /
+  ``return_num_output_tokens`` ask for the ``num_input_tokens`` / ``num_output_tokens`` outputs (the text front
+  doors' usage counts).
 * Outputs: ``text_output`` (cumulative when streaming, as the LLM API streams), the three requested extras and,
   with perf metrics, the KV-cache, timing and speculative-decoding metrics, each typed as config.pbtxt declares
   it (NVIDIA's model.py sends them all as strings; clients that parse JSON numbers get numbers here).
@@ -61,7 +64,14 @@ SAMPLING_INPUTS = (
 )
 #: Defaults of NVIDIA's helpers.py for inputs a request leaves out.
 SAMPLING_DEFAULTS = {"best_of": 1, "exclude_input_from_output": False, "return_perf_metrics": False}
-OUTPUT_FLAGS = ("return_finish_reason", "return_stop_reason", "return_cumulative_logprob")
+OUTPUT_FLAGS = (
+    "return_finish_reason",
+    "return_stop_reason",
+    "return_cumulative_logprob",
+    # ours (not in NVIDIA's contract): the token counts the text front doors report (llmapi_front.py)
+    "return_num_input_tokens",
+    "return_num_output_tokens",
+)
 
 
 @dataclass
@@ -154,7 +164,9 @@ def response_tensors(output: Any, flags: Mapping[str, bool]) -> dict[str, np.nda
     """{output name: array} for one ``RequestOutput`` state, typed as the contract declares them.
 
     ``text_output``: BYTES ``[n]`` (one per sequence); ``finish_reason``/``stop_reason``: BYTES ``[n]`` when
-    asked (``"None"`` when there is none, as NVIDIA writes it); ``cumulative_logprob``: FP32 ``[n]``; with perf
+    asked (``"None"`` when there is none, as NVIDIA writes it); ``cumulative_logprob``: FP32 ``[n]``;
+    ``num_input_tokens`` / ``num_output_tokens`` (ours): INT32 ``[1]``, the prompt's token count
+    (``RequestOutput.prompt_token_ids``) and the tokens generated so far by the first sequence; with perf
     metrics the KV-cache metrics (INT32/FP32 ``[1]``), times (INT64 ns since the epoch ``[1]``) and
     speculative-decoding metrics (FP32/INT32 ``[1]``).
     """
@@ -168,6 +180,10 @@ def response_tensors(output: Any, flags: Mapping[str, bool]) -> dict[str, np.nda
         tensors["stop_reason"] = np.array([str(o.stop_reason).encode() for o in outs], dtype=np.object_)
     if flags.get("return_cumulative_logprob"):
         tensors["cumulative_logprob"] = np.array([float(o.cumulative_logprob or 0.0) for o in outs], dtype=np.float32)
+    if flags.get("return_num_input_tokens"):
+        tensors["num_input_tokens"] = np.array([len(getattr(output, "prompt_token_ids", None) or ())], dtype=np.int32)
+    if flags.get("return_num_output_tokens"):
+        tensors["num_output_tokens"] = np.array([len(outs[0].token_ids or ()) if outs else 0], dtype=np.int32)
     perf = getattr(outs[0], "request_perf_metrics", None) if outs else None
     if perf:
         kv, timing, spec = perf.kv_cache_metrics, perf.timing_metrics, perf.speculative_decoding
@@ -391,7 +407,11 @@ class LLMAPIModel:
             async for state in result:
                 last = state
                 if parsed.streaming and not tracked.cancelled:
-                    self._send(sender, response_tensors(state, parsed.outputs), final=bool(state.finished))
+                    final = bool(state.finished)
+                    if final:
+                        self._untrack(tracked)
+                    self._send(sender, response_tensors(state, parsed.outputs), final=final)
+            self._untrack(tracked)
             if tracked.cancelled:
                 self._send_error(sender, "tensorrt_llm: request cancelled by the client", cancelled=True)
             elif not parsed.streaming and last is not None:
@@ -399,11 +419,18 @@ class LLMAPIModel:
             elif last is None or not last.finished:
                 self._send(sender, None, final=True)
         except Exception as exc:  # noqa: BLE001 - this request fails alone
+            self._untrack(tracked)
             self._send_error(sender, f"tensorrt_llm: generation failed: {exc}", client=False)
         finally:
-            if tracked is not None:
-                with self._lock:
-                    self._tracked.pop(id(tracked), None)
+            self._untrack(tracked)
+
+    def _untrack(self, tracked: _Tracked | None) -> None:
+        """Stop watching ``tracked`` -- before its final response: Triton frees the request's response factory
+        with the final response, and ``is_cancelled()`` on a freed one crashes tritonserver (seen with 24.10:
+        SIGSEGV in ``TRITONBACKEND_ResponseFactoryIsCancelled``)."""
+        if tracked is not None:
+            with self._lock:
+                self._tracked.pop(id(tracked), None)
 
     def _watch_cancellation(self) -> None:
         """Every ``cancellation_check_period_ms``: abort the requests Triton cancelled (client gone)."""
@@ -411,16 +438,18 @@ class LLMAPIModel:
 
         while self._running:
             time.sleep(self.period_s)
-            with self._lock:
-                tracked = list(self._tracked.values())
-            for t in tracked:
-                try:
-                    gone = bool(t.request.is_cancelled())
-                except Exception:  # noqa: BLE001 - a request without the call is never cancelled
-                    gone = False
-                if gone and not t.cancelled:
-                    t.cancelled = True
-                    t.result.abort()
+            gone_now = []
+            with self._lock:  # held while asking: a request untracked under the lock has no final response yet
+                for t in self._tracked.values():
+                    try:
+                        gone = bool(t.request.is_cancelled())
+                    except Exception:  # noqa: BLE001 - a request without the call is never cancelled
+                        gone = False
+                    if gone and not t.cancelled:
+                        t.cancelled = True
+                        gone_now.append(t)
+            for t in gone_now:
+                t.result.abort()
 
     def finalize(self) -> None:
         """Stop the watcher, shut the LLM down and stop the event loop."""

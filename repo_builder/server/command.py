@@ -19,6 +19,19 @@ MPIRUN = "mpirun"
 #: r24.10 ``metric_model_reporter.cc``). tritonserver 2.51 takes the unknown histogram setting and ignores it,
 #: so the summaries are the latency distributions it can export.
 LATENCY_DISTRIBUTIONS = ("histogram_latencies=true", "summary_latencies=true")
+#: TensorRT-LLM's wrapper for LLM-API servers in an MPI or Slurm world (NVIDIA/TensorRT-LLM v1.2.1
+#: ``tensorrt_llm/llmapi/trtllm-llmapi-launch``, on PATH in the TRT-LLM containers): on rank 0 it runs the command
+#: with the MPI/PMI/Slurm environment removed and ``TLLM_SPAWN_PROXY_PROCESS=1``, so the LLM reaches the other
+#: ranks through a proxy; every other rank becomes a worker of that LLM and does not run the command. Plain
+#: ``tritonserver`` under srun fails with ``MPI_ERR_SPAWN`` (triton-inference-server/tutorials Qwen2.5-VL guide).
+LLMAPI_LAUNCH = "trtllm-llmapi-launch"
+
+
+def llmapi_launch_argvs(rank0: list[str], world_size: int) -> list[list[str]]:
+    """Every rank's argv of an llmapi repository in an MPI/Slurm world: ``trtllm-llmapi-launch`` followed by
+    rank 0's tritonserver argv, the same on every rank (the wrapper picks leader and workers; TensorRT-LLM's
+    backend docs ``docs/llmapi.md``: ``srun ... trtllm-llmapi-launch tritonserver --model-repository ...``)."""
+    return [[LLMAPI_LAUNCH, *rank0] for _ in range(world_size)]
 
 
 def shm_prefix(launch_id: str, rank: int) -> str:

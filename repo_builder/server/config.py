@@ -45,6 +45,7 @@ class LaunchConfig(BaseModel):
     multi_model: bool = _field("multi_model")
     no_mpi: bool = _field("no_mpi")
     oversubscribe: bool = _field("oversubscribe")
+    trtllm_llmapi_launch: bool = _field("trtllm_llmapi_launch")
     tensorrt_llm_model_name: list[str] | None = _field("tensorrt_llm_model_name")
     detach: bool = _field("detach")
     pid_file: Path | None = _field("pid_file")

@@ -27,6 +27,8 @@ HELP: dict[str, str] = {
     "multi_model": "TensorRT-LLM orchestrator mode (sets TRTLLM_ORCHESTRATOR=1); needs world size 1.",
     "no_mpi": "Run one tritonserver process without mpirun (world size must be 1).",
     "oversubscribe": "Pass --oversubscribe to mpirun (added automatically when there are more ranks than CPU cores).",
+    "trtllm_llmapi_launch": "Prefix every rank's command with TensorRT-LLM's trtllm-llmapi-launch (llmapi repositories "
+    "in an MPI world; launch_triton_server.py's flag of the same name). It must be on PATH.",
     "tensorrt_llm_model_name": "Comma-separated TensorRT-LLM model name(s) that ranks > 0 load. Default: the lock "
     "file's launch.tensorrt_llm_model_names, then tensorrt_llm.",
     "detach": "Return once the server is ready and leave it running; write a pid file that `repo-builder stop` uses.",
@@ -72,6 +74,11 @@ LAUNCH_OPTIONS: dict[str, Opt] = {
     "multi_model": Opt(default=False, flags=("--multi-model", "--multi_model"), help=HELP["multi_model"]),
     "no_mpi": Opt(default=False, flags=("--no-mpi", "--no_mpi"), help=HELP["no_mpi"]),
     "oversubscribe": Opt(default=False, flags=("--oversubscribe",), help=HELP["oversubscribe"]),
+    "trtllm_llmapi_launch": Opt(
+        default=False,
+        flags=("--trtllm_llmapi_launch", "--trtllm-llmapi-launch"),
+        help=HELP["trtllm_llmapi_launch"],
+    ),
     "tensorrt_llm_model_name": Opt(
         default=None,
         flags=("--tensorrt_llm_model_name", "--tensorrt-llm-model-name"),

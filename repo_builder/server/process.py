@@ -225,6 +225,16 @@ class TritonServer:
             )
             for r in range(plan.world_size)
         ]
+        if cfg.trtllm_llmapi_launch:
+            from .command import LLMAPI_LAUNCH
+
+            if shutil.which(LLMAPI_LAUNCH, path=binary.environ().get("PATH")) is None:
+                raise LaunchError(
+                    f"{LLMAPI_LAUNCH} is not on PATH",
+                    key="--trtllm_llmapi_launch",
+                    hint="it ships with TensorRT-LLM (the -trtllm-python-py3 containers); drop the flag elsewhere",
+                )
+            ranks = [[LLMAPI_LAUNCH, *argv] for argv in ranks]
         env = dict(binary.env)
         if cfg.multi_model:
             env["TRTLLM_ORCHESTRATOR"] = "1"
