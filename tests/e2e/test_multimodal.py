@@ -10,6 +10,8 @@ Checked:
   the same text;
 * a text-only request through the same ensemble equals transformers' text-only greedy output (NVIDIA's
   encoder asserts on it);
+* OpenAI chat content parts (text + ``image_url``) turned into the prompt and ``image_url_input`` by
+  repo_builder/openai/images.py give the same text;
 * bad images fail alone with HTTP 400 naming the field.
 """
 
@@ -123,6 +125,26 @@ def test_image_description_equals_transformers_generate_with_pixel_values(server
     status, body = infer(server, request(PROMPT, image=other))
     assert status == 200, body
     assert text_output(body) == reference(PROMPT, other)
+
+
+def test_openai_image_url_content_parts_through_the_ensemble(server, reference):
+    from repo_builder.openai.images import image_chat
+    from repo_builder.openai.protocol import ChatMessage
+
+    image = pixels(2)
+    parts = [
+        {"type": "image_url", "image_url": {"url": data_uri(image, "JPEG"), "detail": "auto"}},
+        {"type": "text", "text": "\nDescribe the image."},
+    ]
+    chat = image_chat([ChatMessage.model_validate({"role": "user", "content": parts})], max_images=1)
+    (message,) = chat.conversation  # the tiny tokenizer has no chat template: the user text is the prompt
+    assert message["content"] == PROMPT
+    status, body = infer(server, request(message["content"], chat.ensemble_fields()["image_url_input"]))
+    assert status == 200, body
+    from PIL import Image
+
+    decoded = np.asarray(Image.open(io.BytesIO(base64.b64decode(parts[0]["image_url"]["url"].split(",", 1)[1]))))
+    assert text_output(body) == reference(PROMPT, decoded)
 
 
 def test_a_text_only_request_through_the_same_ensemble(server, reference):
