@@ -82,6 +82,9 @@ def test_a_prompt_table_too_small_for_batch_x_features_is_refused(tiny_llava, tm
     assert not (tmp_path / "r").exists()
     with pytest.raises(ParameterError, match="whisper_max_tokens"):
         render_multimodal_repository(tiny_llava, tmp_path / "r", RenderOptions(user_values={"whisper_max_tokens": "9"}))
+    with pytest.raises(RenderError) as bad:
+        render_multimodal_repository(tiny_llava, tmp_path / "r", RenderOptions(serve_path="relative/repo"))
+    assert bad.value.key == "--serve-path" and not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize(

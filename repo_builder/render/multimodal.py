@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, ParameterError, RenderError, TokenizerError
-from ..profile.schema import load_schema, validate_user_values
+from ..profile.schema import load_schema
 from .options import RenderOptions
+from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 from .whisper import _int_key, _read_json, _render_template, _weight_files
 
@@ -205,14 +206,9 @@ def resolve_multimodal_values(facts: MultimodalFacts, options: RenderOptions) ->
     Raises:
         ParameterError: a bad or unknown key, a key of another layout, or a prompt table too small, naming the key.
     """
-    given: dict[str, Any] = {}
-    if options.values_file is not None:
-        from .plan import _load_values_file
+    from .plan import user_values
 
-        data = _load_values_file(options.values_file)
-        given.update(validate_user_values(options.profile, data, source=str(options.values_file)))
-    if options.user_values:
-        given.update(validate_user_values(options.profile, options.user_values, source="--set"))
+    given, _ = user_values(options)
     foreign = [k for k in given if k not in LAYOUT_PARAMETERS]
     if foreign:
         raise ParameterError(
@@ -324,7 +320,7 @@ def render_multimodal_repository(
         raise EngineError("not a directory", path=checkpoint, key="--engine-dir")
     facts = multimodal_facts(checkpoint)
     values = resolve_multimodal_values(facts, opts)
-    serve_root = Path(opts.serve_path) if opts.serve_path else out
+    serve_root = serve_root_of(opts, out)
     files = plan_multimodal_files(checkpoint, facts, values, serve_root, opts.profile)
     weights = [checkpoint / n for n in _MODEL_FILES if (checkpoint / n).is_file()] + _weight_files(checkpoint)
     out.parent.mkdir(parents=True, exist_ok=True)
