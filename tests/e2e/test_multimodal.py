@@ -12,7 +12,9 @@ Checked:
   encoder asserts on it);
 * OpenAI chat content parts (text + ``image_url``) turned into the prompt and ``image_url_input`` by
   repo_builder/openai/images.py give the same text;
-* bad images fail alone with HTTP 400 naming the field.
+* bad images fail alone with HTTP 400 naming the field;
+* ``repo-builder openai`` on the repository: the openai SDK's ``chat.completions.create`` with an ``image_url``
+  part returns the same text, and a bad image URL is a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -168,3 +170,43 @@ def test_bad_images_fail_alone_naming_the_field(server, inputs, words):
     status, body = infer(server, inputs())
     assert status == 400, body
     assert words in body.get("error", ""), body
+
+
+# ------------------------------------------------------------------ OpenAI front end: /v1/chat/completions
+
+
+@pytest.fixture(scope="module")
+def front_end(server, tmp_path_factory):
+    from e2e_support import openai_front_end
+
+    logs = tmp_path_factory.mktemp("front")
+    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
+        yield base
+
+
+def test_openai_chat_with_an_image_equals_transformers_generate(front_end, reference):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    image = pixels(3)
+    content = [
+        {"type": "image_url", "image_url": {"url": data_uri(image)}},
+        {"type": "text", "text": "\nDescribe the image."},
+    ]
+    got = client.chat.completions.create(
+        model="llava", messages=[{"role": "user", "content": content}], max_tokens=MAX_TOKENS
+    )
+    expected = reference(PROMPT, image)
+    assert got.choices[0].message.content == expected and expected.strip()
+    assert [m.id for m in client.models.list().data] == ["llava"]
+    cases = [
+        ([{"type": "image_url", "image_url": {"url": "https://x/cat.png"}}], "messages[0].content[0].image_url.url"),
+        ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}], "messages"),
+    ]
+    for parts, param in cases:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="llava", messages=[{"role": "user", "content": parts}])
+        assert err.value.body["param"] == param, err.value.body
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="llava", messages=[{"role": "user", "content": "hi"}], temperature=0.7)
+    assert err.value.body["param"] == "temperature"
