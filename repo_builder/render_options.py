@@ -73,7 +73,8 @@ class RenderOptions:
         "--layout",
         help="inflight_batcher_llm (default) | disaggregated: context and generation copies of the engine model "
         "joined by disaggregated_serving_bls | whisper: whisper_bls + an encoder-decoder tensorrt_llm from the "
-        "Whisper checkpoint given as --engine-dir (docs/layouts.md).",
+        "Whisper checkpoint given as --engine-dir | multimodal: preprocessing + multimodal_encoders + an engine with "
+        "a prompt table, from the LLaVA checkpoint given as --engine-dir (docs/layouts.md).",
     )
     draft_engine_dir: str | Path | None = option(
         None,

@@ -74,6 +74,15 @@ def tiny_whisper(tmp_path_factory) -> Path:
     return make_tiny_whisper(tmp_path_factory.mktemp("tiny_whisper") / "ckpt", seed=0)
 
 
+@pytest.fixture(scope="session")
+def tiny_llava(tmp_path_factory) -> Path:
+    """A random-weight tiny LlavaForConditionalGeneration checkpoint (CLIP 56 px / patch 14 -> 16 features per
+    image, Llama hidden 64) with the packaged Mistral v1 tokenizer plus ``<image>`` (32000) beside it."""
+    from repo_builder.testing_multimodal import make_tiny_llava
+
+    return make_tiny_llava(tmp_path_factory.mktemp("tiny_llava") / "ckpt", asset("mistral_v1_tokenizer"), seed=0)
+
+
 def smollm2_cache_dir() -> Path:
     """Where the SmolLM2 checkpoint is cached across sessions: ``$REPO_BUILDER_CACHE/smollm2``, else
     ``~/.cache/repo-builder/smollm2``."""

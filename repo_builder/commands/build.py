@@ -173,6 +173,9 @@ def render(
     if layout == "whisper":
         _render_whisper(engine_dir, tokenizer_dir, output, options, bool(model))
         return
+    if layout == "multimodal":
+        _render_multimodal(engine_dir, tokenizer_dir, output, options, bool(model))
+        return
     if model:
         if engine_dir is not None or tokenizer_dir is not None:
             raise RenderError(
@@ -251,6 +254,40 @@ def _render_whisper(
     typer.echo(
         f"rendered {result.output}: layout whisper, {len(result.files)} files, {f.num_mel_bins} mels, "
         f"{f.num_languages} languages, max_tokens {result.values['whisper_max_tokens'][0]}"
+    )
+
+
+def _render_multimodal(
+    engine_dir: Path | None, tokenizer_dir: Path | None, output: Path, options: Any, several: bool
+) -> None:
+    """``render --layout multimodal``: the LLaVA checkpoint is --engine-dir (tokenizer and image processor too).
+
+    Raises:
+        RenderError: as :func:`_render_whisper`, for layout multimodal.
+    """
+    from ..errors import RenderError
+    from ..render.multimodal import render_multimodal_repository
+
+    if several or engine_dir is None:
+        raise RenderError(
+            "layout multimodal renders one LLaVA checkpoint", key="--engine-dir", hint="--engine-dir CHECKPOINT"
+        )
+    if tokenizer_dir is not None and Path(tokenizer_dir).resolve() != Path(engine_dir).resolve():
+        raise RenderError(
+            "layout multimodal reads the tokenizer from the checkpoint",
+            key="--tokenizer-dir",
+            hint="drop --tokenizer-dir",
+        )
+    for flag, on in (("--dry-run", options.dry_run), ("--force", options.force)):
+        if on:
+            raise RenderError(f"{flag} is not supported by layout multimodal yet", key=flag)
+    if options.draft_engine_dir is not None:
+        raise RenderError("layout multimodal has no draft model", key="--draft-engine-dir")
+    result = render_multimodal_repository(engine_dir, output, options)
+    f, v = result.facts, result.values
+    typer.echo(
+        f"rendered {result.output}: layout multimodal ({f.model_type}), {len(result.files)} files, "
+        f"{f.features_per_image} features per image, prompt table {v['multimodal_max_prompt_table_size'][0]} rows"
     )
 
 

@@ -82,6 +82,10 @@ def create_app(
 
     if model is None and (Path(config.repo) / WHISPER_MARKER).is_file():  # layout whisper: audio transcriptions
         return create_audio_app(config)
+    from .vision import MULTIMODAL_MARKER, create_vision_app
+
+    if model is None and (Path(config.repo) / MULTIMODAL_MARKER).is_file():  # layout multimodal: image_url chats
+        return create_vision_app(config)
     models = [model] if model is not None else load_served_models(config)
     routes = routing_table(config, models, [backend] if backend is not None else None)
 

@@ -24,10 +24,12 @@ MODEL_NAMES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "t
 #: Models only a layout other than inflight_batcher_llm renders (``render --layout``): {layout: models with a
 #: template of their own}. ``disaggregated`` also renders ``context`` and ``generation`` from the tensorrt_llm
 #: template (repo_builder/render/disaggregated.py); ``whisper`` renders its own ``tensorrt_llm`` template,
-#: ``whisper_tensorrt_llm`` (repo_builder/render/whisper.py).
+#: ``whisper_tensorrt_llm`` (repo_builder/render/whisper.py); ``multimodal`` renders all five of its models
+#: from ``multimodal_*`` templates (repo_builder/render/multimodal.py).
 LAYOUT_MODELS: dict[str, tuple[str, ...]] = {
     "disaggregated": ("disaggregated_serving_bls",),
     "whisper": ("whisper_bls",),
+    "multimodal": ("multimodal_encoders",),
 }
 LAYOUT_MODEL_NAMES: tuple[str, ...] = tuple(m for models in LAYOUT_MODELS.values() for m in models)
 

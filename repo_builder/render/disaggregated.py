@@ -44,7 +44,7 @@ from .templates import (
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 from .write import RenderResult, write_plan, write_repository
 
-LAYOUTS = ("inflight_batcher_llm", "disaggregated", "whisper")
+LAYOUTS = ("inflight_batcher_llm", "disaggregated", "whisper", "multimodal")
 BLS = "disaggregated_serving_bls"
 #: Parameters only this layout renders (refused by the plain layout, where nothing would read them).
 LAYOUT_PARAMETERS = (
@@ -70,21 +70,27 @@ def check_layout_values(layout: str, profile: str, checked: Mapping[str, Any]) -
     """
     if layout not in LAYOUTS:
         raise RenderError(f"unknown layout '{layout}'", key="--layout", hint=f"choose one of {', '.join(LAYOUTS)}")
+    from .multimodal import LAYOUT_PARAMETERS as MULTIMODAL_PARAMETERS
     from .whisper import LAYOUT_PARAMETERS as WHISPER_PARAMETERS
 
-    if layout == "whisper":
-        raise RenderError(
-            "layout whisper is rendered from a Whisper checkpoint alone",
-            key="--layout",
-            hint="repo-builder render --layout whisper --engine-dir CHECKPOINT (render_whisper_repository)",
-        )
-    whisper_given = [k for k in WHISPER_PARAMETERS if k in checked]
-    if whisper_given:
-        raise ParameterError(
-            f"{whisper_given[0]} is only read by layout whisper",
-            key=whisper_given[0],
-            hint="render with --layout whisper, or drop the key",
-        )
+    for own, what, func in (
+        ("whisper", "a Whisper", "render_whisper_repository"),
+        ("multimodal", "a LLaVA", "render_multimodal_repository"),
+    ):
+        if layout == own:
+            raise RenderError(
+                f"layout {own} is rendered from {what} checkpoint alone",
+                key="--layout",
+                hint=f"repo-builder render --layout {own} --engine-dir CHECKPOINT ({func})",
+            )
+    for own, names in (("whisper", WHISPER_PARAMETERS), ("multimodal", MULTIMODAL_PARAMETERS)):
+        own_given = [k for k in names if k in checked]
+        if own_given:
+            raise ParameterError(
+                f"{own_given[0]} is only read by layout {own}",
+                key=own_given[0],
+                hint=f"render with --layout {own}, or drop the key",
+            )
     if layout != "disaggregated":
         given = [k for k in LAYOUT_PARAMETERS if k in checked]
         if given:

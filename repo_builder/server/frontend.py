@@ -151,6 +151,8 @@ def served_name(repo: Path) -> str:
 
     if (Path(repo) / "repo-builder.whisper.json").is_file():  # layout whisper (repo_builder/openai/audio.py)
         return "'whisper'"
+    if (Path(repo) / "repo-builder.multimodal.json").is_file():  # layout multimodal (repo_builder/openai/vision.py)
+        return "'llava'"
     try:
         return ", ".join(f"'{info.model_name}'" for info in read_serving_info(repo))
     except Exception:  # noqa: BLE001 - only for the message

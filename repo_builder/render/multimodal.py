@@ -1,0 +1,342 @@
+"""Layout ``multimodal`` (``render --layout multimodal``): a vision-language model through an ensemble of
+``preprocessing`` -> ``multimodal_encoders`` -> ``tensorrt_llm`` -> ``postprocessing``.
+
+What NVIDIA's layout holds (triton-inference-server/tensorrtllm_backend v0.13.0 - v0.19.0
+``all_models/multimodal``, ``docs/multimodal.md``; end of life in TensorRT-LLM 1.2): a copy of
+``inflight_batcher_llm`` plus ``multimodal/ensemble`` (replacing the text ensemble) and ``multimodal_encoders``
+(a Python model running the vision engine). The encoder's output is the engine's prompt table: the prompt
+carries "fake" ids ``vocab_size ... vocab_size + features - 1`` per image, which the engine replaces by the
+table's rows.
+
+What repo-builder does differently (each one a silent limit or defect of NVIDIA's files):
+
+* every fact comes from the checkpoint (:func:`multimodal_facts`): vocabulary, hidden size, features per image
+  (vision ``image_size`` / ``patch_size`` and the feature-select strategy), the ``<image>`` token (checked
+  against tokenizer.json), the image size (checked against preprocessor_config.json);
+* the prompt-table size is checked at render against ``max_batch_size x features x max_num_images``
+  (NVIDIA's docs say the two MUST be kept in step, nothing checks it);
+* images are decoded server-side for LLaVA, from PNG or JPEG data URIs or pixel arrays (NVIDIA's LLaVA path
+  takes only client-preprocessed ``image_input``, and decodes only JPEG data URIs);
+* a text-only request works through the same ensemble (NVIDIA's encoder asserts).
+
+Served here: the checkpoint is a Hugging Face ``LlavaForConditionalGeneration`` folder, placed under
+``tensorrt_llm/1/engine``; ``multimodal_encoders`` runs its vision tower + projector and ``tensorrt_llm`` its
+language model with the prompt-table splice (``runtime/multimodal.py``), both on the CPU. Qwen2-VL (mrope) and
+mllama (cross-attention) are refused for now (docs/layouts.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineError, ParameterError, RenderError, TokenizerError
+from ..profile.schema import load_schema
+from .options import RenderOptions
+from .plan import serve_root_of
+from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
+from .whisper import _int_key, _read_json, _render_template, _weight_files
+
+ENGINE = "tensorrt_llm"
+ENCODERS = "multimodal_encoders"
+#: repository model -> (template folder under the profile, python model kind or None).
+MODELS = {
+    "ensemble": ("multimodal_ensemble", None),
+    "preprocessing": ("multimodal_preprocessing", "multimodal_preprocessing"),
+    ENCODERS: ("multimodal_encoders", "multimodal_encoders"),
+    ENGINE: ("multimodal_tensorrt_llm", "multimodal_engine"),
+    "postprocessing": ("multimodal_postprocessing", "multimodal_postprocessing"),
+}
+#: The parameters of this layout (model_templates/parameters.yaml, models [multimodal_encoders]).
+LAYOUT_PARAMETERS = ("multimodal_max_batch_size", "multimodal_max_num_images", "multimodal_max_prompt_table_size")
+_PROFILES = ("trtllm-1.2",)
+_MODEL_FILES = ("config.json", "generation_config.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
+IMAGE_TOKEN = "<image>"
+#: model_type values of NVIDIA's other families, refused with a reason.
+_NOT_YET = {
+    "qwen2_vl": "Qwen2-VL needs mrope positions in the engine, not built yet",
+    "mllama": "mllama needs cross-attention in the engine, not built yet",
+    "llava_onevision": "LLaVA-OneVision (anyres tiling, video) is not built yet",
+    "llava_next": "LLaVA-NeXT (anyres tiling) is not built yet",
+}
+FACTS_FOLDER = "multimodal"
+LOCK_NAME = "repo-builder.multimodal.json"
+
+
+@dataclass(frozen=True)
+class MultimodalFacts:
+    """What the layout needs from a LLaVA checkpoint (every field read from its files).
+
+    Attributes:
+        model_type: config.json ``model_type`` (``llava``).
+        vocab_size: ``text_config.vocab_size``: the first fake id.
+        hidden_size: ``text_config.hidden_size``: the prompt table's width.
+        max_position_embeddings: ``text_config.max_position_embeddings`` (prompt + generated tokens).
+        image_size, patch_size: ``vision_config`` pixels.
+        features_per_image: prompt-table rows of one image: (image_size / patch_size)^2, plus the CLS row
+            when ``vision_feature_select_strategy`` is ``full``.
+        image_token_id: ``image_token_index`` (= the ``<image>`` id of tokenizer.json).
+        end_id, pad_id: ``eos_token_id`` / ``pad_token_id`` (generation_config.json, else text_config).
+    """
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    max_position_embeddings: int
+    image_size: int
+    patch_size: int
+    features_per_image: int
+    image_token_id: int
+    end_id: int
+    pad_id: int
+
+
+def multimodal_facts(checkpoint: str | Path) -> MultimodalFacts:
+    """Read and cross-check the facts of a Hugging Face LLaVA checkpoint directory.
+
+    Raises:
+        EngineError: config.json missing or not LLaVA, a key missing, or the image processor's size and the
+            vision tower's disagree (names the file and key).
+        TokenizerError: tokenizer.json missing, no ``<image>`` token, or its id is not ``image_token_index``.
+    """
+    root = Path(checkpoint)
+    cfg_path = root / "config.json"
+    cfg = _read_json(cfg_path)
+    model_type = cfg.get("model_type")
+    if model_type in _NOT_YET:
+        raise EngineError(f"model_type {model_type}: {_NOT_YET[model_type]}", key="model_type", path=cfg_path)
+    if model_type != "llava":
+        raise EngineError(
+            f"model_type is {model_type!r}, not 'llava'",
+            key="model_type",
+            path=cfg_path,
+            hint="layout multimodal takes a LlavaForConditionalGeneration checkpoint",
+        )
+    text, vision = cfg.get("text_config"), cfg.get("vision_config")
+    for key, sub in (("text_config", text), ("vision_config", vision)):
+        if not isinstance(sub, dict):
+            raise EngineError(f"needs a {key} object", key=key, path=cfg_path)
+    assert isinstance(text, dict) and isinstance(vision, dict)
+    vocab = _int_key(text, "vocab_size", cfg_path)
+    hidden = _int_key(text, "hidden_size", cfg_path)
+    max_pos = _int_key(text, "max_position_embeddings", cfg_path)
+    size = _int_key(vision, "image_size", cfg_path)
+    patch = _int_key(vision, "patch_size", cfg_path)
+    if size % patch:
+        raise EngineError(f"image_size {size} is not a multiple of patch_size {patch}", key="image_size", path=cfg_path)
+    strategy = cfg.get("vision_feature_select_strategy", "default")
+    if strategy not in ("default", "full"):
+        raise EngineError(
+            f"vision_feature_select_strategy {strategy!r} is not 'default' or 'full'",
+            key="vision_feature_select_strategy",
+            path=cfg_path,
+        )
+    features = (size // patch) ** 2 + (1 if strategy == "full" else 0)
+    seq = cfg.get("image_seq_length")
+    if seq is not None and seq != features:
+        raise EngineError(
+            f"image_seq_length {seq} but the vision tower gives {features} features per image "
+            f"(({size} / {patch})^2, strategy {strategy})",
+            key="image_seq_length",
+            path=cfg_path,
+        )
+    image_id = cfg.get("image_token_index", cfg.get("image_token_id"))
+    if isinstance(image_id, bool) or not isinstance(image_id, int):
+        raise EngineError("needs an integer image_token_index", key="image_token_index", path=cfg_path)
+
+    tok_path = root / "tokenizer.json"
+    tok = _read_json(tok_path, TokenizerError)
+    added = {str(t.get("content")): int(t.get("id")) for t in tok.get("added_tokens") or [] if "content" in t}
+    if IMAGE_TOKEN not in added:
+        raise TokenizerError(f"has no {IMAGE_TOKEN} token", key="added_tokens", path=tok_path)
+    if added[IMAGE_TOKEN] != image_id:
+        raise TokenizerError(
+            f"{IMAGE_TOKEN} is {added[IMAGE_TOKEN]} but config.json image_token_index is {image_id}",
+            key="image_token_index",
+            path=tok_path,
+        )
+    if image_id >= vocab:
+        raise TokenizerError(f"{IMAGE_TOKEN} {image_id} is outside vocab_size {vocab}", key="vocab_size", path=tok_path)
+
+    pre_path = root / "preprocessor_config.json"
+    pre = _read_json(pre_path)
+    crop = pre.get("crop_size") if pre.get("do_center_crop", True) else pre.get("size")
+    dims = (crop.get("height"), crop.get("width")) if isinstance(crop, dict) else (crop, crop)
+    if dims != (size, size):
+        raise EngineError(
+            f"the image processor makes {dims[0]}x{dims[1]} images but vision_config.image_size is {size}",
+            key="crop_size",
+            path=pre_path,
+        )
+
+    gen_path = root / "generation_config.json"
+    gen = _read_json(gen_path) if gen_path.is_file() else {}
+    eos = gen.get("eos_token_id", text.get("eos_token_id"))
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    if not isinstance(eos, int) or isinstance(eos, bool):
+        raise EngineError("needs an integer eos_token_id", key="eos_token_id", path=cfg_path)
+    pad = gen.get("pad_token_id", text.get("pad_token_id"))
+    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) else eos
+    return MultimodalFacts(
+        model_type="llava",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        max_position_embeddings=max_pos,
+        image_size=size,
+        patch_size=patch,
+        features_per_image=features,
+        image_token_id=image_id,
+        end_id=eos,
+        pad_id=pad,
+    )
+
+
+def resolve_multimodal_values(facts: MultimodalFacts, options: RenderOptions) -> dict[str, tuple[Any, str]]:
+    """{parameter: (typed value, origin)}: schema defaults, then ``--values``, then ``--set``; the prompt-table
+    size defaults to (and must be at least) ``max_batch_size x features_per_image x max_num_images``.
+
+    Raises:
+        ParameterError: a bad or unknown key, a key of another layout, or a prompt table too small, naming the key.
+    """
+    from .plan import user_values
+
+    given, _ = user_values(options)
+    foreign = [k for k in given if k not in LAYOUT_PARAMETERS]
+    if foreign:
+        raise ParameterError(
+            f"{foreign[0]} is not read by layout multimodal (its parameters: {', '.join(LAYOUT_PARAMETERS)})",
+            key=foreign[0],
+        )
+    params = load_schema().for_profile(options.profile)
+    values: dict[str, tuple[Any, str]] = {}
+    for name in LAYOUT_PARAMETERS:
+        if given.get(name) is not None:
+            values[name] = (given[name], "user")
+        else:
+            values[name] = (params[name].default_for(options.profile), "default")
+    batch, images = values["multimodal_max_batch_size"][0], values["multimodal_max_num_images"][0]
+    need = batch * facts.features_per_image * images
+    table = values["multimodal_max_prompt_table_size"][0]
+    if table is None:
+        values["multimodal_max_prompt_table_size"] = (need, "checkpoint")
+    elif table < need:
+        raise ParameterError(
+            f"a prompt table of {table} rows cannot hold max_batch_size {batch} x {facts.features_per_image} features "
+            f"per image x max_num_images {images} = {need}",
+            key="multimodal_max_prompt_table_size",
+            hint=f"at least {need}, or lower multimodal_max_batch_size / multimodal_max_num_images",
+        )
+    return values
+
+
+@dataclass
+class MultimodalRenderResult:
+    """What :func:`render_multimodal_repository` wrote: the repository, the facts, the values and the files."""
+
+    output: Path
+    facts: MultimodalFacts
+    values: dict[str, tuple[Any, str]]
+    files: list[str]
+
+
+def plan_multimodal_files(
+    checkpoint: Path, facts: MultimodalFacts, values: Mapping[str, tuple[Any, str]], serve_root: Path, profile: str
+) -> dict[str, bytes]:
+    """{repository-relative path: bytes} of every file except the checkpoint copy."""
+    v = {k: val for k, (val, _) in values.items()}
+    engine_dir = serve_root / ENGINE / "1" / "engine"
+    variables = {
+        "values": v,
+        "facts": asdict(facts),
+        "engine_dir": str(engine_dir),
+        "max_batch_size": v["multimodal_max_batch_size"],
+        "max_prompt_table_rows": facts.features_per_image * v["multimodal_max_num_images"],
+    }
+    files: dict[str, bytes] = {}
+    runtime = runtime_files()
+    for model, (template, kind) in MODELS.items():
+        files[f"{model}/config.pbtxt"] = _render_template(profile, template, variables).encode()
+        if kind is None:  # the ensemble: an empty version folder, made by the write
+            continue
+        files[f"{model}/1/model.py"] = python_model_source(kind)
+        for rel, data in runtime.items():
+            files[f"{model}/1/{RUNTIME_FOLDER}/{rel}"] = data
+    facts_json = {**asdict(facts), "max_num_images": v["multimodal_max_num_images"]}
+    for model in ("preprocessing", "postprocessing"):
+        folder = f"{model}/1/{FACTS_FOLDER}"
+        files[f"{folder}/multimodal.json"] = (json.dumps(facts_json, indent=2) + "\n").encode()
+        for name in (*_TOKENIZER_FILES, "preprocessor_config.json"):
+            if (checkpoint / name).is_file():
+                files[f"{folder}/{name}"] = (checkpoint / name).read_bytes()
+    lock = {
+        "repo_builder_layout": "multimodal",
+        "checkpoint": str(checkpoint),
+        "values": {k: {"value": val, "origin": origin} for k, (val, origin) in values.items()},
+        "facts": asdict(facts),
+        "launch": {"world_size": 1, "tensorrt_llm_model_names": [ENGINE, ENCODERS]},
+    }
+    files[LOCK_NAME] = (json.dumps(lock, indent=2) + "\n").encode()
+    return files
+
+
+def render_multimodal_repository(
+    checkpoint_dir: str | Path, output: str | Path, options: RenderOptions | None = None
+) -> MultimodalRenderResult:
+    """Render layout ``multimodal`` for a Hugging Face LLaVA checkpoint.
+
+    The repository is written into a temp dir beside ``output`` and renamed into place; a failure leaves
+    nothing, and an existing ``output`` is never touched.
+
+    Raises:
+        EngineError / TokenizerError (:func:`multimodal_facts`), ParameterError
+        (:func:`resolve_multimodal_values`), RenderError: ``output`` exists, an unsupported profile,
+        ``engine_mode`` other than copy, ``streaming``, or the write failed.
+    """
+    opts = options or RenderOptions()
+    checkpoint = Path(checkpoint_dir).resolve()
+    out = Path(output).absolute()
+    if opts.profile not in _PROFILES:
+        raise RenderError(
+            f"layout multimodal needs profile {', '.join(_PROFILES)}, not {opts.profile}", key="--profile"
+        )
+    if opts.engine_mode != "copy":
+        raise RenderError(
+            f"--engine-mode {opts.engine_mode} is not supported by layout multimodal (the checkpoint is copied)",
+            key="--engine-mode",
+        )
+    if opts.streaming:
+        raise RenderError("layout multimodal has no streaming (decoupled) mode yet", key="--streaming")
+    if out.exists():
+        raise RenderError("already exists", path=out, hint="layout multimodal writes a new directory; remove it first")
+    if not checkpoint.is_dir():
+        raise EngineError("not a directory", path=checkpoint, key="--engine-dir")
+    facts = multimodal_facts(checkpoint)
+    values = resolve_multimodal_values(facts, opts)
+    serve_root = serve_root_of(opts, out)
+    files = plan_multimodal_files(checkpoint, facts, values, serve_root, opts.profile)
+    weights = [checkpoint / n for n in _MODEL_FILES if (checkpoint / n).is_file()] + _weight_files(checkpoint)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for rel, data in files.items():
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        (tmp / "ensemble" / "1").mkdir(parents=True, exist_ok=True)
+        engine = tmp / ENGINE / "1" / "engine"
+        engine.mkdir(parents=True, exist_ok=True)
+        for src in weights:
+            shutil.copyfile(src, engine / src.name)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return MultimodalRenderResult(output=out, facts=facts, values=values, files=sorted(files))

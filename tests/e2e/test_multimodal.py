@@ -1,0 +1,212 @@
+"""End to end through a real tritonserver: layout multimodal (``render --layout multimodal``).
+
+One repository, one server: the tiny random LLaVA checkpoint (CLIP 56 px vision tower + Llama, the packaged
+Mistral v1 tokenizer with ``<image>``) served by the ensemble preprocessing -> multimodal_encoders ->
+tensorrt_llm (prompt-table splice) -> postprocessing. Test images are made here (random pixels, PNG / JPEG).
+Checked:
+
+* ``text_output`` for a PNG data URI equals transformers' own greedy ``generate(pixel_values=...)`` on the same
+  weights, decoded with the same tokenizer; the same image sent as UINT8 pixels in ``image_bytes_input`` gives
+  the same text;
+* a text-only request through the same ensemble equals transformers' text-only greedy output (NVIDIA's
+  encoder asserts on it);
+* OpenAI chat content parts (text + ``image_url``) turned into the prompt and ``image_url_input`` by
+  repo_builder/openai/images.py give the same text;
+* bad images fail alone with HTTP 400 naming the field;
+* ``repo-builder openai`` on the repository: the openai SDK's ``chat.completions.create`` with an ``image_url``
+  part returns the same text, and a bad image URL is a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.server
+
+MAX_TOKENS = 10
+PROMPT = "<image>\nDescribe the image."
+
+
+def pixels(seed: int, size: tuple[int, int] = (60, 40)) -> np.ndarray:
+    return (np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8)
+
+
+def data_uri(array: np.ndarray, fmt: str = "PNG") -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, fmt)
+    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llava, tmp_path_factory, serve_module):
+    from repo_builder.render.multimodal import render_multimodal_repository
+
+    repo = tmp_path_factory.mktemp("multimodal") / "repo"
+    render_multimodal_repository(tiny_llava, repo)
+    with serve_module(repo, timeout=600.0) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_llava):
+    """``reference(text, image | None) -> text``: transformers' greedy generate, ``<image>`` expanded to the
+    16 image tokens as LLaVA's processor does, decoded with the same tokenizer."""
+    import torch
+    from PIL import Image
+    from transformers import AutoImageProcessor, AutoTokenizer, LlavaForConditionalGeneration
+
+    model = LlavaForConditionalGeneration.from_pretrained(tiny_llava).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_llava)
+    images = AutoImageProcessor.from_pretrained(tiny_llava)
+
+    def run(text: str, image: np.ndarray | None) -> str:
+        ids: list[int] = []
+        for i in tok(text)["input_ids"]:
+            ids += [i] * 16 if i == 32000 else [i]
+        kwargs: dict[str, Any] = {}
+        if image is not None:
+            kwargs["pixel_values"] = images(images=Image.fromarray(image), return_tensors="pt")["pixel_values"]
+        with torch.inference_mode():
+            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False, **kwargs)
+        return str(tok.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True))
+
+    return run
+
+
+def infer(server, inputs: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(
+        f"{server.http_url}/v2/models/ensemble/infer",
+        data=json.dumps({"inputs": inputs}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def request(text: str, urls: list[str] | None = None, image: np.ndarray | None = None) -> list[dict[str, Any]]:
+    inputs: list[dict[str, Any]] = [
+        {"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": [text]},
+        {"name": "max_tokens", "shape": [1, 1], "datatype": "INT32", "data": [MAX_TOKENS]},
+    ]
+    if urls is not None:
+        inputs.append({"name": "image_url_input", "shape": [1, len(urls)], "datatype": "BYTES", "data": urls})
+    if image is not None:
+        shape = [1, 1, *image.shape]
+        inputs.append(
+            {"name": "image_bytes_input", "shape": shape, "datatype": "UINT8", "data": image.reshape(-1).tolist()}
+        )
+    return inputs
+
+
+def text_output(body: dict[str, Any]) -> str:
+    (out,) = [o for o in body["outputs"] if o["name"] == "text_output"]
+    return str(out["data"][0])
+
+
+def test_image_description_equals_transformers_generate_with_pixel_values(server, reference):
+    image = pixels(0)
+    status, body = infer(server, request(PROMPT, [data_uri(image)]))
+    assert status == 200, body
+    expected = reference(PROMPT, image)
+    assert text_output(body) == expected and expected.strip()
+    other = pixels(1)
+    assert reference(PROMPT, other) != expected  # the output depends on the image
+    status, body = infer(server, request(PROMPT, image=other))
+    assert status == 200, body
+    assert text_output(body) == reference(PROMPT, other)
+
+
+def test_openai_image_url_content_parts_through_the_ensemble(server, reference):
+    from repo_builder.openai.images import image_chat
+    from repo_builder.openai.protocol import ChatMessage
+
+    image = pixels(2)
+    parts = [
+        {"type": "image_url", "image_url": {"url": data_uri(image, "JPEG"), "detail": "auto"}},
+        {"type": "text", "text": "\nDescribe the image."},
+    ]
+    chat = image_chat([ChatMessage.model_validate({"role": "user", "content": parts})], max_images=1)
+    (message,) = chat.conversation  # the tiny tokenizer has no chat template: the user text is the prompt
+    assert message["content"] == PROMPT
+    status, body = infer(server, request(message["content"], chat.ensemble_fields()["image_url_input"]))
+    assert status == 200, body
+    from PIL import Image
+
+    decoded = np.asarray(Image.open(io.BytesIO(base64.b64decode(parts[0]["image_url"]["url"].split(",", 1)[1]))))
+    assert text_output(body) == reference(PROMPT, decoded)
+
+
+def test_a_text_only_request_through_the_same_ensemble(server, reference):
+    status, body = infer(server, request("Tell me a story."))
+    assert status == 200, body
+    assert text_output(body) == reference("Tell me a story.", None)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "words"),
+    [
+        (lambda: request(PROMPT, ["data:image/png;base64," + base64.b64encode(b"junk").decode()]),
+         "image_url_input: not a decodable image"),
+        (lambda: request(PROMPT, ["https://example.com/cat.png"]), "image_url_input: http(s) URLs"),
+        (lambda: request(PROMPT, [data_uri(pixels(0)), data_uri(pixels(1))]), "over max_num_images 1"),
+        (lambda: request(PROMPT), "text_input: has 1 <image> marker(s) but the request sends 0"),
+    ],
+    ids=["undecodable", "http", "too-many", "marker-without-image"],
+)  # fmt: skip
+def test_bad_images_fail_alone_naming_the_field(server, inputs, words):
+    status, body = infer(server, inputs())
+    assert status == 400, body
+    assert words in body.get("error", ""), body
+
+
+# ------------------------------------------------------------------ OpenAI front end: /v1/chat/completions
+
+
+@pytest.fixture(scope="module")
+def front_end(server, tmp_path_factory):
+    from e2e_support import openai_front_end
+
+    logs = tmp_path_factory.mktemp("front")
+    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
+        yield base
+
+
+def test_openai_chat_with_an_image_equals_transformers_generate(front_end, reference):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    image = pixels(3)
+    content = [
+        {"type": "image_url", "image_url": {"url": data_uri(image)}},
+        {"type": "text", "text": "\nDescribe the image."},
+    ]
+    got = client.chat.completions.create(
+        model="llava", messages=[{"role": "user", "content": content}], max_tokens=MAX_TOKENS
+    )
+    expected = reference(PROMPT, image)
+    assert got.choices[0].message.content == expected and expected.strip()
+    assert [m.id for m in client.models.list().data] == ["llava"]
+    cases = [
+        ([{"type": "image_url", "image_url": {"url": "https://x/cat.png"}}], "messages[0].content[0].image_url.url"),
+        ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}], "messages"),
+    ]
+    for parts, param in cases:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="llava", messages=[{"role": "user", "content": parts}])
+        assert err.value.body["param"] == param, err.value.body
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="llava", messages=[{"role": "user", "content": "hi"}], temperature=0.7)
+    assert err.value.body["param"] == "temperature"
