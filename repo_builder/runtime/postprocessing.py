@@ -83,6 +83,10 @@ def _flag(array: np.ndarray | None, b: int) -> Any:
     return row[0].item() if row.size else None
 
 
+#: ``TOKENS_BATCH`` shapes without their length: one row of one sequence (``[1, 1, len]`` or ``[1, len]``).
+_ONE_SEQUENCE = ((1, 1), (1,))
+
+
 class Postprocessor:
     """Detokenizes engine responses.
 
@@ -145,6 +149,11 @@ class Postprocessor:
         tokens = inputs.get("TOKENS_BATCH")
         if tokens is None:
             raise RequestError("TOKENS_BATCH", "is missing")
+        keys = inputs.get("DETOKENIZER_KEY")
+        if keys is not None and type(tokens) is np.ndarray and tokens.shape[:-1] in _ONE_SEQUENCE:
+            one = self._bls_stream_one(inputs, tokens, keys)
+            if one is not None:
+                return one
         t = np.asarray(tokens)
         if t.ndim == 2:  # [batch, len] (beam 1) with a batch dim, else [beam, len]
             t = t[:, None, :] if self.params.max_batch_size > 0 else t[None, :, :]
@@ -171,7 +180,7 @@ class Postprocessor:
                 if ids and max(ids) >= vocab:
                     ids = self._drop_undecodable(ids)
                 row_ids[b].append(ids)
-        keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
+        stream, seq_index = inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 
         t0 = time.perf_counter()
@@ -219,6 +228,46 @@ class Postprocessor:
             metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
             metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
         return {"OUTPUT": texts.reshape(-1)}
+
+    def _bls_stream_one(
+        self, inputs: Mapping[str, np.ndarray | None], tokens: np.ndarray, keys: np.ndarray
+    ) -> dict[str, np.ndarray] | None:
+        """What :meth:`process` returns for one streamed BLS response of one sequence (``TOKENS_BATCH``
+        ``[1, 1, len]`` or ``[1, len]``, a non-zero ``DETOKENIZER_KEY``, ``STREAM`` true), with a few
+        scalar reads instead of the per-row loops (issue 27: the BLS calls this once per streamed token);
+        None when the request is not of that kind (the general path then runs). The text is the general
+        path's: the same stream key, the same checks of the ids."""
+        if not self.engine_streams or self.params.max_batch_size <= 0 or type(keys) is not np.ndarray or keys.size != 1:
+            return None
+        key = keys.item()
+        stream = inputs.get("STREAM")
+        if not key or stream is None or type(stream) is not np.ndarray or stream.size != 1 or not stream.item():
+            return None
+        lengths = inputs.get("SEQUENCE_LENGTH")
+        flat = tokens.reshape(-1)
+        if lengths is not None:
+            if np.size(lengths) != 1:
+                raise RequestError("SEQUENCE_LENGTH", f"has {np.size(lengths)} values for 1 x 1 sequences")
+            flat = flat[: max(0, int(np.asarray(lengths).reshape(-1)[0]))]
+        ids = flat.tolist()
+        if ids and min(ids) < 0:
+            check_token_ids("TOKENS_BATCH", flat, None)  # raises, naming the id
+        if ids and max(ids) >= self.vocab_size:
+            ids = self._drop_undecodable(ids)
+        index = int(_flag(inputs.get("SEQUENCE_INDEX"), 0) or 0)
+        row = _flag(inputs.get("BATCH_INDEX"), 0)
+        stream_key = ("bls", int(key), 0 if row is None else int(row), index, 0)
+        t0 = time.perf_counter()
+        text = self.streams.add(stream_key, ids)
+        if bool(_flag(inputs.get("FLUSH"), 0)):  # the caller's last response: emit the held tail, free the state
+            text += self.streams.finish(stream_key)
+        out = np.empty(1, dtype=object)
+        out[0] = text.encode("utf-8")
+        metrics = self.metrics
+        if metrics.enabled:
+            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
+            metrics.inc("repo_builder_detokenize_tokens_total", len(ids))
+        return {"OUTPUT": out}
 
     def _drop_undecodable(self, ids: list[int]) -> list[int]:
         """``ids`` without those at or past the tokenizer's size, which decode as nothing.
