@@ -149,9 +149,8 @@ class Postprocessor:
         tokens = inputs.get("TOKENS_BATCH")
         if tokens is None:
             raise RequestError("TOKENS_BATCH", "is missing")
-        keys = inputs.get("DETOKENIZER_KEY")
-        if keys is not None and type(tokens) is np.ndarray and tokens.shape[:-1] in _ONE_SEQUENCE:
-            one = self._bls_stream_one(inputs, tokens, keys)
+        if type(tokens) is np.ndarray and tokens.shape[:-1] in _ONE_SEQUENCE:
+            one = self._one_sequence(inputs, tokens, request_id, correlation_id)
             if one is not None:
                 return one
         t = np.asarray(tokens)
@@ -180,7 +179,7 @@ class Postprocessor:
                 if ids and max(ids) >= vocab:
                     ids = self._drop_undecodable(ids)
                 row_ids[b].append(ids)
-        stream, seq_index = inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
+        keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
         arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
 
         t0 = time.perf_counter()
@@ -229,20 +228,30 @@ class Postprocessor:
             metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
         return {"OUTPUT": texts.reshape(-1)}
 
-    def _bls_stream_one(
-        self, inputs: Mapping[str, np.ndarray | None], tokens: np.ndarray, keys: np.ndarray
+    def _one_sequence(
+        self, inputs: Mapping[str, np.ndarray | None], tokens: np.ndarray, request_id: str, correlation_id: int | str
     ) -> dict[str, np.ndarray] | None:
-        """What :meth:`process` returns for one streamed BLS response of one sequence (``TOKENS_BATCH``
-        ``[1, 1, len]`` or ``[1, len]``, a non-zero ``DETOKENIZER_KEY``, ``STREAM`` true), with a few
-        scalar reads instead of the per-row loops (issue 27: the BLS calls this once per streamed token);
-        None when the request is not of that kind (the general path then runs). The text is the general
-        path's: the same stream key, the same checks of the ids."""
-        if not self.engine_streams or self.params.max_batch_size <= 0 or type(keys) is not np.ndarray or keys.size != 1:
+        """What :meth:`process` returns for a streamed response of one sequence (``TOKENS_BATCH``
+        ``[1, 1, len]`` or ``[1, len]``) keyed by the BLS's ``DETOKENIZER_KEY`` or by the request id (what
+        the BLS sends with every streamed token: issue 27), with a few scalar reads instead of the per-row
+        loops; None for anything else (a ledger-counted ensemble stream, no stream key, no streaming engine),
+        which the general path then serves. Same stream key, same checks of the ids, same text."""
+        if not self.engine_streams or self.params.max_batch_size <= 0:
             return None
-        key = keys.item()
-        stream = inputs.get("STREAM")
-        if not key or stream is None or type(stream) is not np.ndarray or stream.size != 1 or not stream.item():
-            return None
+        key = _flag(inputs.get("DETOKENIZER_KEY"), 0)
+        seq_index, batch_index = inputs.get("SEQUENCE_INDEX"), inputs.get("BATCH_INDEX")
+        stream_key: tuple
+        if key is not None and int(key) != 0:
+            if not bool(_flag(inputs.get("STREAM"), 0)):
+                return None
+            stream_key = ("bls", int(key))
+        else:
+            arrived = int(_flag(inputs.get("ARRIVAL_TIME_NS"), 0) or 0)
+            if self.ledger is not None and not arrived and seq_index is None and batch_index is None:
+                return None  # counted against the ledger's budget: the general path
+            if not (request_id or arrived or correlation_id):
+                return None
+            stream_key = ("ens", request_id, correlation_id, arrived)
         lengths = inputs.get("SEQUENCE_LENGTH")
         flat = tokens.reshape(-1)
         if lengths is not None:
@@ -254,13 +263,12 @@ class Postprocessor:
             check_token_ids("TOKENS_BATCH", flat, None)  # raises, naming the id
         if ids and max(ids) >= self.vocab_size:
             ids = self._drop_undecodable(ids)
-        index = int(_flag(inputs.get("SEQUENCE_INDEX"), 0) or 0)
-        row = _flag(inputs.get("BATCH_INDEX"), 0)
-        stream_key = ("bls", int(key), 0 if row is None else int(row), index, 0)
+        row = _flag(batch_index, 0)
+        full_key = (*stream_key, 0 if row is None else int(row), int(_flag(seq_index, 0) or 0), 0)
         t0 = time.perf_counter()
-        text = self.streams.add(stream_key, ids)
+        text = self.streams.add(full_key, ids)
         if bool(_flag(inputs.get("FLUSH"), 0)):  # the caller's last response: emit the held tail, free the state
-            text += self.streams.finish(stream_key)
+            text += self.streams.finish(full_key)
         out = np.empty(1, dtype=object)
         out[0] = text.encode("utf-8")
         metrics = self.metrics
