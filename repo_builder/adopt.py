@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import RepoBuilderError
-from .repository.pbtxt import PLACEHOLDER_RE, PbtxtParseError, dtype_name, find_placeholders, parse_model_config
+from .repository.pbtxt import PLACEHOLDER_RE, dtype_name, find_placeholders, read_model_folders
 
 if TYPE_CHECKING:  # pragma: no cover
     from .profile.schema import Parameter
@@ -161,17 +161,16 @@ def _load(repo: Path) -> list[AdoptedModel]:
     if not repo.is_dir():
         raise AdoptError("not a directory", path=repo)
     models: list[AdoptedModel] = []
-    for cfg in sorted(repo.glob("*/config.pbtxt")):
-        rel = f"{cfg.parent.name}/config.pbtxt"
-        try:
-            text = cfg.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AdoptError(f"cannot read: {exc}", path=cfg) from exc
-        try:
-            config = parse_model_config(text, path=rel)
-        except PbtxtParseError as exc:
+    for folder in read_model_folders(repo):
+        if folder.unreadable == "missing":
+            continue
+        rel = folder.rel
+        if folder.text is None:
+            raise AdoptError(f"cannot read: {folder.unreadable}", path=folder.path)
+        if folder.error is not None:
+            exc = folder.error
             line = exc.line or 0
-            holes = [p for p in find_placeholders(text) if p.line == line]
+            holes = [p for p in find_placeholders(folder.text) if p.line == line]
             if holes:
                 raise AdoptError(
                     f"line {line}: the placeholder ${{{holes[0].name}}} was left unfilled in a field Triton parses "
@@ -181,7 +180,8 @@ def _load(repo: Path) -> list[AdoptedModel]:
                     hint=f"fill it (fill_template.py {holes[0].name}:VALUE) and adopt again",
                 ) from exc
             raise AdoptError(exc.message, path=rel) from exc
-        models.append(AdoptedModel(cfg.parent.name, model_role(config), rel, config, text))
+        assert folder.config is not None  # read and parsed
+        models.append(AdoptedModel(folder.name, model_role(folder.config), rel, folder.config, folder.text))
     if not models:
         raise AdoptError(
             "not a Triton model repository: no <model>/config.pbtxt in it",

@@ -34,11 +34,13 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .bench_settings import BenchSettings as BenchSettings
+from .bench_settings import parse_concurrency as parse_concurrency
 from .bench_stats import CSV_COLUMNS, LevelStats, RequestRecord, csv_row, summarize
 from .client import GenerateRequest, GenerateResult, LLMClient, ModelInfo, load_tokenizer, token_counter
 from .errors import ClientError
@@ -64,81 +66,6 @@ class Prompt:
 
     text: str
     output_tokens: int | None = None
-
-
-@dataclass
-class BenchSettings:
-    """Everything a benchmark run needs; mirrors the CLI options.
-
-    Attributes:
-        url, protocol, model: where to send (``ensemble`` or ``tensorrt_llm_bls``).
-        stream: streamed requests (needed for TTFT/ITL to mean anything).
-        concurrency: levels, requests kept in flight.
-        requests: requests per level.
-        input_tokens, output_tokens: prompt length and requested output length (tokens).
-        prompts_file: JSONL with ``{"text": ...}`` (or ``prompt``/``text_input``) and optional
-            ``output_tokens``/``max_tokens`` per line; used round-robin instead of synthetic prompts.
-        tokenizer_dir: Hugging Face tokenizer used to size prompts and count output tokens.
-        output_dir: where bench.json, bench.csv, bench.png and requests.jsonl go.
-        warmup: requests sent once before the first level, not recorded.
-        timeout_s: per-request timeout.
-        min_tokens: send ``min_tokens`` = output length when the model has it.
-        end_id: sent as ``end_id`` if set (e.g. -1 to disable end-of-sequence on engines that support it).
-        seed: seed of the synthetic prompts.
-        text_output_only: over gRPC, ask only for ``text_output`` (and ``output_ids`` if declared) instead of
-            every output the model produces (HTTP ``/generate_stream`` cannot select outputs).
-    """
-
-    url: str | None = None
-    protocol: str = "http"
-    model: str = "ensemble"
-    stream: bool = False
-    concurrency: list[int] = field(default_factory=lambda: [1])
-    requests: int = 32
-    input_tokens: int = 128
-    output_tokens: int = 64
-    prompts_file: str | None = None
-    tokenizer_dir: str | None = None
-    output_dir: str = "bench-results"
-    warmup: int = 2
-    timeout_s: float = 300.0
-    min_tokens: bool = True
-    end_id: int | None = None
-    seed: int = 0
-    text_output_only: bool = True
-
-    def check(self) -> None:
-        """Raise :class:`ClientError` naming the option for values out of range."""
-        if not self.concurrency or any(c < 1 for c in self.concurrency):
-            raise ClientError(
-                f"concurrency levels must be positive integers, got {self.concurrency}",
-                key="--concurrency",
-                hint="e.g. --concurrency 1,4,16",
-            )
-        for key, value in (
-            ("--requests", self.requests),
-            ("--input-tokens", self.input_tokens),
-            ("--output-tokens", self.output_tokens),
-        ):
-            if value < 1:
-                raise ClientError(f"must be at least 1, got {value}", key=key)
-        if self.warmup < 0:
-            raise ClientError(f"must be 0 or more, got {self.warmup}", key="--warmup")
-        if self.protocol not in ("http", "grpc"):
-            raise ClientError(f"unknown protocol '{self.protocol}'", key="--protocol", hint="http or grpc")
-
-
-def parse_concurrency(text: str) -> list[int]:
-    """``"1,4,16"`` -> ``[1, 4, 16]``; ClientError naming ``--concurrency`` otherwise."""
-    try:
-        levels = [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise ClientError(
-            f"not a comma-separated list of integers: {text!r}", key="--concurrency", hint="e.g. --concurrency 1,4,16"
-        ) from None
-    if not levels or any(c < 1 for c in levels):
-        raise ClientError(f"concurrency levels must be positive integers, got {text!r}", key="--concurrency")
-    return levels
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -208,6 +135,13 @@ def load_prompts(path: str | Path) -> list[Prompt]:
 # --------------------------------------------------------------------------------------------------------
 
 
+def _settings_json(settings: BenchSettings) -> dict[str, Any]:
+    """``settings`` as bench.json's ``settings`` object (``text_output_only`` as before ``all_outputs``)."""
+    data = asdict(settings)
+    data["text_output_only"] = not data.pop("all_outputs")
+    return data
+
+
 def build_request(settings: BenchSettings, info: ModelInfo, prompt: Prompt) -> GenerateRequest:
     """The request for one prompt, using only inputs the served model has."""
     n_out = prompt.output_tokens or settings.output_tokens
@@ -218,7 +152,7 @@ def build_request(settings: BenchSettings, info: ModelInfo, prompt: Prompt) -> G
         req.exclude_input_in_output = True
     if settings.end_id is not None:
         req.end_id = settings.end_id
-    if settings.protocol == "grpc" and settings.text_output_only:
+    if settings.protocol == "grpc" and not settings.all_outputs:
         req.outputs = [name for name in ("text_output", "output_ids") if name in info.outputs] or None
     return req
 
@@ -390,7 +324,7 @@ def run_bench(
     return {
         "tool": "repo-builder bench",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "settings": asdict(settings),
+        "settings": _settings_json(settings),
         "server": {
             "url": settings.url,
             "protocol": settings.protocol,

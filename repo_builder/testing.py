@@ -111,31 +111,28 @@ MISTRAL_V1_CHAT_TEMPLATE = (
     "{%- endif %}{%- endfor %}"
 )
 
+#: The PyPI package that ships Mistral's SentencePiece models (data/tokenizer.model.v1, ...): import name, pin, licence.
+_MISTRAL_COMMON = {"package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0"}
+
 #: name -> where the files come from. ``files``: path inside the installed package -> file name written;
 #: ``write``: JSON files written beside them (facts about the model, not taken from anywhere).
 PACKAGED_TOKENIZERS: dict[str, dict[str, Any]] = {
     # Mistral-7B v0.1 SentencePiece (32000 pieces, byte fallback, dummy prefix; bos 1, eos 2, no pad).
     "mistral-v1": {
-        "package": "mistral_common",
-        "pip": "mistral-common==1.13.1",
-        "license": "Apache-2.0",
+        **_MISTRAL_COMMON,
         "files": {"data/tokenizer.model.v1": "tokenizer.model"},
         "write": {"tokenizer_config.json": _SP_CONFIG},
     },
     # Mistral's v3 SentencePiece model (32768 pieces: [INST], [TOOL_CALLS], ... as control tokens; bos 1,
     # eos 2): a second vocabulary with other ids, for repositories serving two LLMs.
     "mistral-v3": {
-        "package": "mistral_common",
-        "pip": "mistral-common==1.13.1",
-        "license": "Apache-2.0",
+        **_MISTRAL_COMMON,
         "files": {"data/mistral_instruct_tokenizer_240323.model.v3": "tokenizer.model"},
         "write": {"tokenizer_config.json": _SP_CONFIG},
     },
     # The same, with the instruction chat template above (the quickstart's tiny model; the OpenAI chat tests).
     "mistral-v1-instruct": {
-        "package": "mistral_common",
-        "pip": "mistral-common==1.13.1",
-        "license": "Apache-2.0",
+        **_MISTRAL_COMMON,
         "files": {"data/tokenizer.model.v1": "tokenizer.model"},
         "write": {"tokenizer_config.json": {**_SP_CONFIG, "chat_template": MISTRAL_V1_CHAT_TEMPLATE}},
     },

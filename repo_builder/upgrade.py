@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .adopt import AdoptError, Adoption, adopt_repository, write_values_file
+from .repository.pbtxt import config_model
 from .semdiff import Change, explain, group_changes, semantic_diff
 
 
@@ -134,7 +135,7 @@ def upgrade_repository(
         plan = plan_render(engine, tokenizer, out, options)
         configs = work / "configs"
         for rel, data in plan.files.items():
-            if rel.endswith("/config.pbtxt") and rel.count("/") == 1:
+            if config_model(rel) is not None:
                 (configs / rel).parent.mkdir(parents=True, exist_ok=True)
                 (configs / rel).write_bytes(data)
         result.changes = [explain(c) for c in semantic_diff(adoption.repo, configs)]

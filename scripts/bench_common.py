@@ -172,3 +172,24 @@ def machine() -> dict[str, str]:
 def fmt(v: float | None, digits: int = 3) -> str:
     """A number for a table; ``-`` for None."""
     return "-" if v is None else f"{v:.{digits}f}"
+
+
+#: The tokenizer the benchmarks render with when ``--tokenizer-dir`` is not given: Mistral-7B v0.1's
+#: SentencePiece model (32000 pieces, the size of LLaMA-2's and of the benchmarks' synthetic engines), shipped
+#: in the ``mistral-common`` PyPI package (``repo_builder.testing.PACKAGED_TOKENIZERS``).
+DEFAULT_TOKENIZER = "mistral-v1"
+TOKENIZER_HELP = "Hugging Face tokenizer directory (default: Mistral-7B v0.1's, from the mistral-common package)"
+
+
+def tokenizer_dir_or_default(given: str | None, work: Path) -> str:
+    """``given`` (``--tokenizer-dir``), or the packaged :data:`DEFAULT_TOKENIZER` written to ``work/tokenizer``.
+
+    Raises:
+        repo_builder.errors.RepoBuilderError: no ``--tokenizer-dir`` and ``mistral-common`` is not installed
+            (the hint names the pip requirement).
+    """
+    if given:
+        return given
+    from repo_builder.testing import packaged_tokenizer
+
+    return str(packaged_tokenizer(DEFAULT_TOKENIZER, work / "tokenizer"))

@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import PROJECT, fmt, load_average, machine, summary  # noqa: E402
+from bench_common import PROJECT, TOKENIZER_HELP, fmt, load_average, machine, summary, tokenizer_dir_or_default  # noqa: E402
 
 METHODS = ("bare", "api", "api-nompi", "cli", "cli-nompi")
 SYNTHETIC_SPEC = {"vocab_size": 32000, "max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048}
@@ -237,7 +237,11 @@ def main() -> int:
     )
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--tokenizer-dir", default=str(PROJECT.parent / "shared" / "assets" / "llama2_tokenizer"))
+    ap.add_argument(
+        "--tokenizer-dir",
+        default=None,
+        help=TOKENIZER_HELP,
+    )
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--port-base", type=int, default=20700, help="ports port-base .. port-base+99 are used")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for ready per launch")
@@ -248,6 +252,7 @@ def main() -> int:
     from repo_builder.server.launch_processes import POLL_S
 
     work = Path(tempfile.mkdtemp(prefix="rb-bench-launch-", dir=args.workdir))
+    args.tokenizer_dir = tokenizer_dir_or_default(args.tokenizer_dir, work)
     info = machine()
     info["poll_interval_s"] = str(POLL_S)
     print(

@@ -9,20 +9,25 @@ direct, ... ``--repeats`` times):
 
 * direct: ``repo_builder.openai.backend.TritonBackend`` in this process, one gRPC ``ModelStreamInfer``
   per request to the ensemble, exactly the request the front end sends;
-* front end: ``POST /v1/chat/completions`` with ``stream: true`` over httpx (async), SSE parsed line by line.
+* front end: ``POST /v1/chat/completions`` with ``stream: true`` through the real ``openai`` SDK
+  (``AsyncOpenAI``, ``--client openai``, the default) or over raw httpx with the SSE parsed line by line
+  (``--client httpx``: less client CPU on a small machine);
+* with ``--before DIR``: a second front end started from the source tree ``DIR`` (e.g. ``git archive main``
+  unpacked), asked the same way, in the same rotation, so a change is measured before/after in one run.
 
 Every request asks for exactly ``--output-tokens`` tokens (``max_tokens`` = ``min_tokens``; the synthetic
 engine never emits its end id). Figures per level (medians over repeats):
 
-* front end CPU per streamed token: ``utime + stime`` of the front-end process (``/proc/<pid>/stat``) over
-  the level / (successful requests x output tokens), in ms;
+* front end CPU per streamed token: ``utime + stime`` of the front-end process and its children (uvicorn
+  workers; ``/proc/<pid>/stat``) over the level / (successful requests x output tokens), in ms;
 * TTFT p50 (first content token) direct and through the front end, and the difference (added TTFT);
 * errors (any non-200, error event, missing ``[DONE]``, wrong token count).
 
 Usage::
 
     .venv/bin/python scripts/bench_openai.py [--concurrency 1,4,16,64] [--requests 64] [--repeats 3] \\
-        [--output-tokens 64] [--delay-ms 5] [--json results/openai.json] [--keep-serving SECONDS]
+        [--output-tokens 64] [--delay-ms 5] [--json results/openai.json] [--keep-serving SECONDS] \\
+        [--client openai|httpx] [--before OLD_TREE]
 
 ``--repo DIR`` serves an already rendered streaming repository instead (the GPU host's 1.1B LLaMA on the
 CUDA reference engine, issue 29): no render, ``--delay-ms`` unused, and the front end is asked through
@@ -106,48 +111,69 @@ def content(choice: dict) -> str | None:
 
 
 async def run_front(client, url: str, body: dict, requests: int, concurrency: int, tokens: int) -> dict:
-    """Through the front end: TTFT (ms) of the first content delta, errors."""
+    """Through the front end: TTFT (ms) of the first content delta, errors. ``client``: an ``openai.AsyncOpenAI``
+    (the SDK parses the stream) or an ``httpx.AsyncClient`` (SSE parsed here)."""
     sem = asyncio.Semaphore(concurrency)
     ttft: list[float] = []
     errors = 0
+    sdk = not hasattr(client, "stream")
+
+    def failed(what: str) -> None:
+        nonlocal errors
+        errors += 1
+        if errors == 1:
+            print(f"# first front-end error: {what}", flush=True)
+
+    async def one_sdk() -> tuple[float | None, int | None]:
+        first = completion = None
+        chat = "messages" in body
+        extra = {k: v for k, v in body.items() if k not in ("model", "messages", "prompt", "max_tokens", "stream")}
+        kwargs = {"messages": body["messages"]} if chat else {"prompt": body["prompt"]}
+        create = client.chat.completions.create if chat else client.completions.create
+        stream = await create(
+            model=body["model"], max_tokens=body["max_tokens"], stream=True, extra_body=extra, **kwargs
+        )
+        async for chunk in stream:
+            if chunk.usage is not None:
+                completion = chunk.usage.completion_tokens
+            if first is None and chunk.choices:
+                choice = chunk.choices[0]
+                if choice.delta.content if chat else choice.text:
+                    first = time.perf_counter()
+        return first, completion
+
+    async def one_httpx() -> tuple[float | None, int | None]:
+        first = completion = None
+        done = False
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code != 200:
+                raise RuntimeError(f"HTTP {resp.status_code} {(await resp.aread())[:300]!r}")
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    done = True
+                    break
+                msg = json.loads(data)
+                if "error" in msg:
+                    raise RuntimeError(f"error event {msg}")
+                if msg.get("usage"):
+                    completion = msg["usage"]["completion_tokens"]
+                if first is None and msg["choices"] and content(msg["choices"][0]):
+                    first = time.perf_counter()
+        return (first, completion) if done else (first, None)
 
     async def one() -> None:
-        nonlocal errors
         async with sem:
             t0 = time.perf_counter()
-            first = None
-            usage = None
-            done = False
             try:
-                async with client.stream("POST", url, json=body) as resp:
-                    if resp.status_code != 200:
-                        errors += 1
-                        body_text = await resp.aread()
-                        if errors == 1:
-                            print(f"# first front-end error: HTTP {resp.status_code} {body_text[:300]!r}", flush=True)
-                        return
-                    async for line in resp.aiter_lines():
-                        if not line.startswith("data: "):
-                            continue
-                        data = line[6:]
-                        if data == "[DONE]":
-                            done = True
-                            break
-                        msg = json.loads(data)
-                        if "error" in msg:
-                            errors += 1
-                            return
-                        if msg.get("usage"):
-                            usage = msg["usage"]
-                        if first is None and msg["choices"] and content(msg["choices"][0]):
-                            first = time.perf_counter()
-            except Exception:  # noqa: BLE001 - counted
-                errors += 1
+                first, completion = await (one_sdk() if sdk else one_httpx())
+            except Exception as exc:  # noqa: BLE001 - counted
+                failed(repr(exc)[:300])
                 return
-            if not done or first is None or not usage or usage["completion_tokens"] != tokens:
-                errors += 1
-                if errors == 1:
-                    print(f"# first front-end error: done {done}, text seen {first is not None}, usage {usage}")
+            if first is None or completion != tokens:
+                failed(f"text seen {first is not None}, usage.completion_tokens {completion} (asked {tokens})")
                 return
             ttft.append((first - t0) * 1000)
 
@@ -155,9 +181,29 @@ async def run_front(client, url: str, body: dict, requests: int, concurrency: in
     return {"ttft": ttft, "errors": errors}
 
 
-def start_front(repo: Path, grpc_url: str, port: int, log: Path) -> subprocess.Popen:
+def tree_cpu_s(pid: int) -> float | None:
+    """utime + stime (s) of ``pid`` and its descendants (a uvicorn master and its workers)."""
+    total = proc_cpu_s(pid)
+    if total is None:
+        return None
+    try:
+        kids = [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    except OSError:
+        kids = []
+    for kid in kids:
+        total += tree_cpu_s(kid) or 0.0
+    return total
+
+
+def start_front(
+    repo: Path, grpc_url: str, port: int, log: Path, tree: Path | None = None, workers: int = 1
+) -> subprocess.Popen:
+    """``repo-builder openai`` on ``port``, from the source tree ``tree`` (default: this one)."""
     import urllib.request
 
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -170,9 +216,12 @@ def start_front(repo: Path, grpc_url: str, port: int, log: Path) -> subprocess.P
             grpc_url,
             "--port",
             str(port),
+            *(["--workers", str(workers)] if workers > 1 else []),
         ],
         stdout=open(log, "wb"),
         stderr=subprocess.STDOUT,
+        cwd=tree,
+        env=env,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -197,8 +246,10 @@ def served_name(port: int) -> str:
         return str(json.loads(resp.read())["data"][0]["id"])
 
 
-async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dict]:
+async def bench(args, server, fronts: list[tuple[str, int, int]]) -> list[dict]:
+    """Per level, ``--repeats`` rounds of: direct, then each front end ``(label, pid, port)`` of ``fronts``."""
     import httpx
+    import openai
 
     from repo_builder.openai.backend import TritonBackend
 
@@ -213,80 +264,96 @@ async def bench(args, server, repo: Path, front_pid: int, port: int) -> list[dic
         "return_num_output_tokens": True,
         "exclude_input_in_output": True,
     }
+    port0 = fronts[0][2]
     body: dict = {
-        "model": NAME if args.repo is None else served_name(port),
+        "model": NAME if args.repo is None else served_name(port0),
         "messages": MESSAGES,
         "max_tokens": args.output_tokens,
         "min_tokens": args.output_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    path = "/v1/chat/completions"
     if args.repo is not None:
         body["prompt"] = body.pop("messages")[0]["content"]
-        url = f"http://127.0.0.1:{port}/v1/completions"
+        path = "/v1/completions"
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     rows = []
-    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-        # warm-up: both paths
+    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+        clients = {}
+        for label, _pid, port in fronts:
+            if args.client == "openai":
+                clients[label] = openai.AsyncOpenAI(
+                    base_url=f"http://127.0.0.1:{port}/v1",
+                    api_key="none",
+                    max_retries=0,
+                    http_client=httpx.AsyncClient(timeout=300, limits=limits),
+                )
+            else:
+                clients[label] = http
+        # warm-up: every path
         await run_direct(backend, fields, 4, 4, args.output_tokens)
-        await run_front(client, url, body, 4, 4, args.output_tokens)
+        for label, _pid, port in fronts:
+            await run_front(clients[label], f"http://127.0.0.1:{port}{path}", body, 4, 4, args.output_tokens)
         for c in args.concurrency:
-            direct_runs, front_runs = [], []
+            runs: dict[str, list[dict]] = {"direct": [], **{label: [] for label, _, _ in fronts}}
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
                 d = await run_direct(backend, fields, args.requests, c, args.output_tokens)
                 d["wall_s"] = time.perf_counter() - t0
-                direct_runs.append(d)
-                cpu0 = proc_cpu_s(front_pid)
-                t0 = time.perf_counter()
-                f = await run_front(client, url, body, args.requests, c, args.output_tokens)
-                f["wall_s"] = time.perf_counter() - t0
-                cpu1 = proc_cpu_s(front_pid)
-                ok = args.requests - f["errors"]
-                f["cpu_ms_per_token"] = (
-                    (cpu1 - cpu0) * 1000 / (ok * args.output_tokens)
-                    if ok and cpu0 is not None and cpu1 is not None
-                    else None
-                )
-                front_runs.append(f)
-            row = {
+                runs["direct"].append(d)
+                for label, pid, port in fronts:
+                    cpu0 = tree_cpu_s(pid)
+                    t0 = time.perf_counter()
+                    url = f"http://127.0.0.1:{port}{path}"
+                    f = await run_front(clients[label], url, body, args.requests, c, args.output_tokens)
+                    f["wall_s"] = time.perf_counter() - t0
+                    cpu1 = tree_cpu_s(pid)
+                    ok = args.requests - f["errors"]
+                    f["cpu_ms_per_token"] = (
+                        (cpu1 - cpu0) * 1000 / (ok * args.output_tokens)
+                        if ok and cpu0 is not None and cpu1 is not None
+                        else None
+                    )
+                    f["added_ttft"] = (
+                        percentile(f["ttft"], 0.5) - percentile(d["ttft"], 0.5) if f["ttft"] and d["ttft"] else None
+                    )
+                    runs[label].append(f)
+            direct_runs = runs["direct"]
+            row: dict = {
                 "concurrency": c,
-                "direct_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in direct_runs if r["ttft"]]),
-                "front_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in front_runs if r["ttft"]]),
-                "added_ttft_p50_ms": summary(
-                    [
-                        percentile(f["ttft"], 0.5) - percentile(d["ttft"], 0.5)
-                        for d, f in zip(direct_runs, front_runs)
-                        if d["ttft"] and f["ttft"]
-                    ]
-                ),
-                "front_cpu_ms_per_token": summary(
-                    [r["cpu_ms_per_token"] for r in front_runs if r["cpu_ms_per_token"] is not None]
-                ),
-                "direct_errors": sum(r["errors"] for r in direct_runs),
-                "front_errors": sum(r["errors"] for r in front_runs),
                 "requests_per_run": args.requests,
+                "direct_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in direct_runs if r["ttft"]]),
+                "direct_errors": sum(r["errors"] for r in direct_runs),
                 "direct_tokens_per_s": summary(
                     [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in direct_runs]
                 ),
-                "front_tokens_per_s": summary(
-                    [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in front_runs]
-                ),
             }
+            line = f"c={c:>3}  TTFT p50 direct {fmt(row['direct_ttft_p50_ms']['median'], 2)} ms"
+            for label, _, _ in fronts:
+                fr = runs[label]
+                pre = "front" if label == "front" else f"front_{label}"
+                row[f"{pre}_ttft_p50_ms"] = summary([percentile(r["ttft"], 0.5) for r in fr if r["ttft"]])
+                row[f"added_ttft_p50_ms{'' if label == 'front' else '_' + label}"] = added = summary(
+                    [r["added_ttft"] for r in fr if r["added_ttft"] is not None]
+                )
+                row[f"{pre}_cpu_ms_per_token"] = cpu = summary(
+                    [r["cpu_ms_per_token"] for r in fr if r["cpu_ms_per_token"] is not None]
+                )
+                row[f"{pre}_errors"] = sum(r["errors"] for r in fr)
+                row[f"{pre}_tokens_per_s"] = tps = summary(
+                    [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in fr]
+                )
+                line += (
+                    f"; [{label}] added TTFT {fmt(added['median'], 2)} ms (min {fmt(added['min'], 2)}, max "
+                    f"{fmt(added['max'], 2)}), CPU {fmt(cpu['median'], 4)} ms/token (min {fmt(cpu['min'], 4)}, "
+                    f"max {fmt(cpu['max'], 4)}), errors {row[f'{pre}_errors']}, tokens/s {fmt(tps['median'], 0)}"
+                )
             rows.append(row)
-            print(
-                f"c={c:>3}  TTFT p50 direct {fmt(row['direct_ttft_p50_ms']['median'], 2)} ms, front end "
-                f"{fmt(row['front_ttft_p50_ms']['median'], 2)} ms, added {fmt(row['added_ttft_p50_ms']['median'], 2)}"
-                f" ms (min {fmt(row['added_ttft_p50_ms']['min'], 2)}, max {fmt(row['added_ttft_p50_ms']['max'], 2)});"
-                f" front-end CPU {fmt(row['front_cpu_ms_per_token']['median'], 4)} ms/token (min "
-                f"{fmt(row['front_cpu_ms_per_token']['min'], 4)}, "
-                f"max {fmt(row['front_cpu_ms_per_token']['max'], 4)});"
-                f" errors direct {row['direct_errors']} front {row['front_errors']};"
-                f" tokens/s direct {fmt(row['direct_tokens_per_s']['median'], 0)}"
-                f" front {fmt(row['front_tokens_per_s']['median'], 0)}; load {load_average()}",
-                flush=True,
-            )
+            print(line + f"; direct errors {row['direct_errors']}; load {load_average()}", flush=True)
+        if args.client == "openai":
+            for cl in clients.values():
+                await cl.close()
     await backend.close()
     return rows
 
@@ -302,6 +369,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep-serving", type=float, default=0.0)
     parser.add_argument("--repo", type=Path, default=None, help="an already rendered streaming repository")
+    parser.add_argument("--client", choices=("openai", "httpx"), default="openai")
+    parser.add_argument("--before", type=Path, default=None, help="source tree of a second front end (before)")
     args = parser.parse_args()
 
     from repo_builder.render import render_repository
@@ -331,13 +400,18 @@ def main() -> None:
         )
         with TritonServer(config) as server:
             front = start_front(repo, server.grpc_url, p + 3, work / "front.log")
+            fronts = [("front", front.pid, p + 3)]
+            before = None
+            if args.before is not None:
+                before = start_front(repo, server.grpc_url, p + 4, work / "before.log", tree=args.before.resolve())
+                fronts.append(("before", before.pid, p + 4))
             try:
                 print(
                     f"machine: {machine()}; delay {args.delay_ms} ms/token, {args.output_tokens} tokens, "
                     f"{args.requests} requests x {args.repeats} repeats per level",
                     flush=True,
                 )
-                rows = asyncio.run(bench(args, server, repo, front.pid, p + 3))
+                rows = asyncio.run(bench(args, server, fronts))
                 if args.json:
                     args.json.parent.mkdir(parents=True, exist_ok=True)
                     args.json.write_text(
@@ -359,8 +433,10 @@ def main() -> None:
                     )
                     time.sleep(args.keep_serving)
             finally:
-                front.terminate()
-                front.wait(timeout=30)
+                for proc in (front, before):
+                    if proc is not None:
+                        proc.terminate()
+                        proc.wait(timeout=30)
 
 
 if __name__ == "__main__":

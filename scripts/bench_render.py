@@ -35,7 +35,7 @@ The engine files are deleted afterwards (``--keep`` keeps them).
 Usage::
 
     .venv/bin/python scripts/bench_render.py [--size 4GiB] [--small-size 4KiB] [--repeats 5] \\
-        [--tokenizer-dir /path/to/llama2_tokenizer] [--workdir /tmp] [--json results/render.json]
+        [--tokenizer-dir DIR] [--workdir /tmp] [--json results/render.json]
 """
 
 from __future__ import annotations
@@ -54,7 +54,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import PROJECT, fmt, format_size, load_average, machine, parse_size, ratio, summary  # noqa: E402
+from bench_common import (  # noqa: E402
+    TOKENIZER_HELP,
+    fmt,
+    format_size,
+    load_average,
+    machine,
+    parse_size,
+    ratio,
+    summary,
+    tokenizer_dir_or_default,
+)
 
 MODES = ("copy", "hardlink", "symlink", "reference")
 _BLOCK = 64 << 20  # bytes of pseudo-random data written per call
@@ -228,7 +238,11 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="placement modes (api), default all four")
     ap.add_argument("--cli", default="copy", help="modes also timed through the repo-builder CLI ('' = none)")
     ap.add_argument("--no-cp", action="store_true", help="skip the cp baseline")
-    ap.add_argument("--tokenizer-dir", default=str(PROJECT.parent / "shared" / "assets" / "llama2_tokenizer"))
+    ap.add_argument(
+        "--tokenizer-dir",
+        default=None,
+        help=TOKENIZER_HELP,
+    )
     ap.add_argument("--config-from", help="use this config.json (new or old layout) instead of the built-in one")
     ap.add_argument("--workdir", default=tempfile.gettempdir(), help="where engines and outputs go (same filesystem)")
     ap.add_argument(
@@ -266,6 +280,7 @@ def main() -> int:
     )
     print(f"# page cache: {info['page_cache']}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="rb-bench-render-", dir=args.workdir))
+    args.tokenizer_dir = tokenizer_dir_or_default(args.tokenizer_dir, work)
     cli = str(Path(sys.executable).parent / "repo-builder")
     times: dict[str, dict[str, list[float]]] = {label: {} for label in labels}
     try:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import PROJECT, fmt, load_average, machine, proc_cpu_s, summary  # noqa: E402
+from bench_common import TOKENIZER_HELP, fmt, load_average, machine, proc_cpu_s, summary, tokenizer_dir_or_default  # noqa: E402
 
 if TYPE_CHECKING:
     from repo_builder.bench import BenchSettings
@@ -469,7 +469,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs of every level")
     ap.add_argument("--input-tokens", type=int, default=128)
     ap.add_argument("--output-tokens", type=int, default=64)
-    ap.add_argument("--tokenizer-dir", default=str(PROJECT.parent / "shared" / "assets" / "llama2_tokenizer"))
+    ap.add_argument(
+        "--tokenizer-dir",
+        default=None,
+        help=TOKENIZER_HELP,
+    )
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for render (e.g. bls_instance_count=2)")
     ap.add_argument("--repo", help="serve this repository instead of rendering one")
     ap.add_argument("--workdir", default=tempfile.gettempdir())
@@ -507,6 +511,7 @@ def main() -> int:
         key, _, value = item.partition("=")
         extra[key] = value
     work = Path(tempfile.mkdtemp(prefix="rb-bench-cpu-", dir=args.workdir))
+    args.tokenizer_dir = tokenizer_dir_or_default(args.tokenizer_dir, work)
     info = machine()
     print(
         f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "

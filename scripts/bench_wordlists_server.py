@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import PROJECT, load_average, machine  # noqa: E402
+from bench_common import TOKENIZER_HELP, load_average, machine, tokenizer_dir_or_default  # noqa: E402
 from bench_server_cpu import render_repo, sample, server_processes  # noqa: E402
 
 
@@ -100,7 +100,11 @@ def main() -> int:
     ap.add_argument("--gap-ms", type=float, default=20.0, help="delay between the big and the small request")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--models", default="ensemble,tensorrt_llm_bls")
-    ap.add_argument("--tokenizer-dir", default=str(PROJECT.parent / "shared" / "assets" / "llama2_tokenizer"))
+    ap.add_argument(
+        "--tokenizer-dir",
+        default=None,
+        help=TOKENIZER_HELP,
+    )
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for render")
     ap.add_argument("--port-base", type=int, default=20800)
     args = ap.parse_args()
@@ -109,6 +113,7 @@ def main() -> int:
 
     extra = dict(item.partition("=")[::2] for item in args.set)
     work = Path(tempfile.mkdtemp(prefix="rb-bench-words-"))
+    args.tokenizer_dir = tokenizer_dir_or_default(args.tokenizer_dir, work)
     info = machine()
     print(f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  {args.set}")
     repo = render_repo(work, args.tokenizer_dir, extra)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fill the generated tables of docs/metrics.md: the metric families (repo_builder/runtime/metrics.py
-``FAMILIES``) and the dashboard panels (repo_builder/deploy/monitoring.py ``PANELS``).
+``FAMILIES``, then the OpenAI front end's, repo_builder/openai/metrics.py ``FAMILIES``) and the dashboard
+panels (repo_builder/deploy/monitoring.py ``PANELS``).
 
 The text between ``<!-- BEGIN families -->`` / ``<!-- END families -->`` (and ``panels``) is replaced; the
 prose around it is hand-written. tests/test_metrics_doc.py fails when the committed file differs.
@@ -9,6 +10,7 @@ prose around it is hand-written. tests/test_metrics_doc.py fails when the commit
 from pathlib import Path
 
 from repo_builder.deploy.monitoring import PANELS
+from repo_builder.openai.metrics import FAMILIES as FRONT_FAMILIES
 from repo_builder.runtime.metrics import FAMILIES
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
@@ -16,7 +18,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 
 def families_table() -> str:
     rows = ["| family | kind | exported by | category label: values | meaning |", "|---|---|---|---|---|"]
-    for f in FAMILIES:
+    for f in (*FAMILIES, *FRONT_FAMILIES):
         cats = f"`{f.label}`: " + ", ".join(f"`{v}`" for v in f.values) if f.label else ""
         unit = f" ({f.unit})" if f.unit else ""
         rows.append(f"| `{f.name}` | {f.kind} | {', '.join(f.roles)} | {cats} | {f.description}{unit} |")

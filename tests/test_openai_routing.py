@@ -98,3 +98,55 @@ def test_models_lists_both_and_an_unknown_model_is_404(repos) -> None:
     assert resp.status_code == 404
     assert resp.json()["error"]["code"] == "model_not_found" and resp.json()["error"]["param"] == "model"
     assert "'alpha', 'beta'" in resp.json()["error"]["message"]
+
+
+def _samples(text: str) -> dict[str, float]:
+    """``{'name{labels}': value}`` of a Prometheus text exposition (comments skipped)."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def test_metrics_count_statuses_and_refusals_by_code_and_follow_the_naming_scheme(repos) -> None:
+    from fastapi.testclient import TestClient
+
+    from repo_builder.openai.app import create_app
+    from repo_builder.openai.metrics import FAMILIES
+    from repo_builder.runtime.metrics import FAMILY_BY_NAME
+
+    client = TestClient(create_app(_config(repos["two"], api_key="k")))  # no `with`: no Triton
+    auth = {"Authorization": "Bearer k"}
+    before = _samples(client.get("/metrics").text)
+    # every series exists from the start, at 0, for each served model and for "" (no model named)
+    for model in ("", "alpha", "beta"):
+        assert before[f'repo_builder_openai_requests_total{{model="{model}",status="200"}}'] == 0
+        assert before[f'repo_builder_openai_first_token_seconds_bucket{{model="{model}",le="+Inf"}}'] == 0
+    assert client.get("/v1/models").status_code == 401  # no key
+    assert client.get("/v1/models", headers=auth).status_code == 200
+    assert client.post("/v1/completions", json={"model": "gamma", "prompt": "hi"}, headers=auth).status_code == 404
+    bad = {"model": "alpha", "prompt": "hi", "n": 2}
+    assert client.post("/v1/completions", json=bad, headers=auth).status_code == 400
+    assert client.post("/v1/completions", content=b"{", headers=auth).status_code == 400
+    resp = client.get("/metrics")  # no key needed, like /health
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain; version=0.0.4")
+    got = _samples(resp.text)
+    delta = {k: got[k] - before.get(k, 0) for k in got if got[k] != before.get(k, 0)}
+    assert delta == {
+        'repo_builder_openai_requests_total{model="",status="401"}': 1,
+        'repo_builder_openai_requests_total{model="",status="200"}': 1,
+        'repo_builder_openai_requests_total{model="",status="404"}': 1,
+        'repo_builder_openai_requests_total{model="alpha",status="400"}': 1,
+        'repo_builder_openai_requests_total{model="",status="400"}': 1,
+        'repo_builder_openai_requests_refused_total{model="",reason="invalid_api_key"}': 1,
+        'repo_builder_openai_requests_refused_total{model="",reason="model_not_found"}': 1,
+        'repo_builder_openai_requests_refused_total{model="alpha",reason="unsupported_parameter"}': 1,
+        'repo_builder_openai_requests_refused_total{model="",reason="invalid_json"}': 1,
+    }
+    # one naming scheme with the served models' families: repo_builder_*, counters *_total, no name twice
+    for fam in FAMILIES:
+        assert fam.name.startswith("repo_builder_openai_") and fam.name not in FAMILY_BY_NAME
+        assert fam.name.endswith("_total") == (fam.kind == "counter")
+        assert f"# TYPE {fam.name} {fam.kind}" in resp.text

@@ -58,53 +58,63 @@ def refuse(exc_type, work: Path, *args, match: list[str], **kwargs) -> RepoBuild
     return err.value
 
 
-def test_unknown_key(work, engine):
-    refuse(
+#: Options render refuses: (case, error, render_repository keyword arguments, texts the message holds).
+#: Each is rendered from the dolphin engine and the Mistral v1 tokenizer into work/repo.
+REFUSED_OPTIONS = [
+    pytest.param(
         ParameterError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        user_values={"kv_cache_fraction": "0.5"},
-        match=["kv_cache_fraction", "kv_cache_free_gpu_mem_fraction"],
-    )
-
-
-def test_wrong_type(work, engine):
-    refuse(
+        {"user_values": {"kv_cache_fraction": "0.5"}},
+        ["kv_cache_fraction", "kv_cache_free_gpu_mem_fraction"],
+        id="unknown_key",
+    ),
+    pytest.param(
         ParameterError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        user_values={"triton_max_batch_size": "eight"},
-        match=["triton_max_batch_size", "--set"],
-    )
-
-
-def test_out_of_range(work, engine):
-    refuse(
+        {"user_values": {"triton_max_batch_size": "eight"}},
+        ["triton_max_batch_size", "--set"],
+        id="wrong_type",
+    ),
+    pytest.param(
         ParameterError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        user_values={"kv_cache_free_gpu_mem_fraction": "1.5"},
-        match=["kv_cache_free_gpu_mem_fraction"],
-    )
-
-
-def test_build_time_key(work, engine):
-    """Case B08: build-time settings are refused with the trtllm-build flag."""
-    refuse(
+        {"user_values": {"kv_cache_free_gpu_mem_fraction": "1.5"}},
+        ["kv_cache_free_gpu_mem_fraction"],
+        id="out_of_range",
+    ),
+    # Case B08: build-time settings are refused with the trtllm-build flag.
+    pytest.param(
         ParameterError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        user_values={"max_input_len": "8192000"},
-        match=["max_input_len", "--max_input_len"],
-    )
+        {"user_values": {"max_input_len": "8192000"}},
+        ["max_input_len", "--max_input_len"],
+        id="build_time_key",
+    ),
+    # Case B06 (a).
+    pytest.param(
+        EngineError,
+        {"user_values": {"enable_kv_cache_reuse": "true"}},
+        ["enable_kv_cache_reuse", "use_paged_context_fmha"],
+        id="kv_cache_reuse_without_paged_context_fmha",
+    ),
+    # Case B09.
+    pytest.param(
+        EngineError,
+        {"user_values": {"logits_datatype": "TYPE_FP16"}},
+        ["logits_datatype", "TYPE_FP16"],
+        id="logits_dtype_contradicting_the_engine",
+    ),
+    pytest.param(
+        ParameterError,
+        {"streaming": True, "user_values": {"postprocessing_instance_count": "2"}},
+        ["postprocessing_instance_count"],
+        id="streaming_with_several_postprocessing_instances",
+    ),
+    pytest.param(RepoBuilderError, {"profile": "trtllm-9.9"}, ["trtllm-9.9", "trtllm-1.2"], id="unknown_profile"),
+    pytest.param(RenderError, {"engine_mode": "move"}, ["move", "--engine-mode", "hardlink"], id="unknown_engine_mode"),
+    pytest.param(RenderError, {"serve_path": "models"}, ["--serve-path", "absolute"], id="relative_serve_path"),
+]
+
+
+@pytest.mark.parametrize("error, options, match", REFUSED_OPTIONS)
+def test_refused_option(work, engine, error, options, match):
+    refuse(error, work, engine, asset(TOK), work / "repo", match=match, **options)
 
 
 def test_legacy_recipe_keys(work, engine):
@@ -217,75 +227,6 @@ def test_beam_above_engine(work, engine_copy):
         work / "repo",
         user_values={"max_beam_width": "8"},
         match=["max_beam_width", "8", "5"],
-    )
-
-
-def test_kv_cache_reuse_without_paged_context_fmha(work, engine):
-    """Case B06 (a)."""
-    refuse(
-        EngineError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        user_values={"enable_kv_cache_reuse": "true"},
-        match=["enable_kv_cache_reuse", "use_paged_context_fmha"],
-    )
-
-
-def test_logits_dtype_contradicting_the_engine(work, engine):
-    """Case B09."""
-    refuse(
-        EngineError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        user_values={"logits_datatype": "TYPE_FP16"},
-        match=["logits_datatype", "TYPE_FP16"],
-    )
-
-
-def test_streaming_with_several_postprocessing_instances(work, engine):
-    refuse(
-        ParameterError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        streaming=True,
-        user_values={"postprocessing_instance_count": "2"},
-        match=["postprocessing_instance_count"],
-    )
-
-
-def test_unknown_profile(work, engine):
-    refuse(
-        RepoBuilderError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        profile="trtllm-9.9",
-        match=["trtllm-9.9", "trtllm-1.2"],
-    )
-
-
-def test_unknown_engine_mode(work, engine):
-    refuse(
-        RenderError,
-        work,
-        engine,
-        asset(TOK),
-        work / "repo",
-        engine_mode="move",
-        match=["move", "--engine-mode", "hardlink"],
-    )
-
-
-def test_relative_serve_path(work, engine):
-    refuse(
-        RenderError, work, engine, asset(TOK), work / "repo", serve_path="models", match=["--serve-path", "absolute"]
     )
 
 

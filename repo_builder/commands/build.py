@@ -82,6 +82,14 @@ def _print_plan(result: Any, console: Any) -> None:
             console.print("no differences from the existing repository")
 
 
+def _render(name: str) -> Any:
+    """The ``typer.Option`` of :class:`repo_builder.render_options.RenderOptions` field ``name``."""
+    from ..cli_options import typer_option
+    from ..render_options import RenderOptions
+
+    return typer_option(RenderOptions, name)
+
+
 @app.command()
 @report_errors
 def render(
@@ -108,44 +116,17 @@ def render(
         "...",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Repository directory to create."),
-    profile: str = typer.Option("trtllm-1.2", "--profile", help="Template profile (see `repo-builder params`)."),
-    set_: list[str] | None = typer.Option(None, "--set", help="KEY=VALUE parameter (repeatable; wins over --values)."),
-    values: Path | None = typer.Option(None, "--values", help="YAML file of parameter: value."),
-    engine_mode: str = typer.Option("copy", "--engine-mode", help="copy | hardlink | symlink | reference."),
-    streaming: bool | None = typer.Option(
-        None, "--streaming/--no-streaming", help="Decoupled (streaming) tensorrt_llm and BLS."
-    ),
-    serve_path: Path | None = typer.Option(
-        None,
-        "--serve-path",
-        help="Absolute path the server sees the repository at (container mount); engine_dir is written under it.",
-    ),
-    force: bool = typer.Option(
-        False,
-        "--force",
-        help="Replace an existing repository that repo-builder rendered "
-        "(its lock file must be valid and list every file).",
-    ),
-    delete_unlisted: bool = typer.Option(
-        False,
-        "--delete-unlisted",
-        help="With --force: also delete files of the old repository that its lock "
-        "file does not list (otherwise the render refuses and lists them).",
-    ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and a diff; write nothing."),
-    draft_engine_dir: Path | None = typer.Option(
-        None,
-        "--draft-engine-dir",
-        help="Draft engine for draft-target speculative decoding: adds tensorrt_llm_draft, which the BLS calls "
-        "for requests with num_draft_tokens > 0 (docs/layouts.md).",
-    ),
-    layout: str = typer.Option(
-        "inflight_batcher_llm",
-        "--layout",
-        help="inflight_batcher_llm (default) | disaggregated: context and generation copies of the engine model "
-        "joined by disaggregated_serving_bls | whisper: whisper_bls + an encoder-decoder tensorrt_llm from the "
-        "Whisper checkpoint given as --engine-dir (docs/layouts.md).",
-    ),
+    profile: str = _render("profile"),
+    set_: list[str] | None = _render("user_values"),
+    values: Path | None = _render("values_file"),
+    engine_mode: str = _render("engine_mode"),
+    streaming: bool | None = _render("streaming"),
+    serve_path: Path | None = _render("serve_path"),
+    force: bool = _render("force"),
+    delete_unlisted: bool = _render("delete_unlisted"),
+    dry_run: bool = _render("dry_run"),
+    draft_engine_dir: Path | None = _render("draft_engine_dir"),
+    layout: str = _render("layout"),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
 

@@ -7,6 +7,7 @@ transformers, matplotlib) happen inside the command functions so ``repo-builder 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -96,70 +97,48 @@ def generate(
         err.print(f"tokens generated: {tokens} (counted from {how})")
 
 
+def _bench(name: str) -> Any:
+    """The ``typer.Option`` of :class:`repo_builder.bench_settings.BenchSettings` field ``name``."""
+    from ..bench_settings import BenchSettings
+    from ..cli_options import typer_option
+
+    return typer_option(BenchSettings, name)
+
+
 @app.command()
 @report_errors
 def bench(
-    url: str | None = typer.Option(
-        None, "--url", help="host:port; default localhost:8000 (http) or localhost:8001 (grpc)."
-    ),
-    protocol: str = typer.Option("http", "--protocol", help="http or grpc."),
-    model: str = typer.Option("ensemble", "--model", help="ensemble or tensorrt_llm_bls."),
-    stream: bool = typer.Option(False, "--stream/--no-stream", help="Streamed requests (TTFT and ITL)."),
-    concurrency: str = typer.Option("1,4,16", "--concurrency", help="Comma-separated levels of requests in flight."),
-    requests: int = typer.Option(32, "--requests", help="Requests per concurrency level."),
-    input_tokens: int = typer.Option(128, "--input-tokens", help="Synthetic prompt length (tokens)."),
-    output_tokens: int = typer.Option(64, "--output-tokens", help="Tokens to generate per request."),
-    prompts: str | None = typer.Option(
-        None, "--prompts", help='JSONL file, lines like {"text": "...", "output_tokens": 64}.'
-    ),
-    tokenizer_dir: str | None = typer.Option(None, "--tokenizer-dir", help="Sizes prompts and counts output tokens."),
-    output: str = typer.Option(
-        "bench-results", "--output", help="Folder for bench.json, bench.csv, bench.png, requests.jsonl."
-    ),
-    warmup: int = typer.Option(2, "--warmup", help="Unrecorded requests before the first level."),
-    min_tokens: bool = typer.Option(
-        True, "--min-tokens/--no-min-tokens", help="Send min_tokens = --output-tokens when the model has it."
-    ),
-    end_id: int | None = typer.Option(
-        None, "--end-id", help="Send this end_id (e.g. -1: never stop at end-of-sequence, where supported)."
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic prompts."),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per request."),
+    url: str | None = _bench("url"),
+    protocol: str = _bench("protocol"),
+    model: str = _bench("model"),
+    stream: bool = _bench("stream"),
+    concurrency: str = _bench("concurrency"),
+    requests: int = _bench("requests"),
+    input_tokens: int = _bench("input_tokens"),
+    output_tokens: int = _bench("output_tokens"),
+    prompts_file: str | None = _bench("prompts_file"),
+    tokenizer_dir: str | None = _bench("tokenizer_dir"),
+    output_dir: str = _bench("output_dir"),
+    warmup: int = _bench("warmup"),
+    min_tokens: bool = _bench("min_tokens"),
+    end_id: int | None = _bench("end_id"),
+    seed: int = _bench("seed"),
+    timeout_s: float = _bench("timeout_s"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    all_outputs: bool = typer.Option(
-        False,
-        "--all-outputs/--text-output-only",
-        help="gRPC: receive every output the model produces instead of only "
-        "text_output (HTTP always receives every output).",
-    ),
+    all_outputs: bool = _bench("all_outputs"),
 ) -> None:
     """Measure TTFT, inter-token latency, end-to-end latency and throughput at several concurrency levels."""
+    options = dict(locals())
     from rich.console import Console
 
-    from ..bench import BenchSettings, format_table, parse_concurrency, run_bench, write_report
+    from ..bench import BenchSettings, format_table, run_bench, write_report
+    from ..cli_options import from_cli
+    from ..errors import ClientError
 
     console = Console(highlight=False, soft_wrap=True)
-    settings = BenchSettings(
-        url=url,
-        protocol=protocol,
-        model=model,
-        stream=stream,
-        concurrency=parse_concurrency(concurrency),
-        requests=requests,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        prompts_file=prompts,
-        tokenizer_dir=tokenizer_dir,
-        output_dir=output,
-        warmup=warmup,
-        timeout_s=timeout,
-        min_tokens=min_tokens,
-        end_id=end_id,
-        seed=seed,
-        text_output_only=not all_outputs,
-    )
+    settings: BenchSettings = from_cli(BenchSettings, options, error=ClientError)
     report = run_bench(settings, progress=progress, log=lambda msg: console.print(f"[yellow]{msg}[/yellow]"))
-    paths = write_report(report, output)
+    paths = write_report(report, output_dir)
     console.print(format_table(report))
     for kind in ("json", "csv", "png", "requests"):
         console.print(f"wrote {paths[kind]}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -18,6 +19,13 @@ def _help(field: str) -> str:
     from ..server.options import HELP
 
     return HELP[field]
+
+
+def _opt(field: str, **overrides: object) -> Any:
+    """The ``typer.Option`` of launch option ``field`` (:data:`repo_builder.server.options.LAUNCH_OPTIONS`)."""
+    from ..server.options import LAUNCH_OPTIONS
+
+    return LAUNCH_OPTIONS[field].typer(**overrides)
 
 
 def _launch_fields() -> frozenset[str]:
@@ -36,47 +44,32 @@ def _default(field: str) -> object:
 
 def launch(
     repo: Path | None = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
-    model_repo: Path | None = typer.Option(None, "--model_repo", "--model-repo", help=_help("model_repo")),
-    world_size: int | None = typer.Option(
-        _default("world_size"), "--world_size", "--world-size", help=_help("world_size")
+    model_repo: Path | None = _opt("model_repo", default=None),
+    world_size: int | None = _opt("world_size"),
+    tritonserver: str | None = _opt("tritonserver"),
+    http_port: int = _opt("http_port"),
+    grpc_port: int = _opt("grpc_port"),
+    metrics_port: int = _opt("metrics_port"),
+    http_address: str = _opt("http_address"),
+    log: bool = _opt("log"),
+    log_file: Path | None = _opt("log_file"),
+    force: bool = _opt("force"),
+    multi_model: bool = _opt("multi_model"),
+    no_mpi: bool = _opt("no_mpi"),
+    oversubscribe: bool = _opt("oversubscribe"),
+    tensorrt_llm_model_name: str | None = _opt("tensorrt_llm_model_name"),
+    detach: bool = _opt("detach"),
+    pid_file: Path | None = _opt("pid_file"),
+    timeout: float = _opt("timeout"),
+    stop_timeout: float = _opt("stop_timeout"),
+    exit_timeout: int = _opt("exit_timeout"),
+    server_arg: list[str] | None = _opt(
+        "server_args",
+        default=None,
+        help=_help("server_args") + " Repeat for several, e.g. --server-arg=--log-info=false.",
     ),
-    tritonserver: str | None = typer.Option(_default("tritonserver"), "--tritonserver", help=_help("tritonserver")),
-    http_port: int = typer.Option(_default("http_port"), "--http_port", "--http-port", help=_help("http_port")),
-    grpc_port: int = typer.Option(_default("grpc_port"), "--grpc_port", "--grpc-port", help=_help("grpc_port")),
-    metrics_port: int = typer.Option(
-        _default("metrics_port"), "--metrics_port", "--metrics-port", help=_help("metrics_port")
-    ),
-    http_address: str = typer.Option(
-        _default("http_address"), "--http-address", "--http_address", help=_help("http_address")
-    ),
-    log: bool = typer.Option(_default("log"), "--log", help=_help("log")),
-    log_file: Path | None = typer.Option(_default("log_file"), "--log-file", "--log_file", help=_help("log_file")),
-    force: bool = typer.Option(_default("force"), "--force", "-f", help=_help("force")),
-    multi_model: bool = typer.Option(
-        _default("multi_model"), "--multi-model", "--multi_model", help=_help("multi_model")
-    ),
-    no_mpi: bool = typer.Option(_default("no_mpi"), "--no-mpi", "--no_mpi", help=_help("no_mpi")),
-    oversubscribe: bool = typer.Option(_default("oversubscribe"), "--oversubscribe", help=_help("oversubscribe")),
-    tensorrt_llm_model_name: str | None = typer.Option(
-        _default("tensorrt_llm_model_name"),
-        "--tensorrt_llm_model_name",
-        "--tensorrt-llm-model-name",
-        help=_help("tensorrt_llm_model_name"),
-    ),
-    detach: bool = typer.Option(_default("detach"), "--detach", "-d", help=_help("detach")),
-    pid_file: Path | None = typer.Option(_default("pid_file"), "--pid-file", "--pid_file", help=_help("pid_file")),
-    timeout: float = typer.Option(_default("timeout"), "--timeout", help=_help("timeout")),
-    stop_timeout: float = typer.Option(_default("stop_timeout"), "--stop-timeout", help=_help("stop_timeout")),
-    exit_timeout: int = typer.Option(
-        _default("exit_timeout"), "--exit_timeout", "--exit-timeout", help=_help("exit_timeout")
-    ),
-    server_arg: list[str] | None = typer.Option(
-        None, "--server-arg", help=_help("server_args") + " Repeat for several, e.g. --server-arg=--log-info=false."
-    ),
-    hostfile: Path | None = typer.Option(_default("hostfile"), "--hostfile", help=_help("hostfile")),
-    openai_port: int | None = typer.Option(
-        _default("openai_port"), "--openai_port", "--openai-port", help=_help("openai_port")
-    ),
+    hostfile: Path | None = _opt("hostfile"),
+    openai_port: int | None = _opt("openai_port"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Run the preflight checks and print the command; start nothing."

@@ -70,7 +70,7 @@ def error_field(message: str, fields: Any) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
     """One Triton response of a generation.
 

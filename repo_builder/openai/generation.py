@@ -124,8 +124,11 @@ async def _wait_disconnect(receive: Callable[[], Any]) -> None:
             return
 
 
-def watch_disconnect(receive: Callable[[], Any], stream: GenerationStream) -> asyncio.Future[None]:
-    """Watch the ASGI ``receive`` channel; ``stream`` is cancelled when the client sends ``http.disconnect``.
+def watch_disconnect(
+    receive: Callable[[], Any], stream: GenerationStream, on_disconnect: Callable[[], None] | None = None
+) -> asyncio.Future[None]:
+    """Watch the ASGI ``receive`` channel; ``stream`` is cancelled (and ``on_disconnect`` called) when the
+    client sends ``http.disconnect``.
 
     Returns the watcher (done once the client went away); cancel it when the answer is complete.
     """
@@ -134,6 +137,8 @@ def watch_disconnect(receive: Callable[[], Any], stream: GenerationStream) -> as
     def callback(fut: asyncio.Future[None]) -> None:
         if not fut.cancelled() and fut.exception() is None:
             stream.cancel()
+            if on_disconnect is not None:
+                on_disconnect()
 
     watcher.add_done_callback(callback)
     return watcher

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from starlette.responses import JSONResponse
 from starlette.responses import Response as _Response
 
 from .backend import BackendError
@@ -29,8 +30,15 @@ if TYPE_CHECKING:
     from .backend import GenerationStream
     from .generation import Generation, Outcome
     from .jobs import Job
+    from .metrics import FrontEndMetrics
 
 DONE = b"data: [DONE]\n\n"
+
+
+def error_response(err: APIError) -> JSONResponse:
+    """The JSON response of ``err`` (its status; ``WWW-Authenticate: Bearer`` with a 401)."""
+    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
 def sse(payload: dict[str, Any]) -> bytes:
@@ -85,13 +93,30 @@ class Renderer:
     """The answer to one request of ``kind``: the whole body (call it) or its stream (:meth:`stream`).
 
     ``echo``: text that goes before the generated text (``/v1/completions`` with ``echo``: the prompt).
+    ``metrics``: where the answer's completion tokens and (streams) TTFT and inter-token gaps are counted,
+    TTFT from ``arrival`` (``time.perf_counter()`` when the request arrived); None: not counted.
     """
 
-    def __init__(self, kind: ObjectKind, model: str, job: Job, echo: str = "") -> None:
+    def __init__(
+        self,
+        kind: ObjectKind,
+        model: str,
+        job: Job,
+        echo: str = "",
+        *,
+        metrics: FrontEndMetrics | None = None,
+        arrival: float | None = None,
+    ) -> None:
         self.kind, self.model, self.job, self.echo = kind, model, job, echo
+        self.metrics, self.arrival = metrics, arrival
         self.created = int(time.time())
 
+    def _count_tokens(self, outcome: Outcome) -> None:
+        if self.metrics is not None:
+            self.metrics.inc("repo_builder_openai_output_tokens_total", self.model, n=outcome.completion_tokens)
+
     def __call__(self, text: str, outcome: Outcome) -> dict[str, Any]:
+        self._count_tokens(outcome)
         return {
             "id": self.job.rid,
             "object": self.kind.object,
@@ -123,9 +148,18 @@ class Renderer:
             yield start + kind.opening + tail
         if self.echo:
             yield prefix + json.dumps(self.echo).encode() + suffix
-        async for text in gen.deltas():
-            yield prefix + json.dumps(text).encode() + suffix
+        if self.metrics is None:
+            async for text in gen.deltas():
+                yield prefix + json.dumps(text).encode() + suffix
+        else:
+            from .metrics import StreamTimer
+
+            delta = StreamTimer(self.metrics, self.model, self.arrival).delta
+            async for text in gen.deltas():
+                delta()
+                yield prefix + json.dumps(text).encode() + suffix
         outcome = gen.outcome()
+        self._count_tokens(outcome)
         finish = b',"logprobs":null,"finish_reason":"' + outcome.finish_reason.encode() + b'"}]'
         yield start + kind.final_delta + finish + usage_null + b"}\n\n"
         if usage:

@@ -29,7 +29,7 @@ from ..errors import ParameterError, RenderError
 from ..placement import PlacementPlan
 from ..profile.contract import ProfileContract
 from ..repository.lockfile import LOCK_NAME, build_lock, dumps
-from ..repository.pbtxt import parse_model_config, python_instances
+from ..repository.pbtxt import config_model, parse_model_config, python_instances
 from ..values.rules import disaggregated_findings
 from .options import RenderOptions
 from .plan import PreparedRender, RenderPlan, prepare_render
@@ -250,10 +250,11 @@ class _Prepared:
             raise RenderError(f"engine file would overwrite a rendered file: {clash[0]}", path=prep.engine_path)
         instances = {}
         for rel, data in files.items():
-            if rel.endswith("/config.pbtxt") and rel.count("/") == 1:
+            model = config_model(rel)
+            if model is not None:
                 cfg = parse_model_config(data.decode(), path=rel)
                 if cfg.backend == "python":
-                    instances[rel.partition("/")[0]] = python_instances(cfg)
+                    instances[model] = python_instances(cfg)
         lock = build_lock(
             version=__version__,
             profile=profile,

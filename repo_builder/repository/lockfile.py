@@ -22,7 +22,8 @@ so rendering the same inputs twice gives the same bytes.
 the model(s) ranks > 0 load, and the number of Python-backend stub processes per model (each needs a
 ``/dev/shm`` region). Lock files written before ``tp_size``/``pp_size``/``python_instances`` existed lack
 them (``None``). :func:`read_launch` checks the block of a lock file repo-builder wrote,
-:func:`read_launch_block` (the launcher's) any lock file's, leniently. A repository serving several LLMs
+:func:`read_lock_view` (the launcher's) any lock file's, leniently, through the same loader as
+:func:`read_lock`. A repository serving several LLMs
 (``render --model``) has an ``llms`` list too (:func:`build_multi_lock`, :func:`lock_llms`).
 
 :func:`read_lock` checks the file against :class:`LockFile` (a pydantic model; unknown keys are kept, so a
@@ -45,6 +46,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from ..errors import RenderError, RepoBuilderError, field_problems, field_problems_text
+from .pbtxt import config_model
 
 LOCK_NAME = "repo-builder.lock.json"
 
@@ -149,9 +151,7 @@ class LockLLM:
 
 def lock_models(files: Mapping[str, Any]) -> tuple[str, ...]:
     """The Triton models a lock file's ``files`` hold: the sorted ``<model>`` of each ``<model>/config.pbtxt``."""
-    return tuple(
-        sorted({rel.split("/", 1)[0] for rel in files if rel.count("/") == 1 and rel.endswith("/config.pbtxt")})
-    )
+    return tuple(sorted({m for m in map(config_model, files) if m is not None}))
 
 
 class LockFile(_Open):
@@ -363,6 +363,29 @@ def dumps(lock: Mapping[str, Any]) -> bytes:
     return (json.dumps(lock, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+_REWRITE_HINT = "re-render the repository with `repo-builder render --force`"
+
+
+def _load_json(repo: str | Path, *, error: type[RepoBuilderError]) -> tuple[Path, dict[str, Any] | None]:
+    """The one reader of ``repo``'s lock file: ``(its path, its JSON object)``, the object None when there is
+    no lock file. :func:`read_lock` (strict) and :func:`read_lock_view` (lenient) both read through it.
+
+    Raises:
+        ``error``, naming the file: it is unreadable, not JSON, or not a JSON object.
+    """
+    path = Path(repo) / LOCK_NAME
+    if not (path.is_file() or path.is_symlink()):
+        return path, None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise error(f"unreadable lock file: {why}", path=path, hint=_REWRITE_HINT) from None
+    if not isinstance(data, dict):
+        raise error("malformed lock file: not a JSON object", path=path, hint=_REWRITE_HINT)
+    return path, data
+
+
 def read_lock(repo: str | Path) -> LockFile | None:
     """The lock file of ``repo``, or None when the repository has none.
 
@@ -370,21 +393,13 @@ def read_lock(repo: str | Path) -> LockFile | None:
         RenderError: the file exists but is unreadable, not JSON, or not a lock file repo-builder writes
             (:class:`LockFile`; the message names the key path, e.g. ``files.a/b: ... not a sha256 digest``).
     """
-    path = Path(repo) / LOCK_NAME
-    if not (path.is_file() or path.is_symlink()):
+    path, data = _load_json(repo, error=RenderError)
+    if data is None:
         return None
-    hint = "re-render the repository with `repo-builder render --force`"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise RenderError(f"unreadable lock file: {why}", path=path, hint=hint) from exc
-    if not isinstance(data, dict):
-        raise RenderError("malformed lock file: not a JSON object", path=path, hint=hint)
     try:
         return LockFile.from_data(data)
     except ValidationError as exc:
-        raise RenderError(f"malformed lock file: {field_problems_text(exc)}", path=path, hint=hint) from None
+        raise RenderError(f"malformed lock file: {field_problems_text(exc)}", path=path, hint=_REWRITE_HINT) from None
 
 
 def engine_file_patterns(lock: LockFile) -> tuple[str, ...]:
@@ -494,33 +509,53 @@ def read_launch(lock: LockFile | Mapping[str, Any], *, path: str | Path | None =
     return _checked_launch(lock["launch"], LockLaunch, path=path, error=RenderError)
 
 
-def read_launch_block(repo: str | Path, *, error: type[RepoBuilderError] = RenderError) -> LaunchBlock | None:
-    """The ``launch`` block of ``repo``'s lock file, leniently (the launcher's reader).
+@dataclass(frozen=True)
+class LockView:
+    """A lock file read leniently (:func:`read_lock_view`): hand-made and partial lock files
+    (``{"launch": {"world_size": 2}}``) are views too, where :func:`read_lock` would refuse them.
 
-    Only ``launch`` is checked (:class:`LaunchBlock`: every key optional): the rest of the file may be
-    anything, so hand-made and partial lock files (``{"launch": {"world_size": 2}}``) still launch, where
-    :func:`read_lock` (the whole :class:`LockFile` schema) would refuse them.
+    Attributes:
+        path: the lock file.
+        data: its JSON object as read.
+        launch: its ``launch`` block checked as :class:`LaunchBlock` (every key optional), None when absent.
+    """
+
+    path: Path
+    data: dict[str, Any]
+    launch: LaunchBlock | None
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The Triton models its ``files`` list (:func:`lock_models`); empty when it has no ``files`` object."""
+        files = self.data.get("files")
+        return lock_models(files) if isinstance(files, dict) else ()
+
+
+def read_lock_view(repo: str | Path, *, error: type[RepoBuilderError] = RenderError) -> LockView | None:
+    """``repo``'s lock file read through the same loader as :func:`read_lock`, leniently (the launcher's reader).
+
+    Only ``launch`` is checked (:class:`LaunchBlock`): the rest of the file may be anything.
 
     Returns:
-        the block, or None when there is no lock file or it has no ``launch`` key.
+        the view, or None when there is no lock file.
 
     Raises:
         ``error`` (default :class:`RenderError`; the launcher passes ``LaunchError``), naming the lock file:
         it is unreadable, not JSON, not a JSON object, or ``launch`` is malformed (names ``launch.<key>``).
     """
-    path = Path(repo) / LOCK_NAME
-    if not path.is_file():
+    path, data = _load_json(repo, error=error)
+    if data is None:
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise error(f"lock file is not readable JSON: {why}", path=path, hint="re-render the repository") from None
-    if not isinstance(data, dict):
-        raise error("malformed lock file: not a JSON object", path=path, hint="re-render the repository")
-    if "launch" not in data or data["launch"] is None:
-        return None
-    return _checked_launch(data["launch"], LaunchBlock, path=path, error=error)
+    raw = data.get("launch")
+    launch = None if raw is None else _checked_launch(raw, LaunchBlock, path=path, error=error)
+    return LockView(path, data, launch)
+
+
+def read_launch_block(repo: str | Path, *, error: type[RepoBuilderError] = RenderError) -> LaunchBlock | None:
+    """The ``launch`` block of ``repo``'s lock file, leniently (:func:`read_lock_view`); None when there is no
+    lock file or it has no ``launch`` key. Raises as :func:`read_lock_view`."""
+    view = read_lock_view(repo, error=error)
+    return view.launch if view is not None else None
 
 
 def changed_files(repo: str | Path, lock: LockFile) -> list[tuple[str, str]]:

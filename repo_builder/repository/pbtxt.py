@@ -21,6 +21,9 @@ from ..errors import TemplateError
 if TYPE_CHECKING:  # pragma: no cover
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+#: The file name of a model's config in a Triton model repository (``<repository>/<model>/config.pbtxt``).
+CONFIG_NAME = "config.pbtxt"
+
 #: An unfilled template placeholder as left by NVIDIA's ``fill_template.py`` (``${name}``).
 PLACEHOLDER_RE = re.compile(r"\$\{([^}\n]*)\}?")
 
@@ -175,6 +178,65 @@ def load_model_config(path: str | Path) -> ModelConfig:
     """Read and parse one ``config.pbtxt`` file (see :func:`parse_model_config`)."""
     p = Path(path)
     return parse_model_config(p.read_text(encoding="utf-8"), path=p)
+
+
+def config_model(rel: str) -> str | None:
+    """The model a repository-relative POSIX path is the config of (``"tensorrt_llm/config.pbtxt"`` ->
+    ``"tensorrt_llm"``); None for every other path (``a/1/config.pbtxt``, ``config.pbtxt``)."""
+    model, sep, name = rel.partition("/")
+    return model if sep and model and name == CONFIG_NAME else None
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """One model folder of a repository as :func:`read_model_folders` found it.
+
+    Attributes:
+        name: the folder name (Triton's model name).
+        path: its ``config.pbtxt`` (which may not exist).
+        text: the file's text; None when the file is missing or unreadable (``unreadable`` says why).
+        config: the parsed ``ModelConfig``; None when there is no text or it does not parse (``error``).
+        unreadable: ``None``, ``"missing"`` (no config.pbtxt in the folder), or the OS / UTF-8 error text.
+        error: the parse error (1-based line and column) when the text is not a valid model config.
+    """
+
+    name: str
+    path: Path
+    text: str | None
+    config: ModelConfig | None
+    unreadable: str | None = None
+    error: PbtxtParseError | None = None
+
+    @property
+    def rel(self) -> str:
+        """``<name>/config.pbtxt``, the repository-relative path problems name."""
+        return f"{self.name}/{CONFIG_NAME}"
+
+
+def read_model_folders(repo: str | Path) -> list[ModelFolder]:
+    """Every model folder of ``repo`` (each directory whose name does not start with ``.``), sorted by name,
+    with its ``config.pbtxt`` read and parsed (:func:`parse_model_config`). This is the one reader of a
+    repository's configs: validate, adopt and the launcher decide what each missing, unreadable or
+    unparsable config means to them. Raises nothing for a folder; ``repo`` must be a directory (OSError)."""
+    root = Path(repo)
+    out = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        path = folder / CONFIG_NAME
+        if not path.is_file():
+            out.append(ModelFolder(folder.name, path, None, None, unreadable="missing"))
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            out.append(ModelFolder(folder.name, path, None, None, unreadable=str(exc)))
+            continue
+        try:
+            config = parse_model_config(text, path=f"{folder.name}/{CONFIG_NAME}")
+        except PbtxtParseError as exc:
+            out.append(ModelFolder(folder.name, path, text, None, error=exc))
+            continue
+        out.append(ModelFolder(folder.name, path, text, config))
+    return out
 
 
 def dtype_name(value: int) -> str:

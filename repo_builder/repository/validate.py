@@ -36,14 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..runtime.tokenizer_files import describe_tokenizer_files, has_tokenizer_files
 from .lockfile import LOCK_NAME, LockFile, changed_files, read_lock
-from .pbtxt import (
-    PbtxtParseError,
-    dtype_name,
-    find_placeholders,
-    parse_model_config,
-    python_instances,
-    string_parameters,
-)
+from .pbtxt import dtype_name, find_placeholders, python_instances, read_model_folders, string_parameters
 
 if TYPE_CHECKING:
     from ..tokenizer import TokenizerInfo
@@ -110,26 +103,20 @@ def _is_set(value: str | None) -> TypeGuard[str]:
 
 def _load_models(root: Path, problems: list[Problem]) -> dict[str, _Model]:
     models: dict[str, _Model] = {}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        rel = f"{folder.name}/config.pbtxt"
-        cfg_path = folder / "config.pbtxt"
-        if not cfg_path.is_file():
+    for folder in read_model_folders(root):
+        if folder.unreadable == "missing":
             problems.append(Problem(folder.name, "model folder without config.pbtxt (Triton cannot load it)"))
             continue
-        try:
-            text = cfg_path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(Problem(rel, f"unreadable: {exc}"))
+        if folder.text is None:
+            problems.append(Problem(folder.rel, f"unreadable: {folder.unreadable}"))
             continue
-        for ph in find_placeholders(text):
-            problems.append(Problem(rel, f"unfilled placeholder ${{{ph.name}}}", ph.line))
-        try:
-            config = parse_model_config(text, path=rel)
-        except PbtxtParseError as exc:
+        for ph in find_placeholders(folder.text):
+            problems.append(Problem(folder.rel, f"unfilled placeholder ${{{ph.name}}}", ph.line))
+        if folder.error is not None:
+            exc = folder.error
             detail = exc.message.split(": ", 1)[1] if exc.message.startswith("line ") else exc.message
-            problems.append(Problem(rel, detail, exc.line))
-            config = None
-        models[folder.name] = _Model(folder.name, rel, text, config)
+            problems.append(Problem(folder.rel, detail, exc.line))
+        models[folder.name] = _Model(folder.name, folder.rel, folder.text, folder.config)
     return models
 
 

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
-from ..repository.lockfile import LOCK_NAME, read_launch_block
-from ..repository.pbtxt import model_config_pb2 as pbtxt_model_config_pb2
-from .options import DEFAULTS, HELP
+from ..repository.lockfile import LOCK_NAME, read_lock_view
+from ..repository.pbtxt import python_instances, read_model_folders
+from .options import HELP, LAUNCH_OPTIONS
 
 DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
+
+
+def _field(name: str) -> Any:
+    """The pydantic field of launch option ``name`` (:data:`~repo_builder.server.options.LAUNCH_OPTIONS`)."""
+    return LAUNCH_OPTIONS[name].pydantic()
 
 
 class LaunchConfig(BaseModel):
@@ -27,29 +33,27 @@ class LaunchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     model_repo: Path = Field(description=HELP["model_repo"])
-    world_size: int | None = Field(DEFAULTS["world_size"], ge=1, description=HELP["world_size"])
-    tritonserver: str | None = Field(DEFAULTS["tritonserver"], description=HELP["tritonserver"])
-    http_port: int = Field(DEFAULTS["http_port"], ge=1, le=65535, description=HELP["http_port"])
-    grpc_port: int = Field(DEFAULTS["grpc_port"], ge=1, le=65535, description=HELP["grpc_port"])
-    metrics_port: int = Field(DEFAULTS["metrics_port"], ge=1, le=65535, description=HELP["metrics_port"])
-    http_address: str = Field(DEFAULTS["http_address"], description=HELP["http_address"])
-    log: bool = Field(DEFAULTS["log"], description=HELP["log"])
-    log_file: Path | None = Field(DEFAULTS["log_file"], description=HELP["log_file"])
-    force: bool = Field(DEFAULTS["force"], description=HELP["force"])
-    multi_model: bool = Field(DEFAULTS["multi_model"], description=HELP["multi_model"])
-    no_mpi: bool = Field(DEFAULTS["no_mpi"], description=HELP["no_mpi"])
-    oversubscribe: bool = Field(DEFAULTS["oversubscribe"], description=HELP["oversubscribe"])
-    tensorrt_llm_model_name: list[str] | None = Field(
-        DEFAULTS["tensorrt_llm_model_name"], description=HELP["tensorrt_llm_model_name"]
-    )
-    detach: bool = Field(DEFAULTS["detach"], description=HELP["detach"])
-    pid_file: Path | None = Field(DEFAULTS["pid_file"], description=HELP["pid_file"])
-    timeout: float = Field(DEFAULTS["timeout"], gt=0, description=HELP["timeout"])
-    stop_timeout: float = Field(DEFAULTS["stop_timeout"], gt=0, description=HELP["stop_timeout"])
-    exit_timeout: int = Field(DEFAULTS["exit_timeout"], ge=0, description=HELP["exit_timeout"])
-    server_args: list[str] = Field(default_factory=list, description=HELP["server_args"])
-    hostfile: Path | None = Field(DEFAULTS["hostfile"], description=HELP["hostfile"])
-    openai_port: int | None = Field(DEFAULTS["openai_port"], ge=1, le=65535, description=HELP["openai_port"])
+    world_size: int | None = _field("world_size")
+    tritonserver: str | None = _field("tritonserver")
+    http_port: int = _field("http_port")
+    grpc_port: int = _field("grpc_port")
+    metrics_port: int = _field("metrics_port")
+    http_address: str = _field("http_address")
+    log: bool = _field("log")
+    log_file: Path | None = _field("log_file")
+    force: bool = _field("force")
+    multi_model: bool = _field("multi_model")
+    no_mpi: bool = _field("no_mpi")
+    oversubscribe: bool = _field("oversubscribe")
+    tensorrt_llm_model_name: list[str] | None = _field("tensorrt_llm_model_name")
+    detach: bool = _field("detach")
+    pid_file: Path | None = _field("pid_file")
+    timeout: float = _field("timeout")
+    stop_timeout: float = _field("stop_timeout")
+    exit_timeout: int = _field("exit_timeout")
+    server_args: list[str] = _field("server_args")
+    hostfile: Path | None = _field("hostfile")
+    openai_port: int | None = _field("openai_port")
 
     @field_validator("tensorrt_llm_model_name", mode="before")
     @classmethod
@@ -104,12 +108,6 @@ class RepositoryInfo:
         return [m.name for m in self.models]
 
 
-def _python_instances(cfg: object) -> int:
-    from ..repository.pbtxt import python_instances
-
-    return python_instances(cfg)
-
-
 #: ``parameters`` keys of a tensorrtllm-backend model that name its engine directory (``gpt_model_path`` before
 #: TRT-LLM 0.9 templates, ``engine_dir`` in the python-backend and newer templates).
 ENGINE_DIR_KEYS = ("engine_dir", "gpt_model_path")
@@ -147,18 +145,16 @@ def _engine_world_size(cfg: object, config_path: Path, warnings: list[str]) -> t
 def scan_repository(repo: Path) -> RepositoryInfo:
     """Parse every ``<repo>/<model>/config.pbtxt``, the lock file, and the world size of tensorrtllm engines.
 
-    Configs are parsed with protobuf ``text_format`` into ``tritonclient.grpc.model_config_pb2.ModelConfig``,
-    the message tritonserver itself reads them into.
+    Configs are read by :func:`repo_builder.repository.pbtxt.read_model_folders` (parsed into
+    ``tritonclient.grpc.model_config_pb2.ModelConfig``, the message tritonserver itself reads them into), the lock
+    file by :func:`repo_builder.repository.lockfile.read_lock_view` (leniently: a hand-made ``launch`` block is
+    enough).
 
     Raises:
-        LaunchError: the repository does not exist, holds no ``config.pbtxt``, a config does not parse, or the
-            lock file is not valid JSON / has a malformed ``launch`` block
-            (:func:`repo_builder.lockfile.read_launch_block`, names ``launch.<key>``).
+        LaunchError: the repository does not exist, holds no ``config.pbtxt``, a config is unreadable or does
+            not parse, or the lock file is not valid JSON / has a malformed ``launch`` block (names
+            ``launch.<key>``).
     """
-    from google.protobuf import text_format
-
-    model_config_pb2 = pbtxt_model_config_pb2()
-
     repo = Path(repo)
     if not repo.is_dir():
         raise LaunchError(
@@ -170,29 +166,30 @@ def scan_repository(repo: Path) -> RepositoryInfo:
     models: list[ModelEntry] = []
     warnings: list[str] = []
     engine_ws: dict[str, tuple[int, Path]] = {}
-    for config_path in sorted(repo.glob("*/config.pbtxt")):
-        cfg = model_config_pb2.ModelConfig()
-        try:
-            text_format.Parse(config_path.read_text(encoding="utf-8"), cfg)
-        except (text_format.ParseError, UnicodeDecodeError) as exc:
+    folders = read_model_folders(repo)
+    for folder in folders:
+        if folder.unreadable == "missing":
+            continue
+        cfg = folder.config
+        if cfg is None:
+            why = folder.error.message if folder.error is not None else folder.unreadable
             raise LaunchError(
-                f"config does not parse: {exc}", path=config_path, hint="run `repo-builder validate` on the repository"
-            ) from exc
+                f"config does not parse: {why}", path=folder.path, hint="run `repo-builder validate` on the repository"
+            )
         backend = cfg.backend or cfg.platform
         if cfg.backend == "tensorrtllm":
-            found = _engine_world_size(cfg, config_path, warnings)
+            found = _engine_world_size(cfg, folder.path, warnings)
             if found is not None:
-                engine_ws[config_path.parent.name] = found
+                engine_ws[folder.name] = found
         models.append(
             ModelEntry(
-                name=config_path.parent.name,
-                config_path=config_path,
+                name=folder.name,
+                config_path=folder.path,
                 backend=backend,
-                python_instances=_python_instances(cfg) if cfg.backend == "python" else 0,
+                python_instances=python_instances(cfg) if cfg.backend == "python" else 0,
             )
         )
-    folders = (p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
-    stray = sorted(p.name for p in folders if not (p / "config.pbtxt").is_file())
+    stray = [f.name for f in folders if f.unreadable == "missing"]
     if stray and models:
         # tritonserver polls every folder of the repository and refuses to start over one without a config
         # (2.51 with --disable-auto-complete-config: "Poll failed for model directory 'X': failed to open text
@@ -213,14 +210,15 @@ def scan_repository(repo: Path) -> RepositoryInfo:
             key="--model_repo",
             hint="pass the folder that contains the model folders",
         )
-    launch = read_launch_block(repo, error=LaunchError)
+    lock = read_lock_view(repo, error=LaunchError)
+    launch = lock.launch if lock is not None else None
     return RepositoryInfo(
         path=repo,
         models=models,
         lock_world_size=launch.world_size if launch else None,
         lock_model_names=(launch.tensorrt_llm_model_names or None) if launch else None,
         lock_orchestrator_world_size=launch.orchestrator_world_size if launch else None,
-        lock_path=repo / LOCK_NAME if launch else None,
+        lock_path=lock.path if launch and lock else None,
         engine_world_sizes=engine_ws,
         warnings=warnings,
     )

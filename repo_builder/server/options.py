@@ -1,63 +1,14 @@
-"""Help text and defaults of every launch option, shared by :class:`~repo_builder.server.config.LaunchConfig`
-and the CLI.
+"""Every launch option declared once (:data:`LAUNCH_OPTIONS`: default, flags, help and bounds), read by
+:class:`~repo_builder.server.config.LaunchConfig` (its pydantic fields), by the CLI's ``repo-builder launch`` /
+``stop`` parameters (built from the same entries, so ``--help`` shows them) and by ``deploy``'s help texts.
 
-Kept free of heavy imports (only ``typing`` and ``pathlib``) so ``repo-builder --help`` does not pay for pydantic.
+Kept free of heavy imports (only :mod:`repo_builder.cli_options`, ``typing`` and ``pathlib``) so
+``repo-builder --help`` does not pay for pydantic.
 """
 
-from pathlib import Path
-from typing import TypedDict
+from typing import Any
 
-
-class LaunchDefaults(TypedDict):
-    """Types of :data:`DEFAULTS` (as :class:`~repo_builder.server.config.LaunchConfig` declares them)."""
-
-    world_size: int | None
-    tritonserver: str | None
-    http_port: int
-    grpc_port: int
-    metrics_port: int
-    http_address: str
-    log: bool
-    log_file: Path | None
-    force: bool
-    multi_model: bool
-    no_mpi: bool
-    oversubscribe: bool
-    tensorrt_llm_model_name: list[str] | None
-    detach: bool
-    pid_file: Path | None
-    timeout: float
-    stop_timeout: float
-    exit_timeout: int
-    hostfile: Path | None
-    openai_port: int | None
-
-
-#: The default of every launch option but ``model_repo`` (required) and ``server_args`` (empty list): the one
-#: home read by :class:`~repo_builder.server.config.LaunchConfig`, by the CLI's ``typer.Option`` declarations of
-#: ``repo-builder launch`` / ``stop`` (so ``--help`` shows them) and by ``deploy``'s help texts.
-DEFAULTS: LaunchDefaults = {
-    "world_size": None,
-    "tritonserver": None,
-    "http_port": 8000,
-    "grpc_port": 8001,
-    "metrics_port": 8002,
-    "http_address": "127.0.0.1",
-    "log": False,
-    "log_file": None,
-    "force": False,
-    "multi_model": False,
-    "no_mpi": False,
-    "oversubscribe": False,
-    "tensorrt_llm_model_name": None,
-    "detach": False,
-    "pid_file": None,
-    "timeout": 600.0,
-    "stop_timeout": 30.0,
-    "exit_timeout": 5,
-    "hostfile": None,
-    "openai_port": None,
-}
+from ..cli_options import REQUIRED, Opt
 
 HELP: dict[str, str] = {
     "model_repo": "Model repository to serve (the folder holding <model>/config.pbtxt).",
@@ -93,4 +44,44 @@ HELP: dict[str, str] = {
     "with Open MPI's own means (ssh by default; OMPI_MCA_plm_rsh_agent for another agent).",
     "openai_port": "Also serve an OpenAI-compatible API on this port (`repo-builder openai`, started once the "
     "server is ready, stopped with it; needs the openai extra). Default: off.",
+}
+
+#: One entry per :class:`~repo_builder.server.config.LaunchConfig` field. Flag names follow NVIDIA's
+#: ``launch_triton_server.py`` (``--world_size``, ``--model_repo``, ...); the dashed spellings are accepted too.
+LAUNCH_OPTIONS: dict[str, Opt] = {
+    "model_repo": Opt(default=REQUIRED, flags=("--model_repo", "--model-repo"), help=HELP["model_repo"]),
+    "world_size": Opt(default=None, flags=("--world_size", "--world-size"), help=HELP["world_size"], ge=1),
+    "tritonserver": Opt(default=None, flags=("--tritonserver",), help=HELP["tritonserver"]),
+    "http_port": Opt(default=8000, flags=("--http_port", "--http-port"), help=HELP["http_port"], ge=1, le=65535),
+    "grpc_port": Opt(default=8001, flags=("--grpc_port", "--grpc-port"), help=HELP["grpc_port"], ge=1, le=65535),
+    "metrics_port": Opt(
+        default=8002, flags=("--metrics_port", "--metrics-port"), help=HELP["metrics_port"], ge=1, le=65535
+    ),
+    "http_address": Opt(default="127.0.0.1", flags=("--http-address", "--http_address"), help=HELP["http_address"]),
+    "log": Opt(default=False, flags=("--log",), help=HELP["log"]),
+    "log_file": Opt(default=None, flags=("--log-file", "--log_file"), help=HELP["log_file"]),
+    "force": Opt(default=False, flags=("--force", "-f"), help=HELP["force"]),
+    "multi_model": Opt(default=False, flags=("--multi-model", "--multi_model"), help=HELP["multi_model"]),
+    "no_mpi": Opt(default=False, flags=("--no-mpi", "--no_mpi"), help=HELP["no_mpi"]),
+    "oversubscribe": Opt(default=False, flags=("--oversubscribe",), help=HELP["oversubscribe"]),
+    "tensorrt_llm_model_name": Opt(
+        default=None,
+        flags=("--tensorrt_llm_model_name", "--tensorrt-llm-model-name"),
+        help=HELP["tensorrt_llm_model_name"],
+    ),
+    "detach": Opt(default=False, flags=("--detach", "-d"), help=HELP["detach"]),
+    "pid_file": Opt(default=None, flags=("--pid-file", "--pid_file"), help=HELP["pid_file"]),
+    "timeout": Opt(default=600.0, flags=("--timeout",), help=HELP["timeout"], gt=0),
+    "stop_timeout": Opt(default=30.0, flags=("--stop-timeout",), help=HELP["stop_timeout"], gt=0),
+    "exit_timeout": Opt(default=5, flags=("--exit_timeout", "--exit-timeout"), help=HELP["exit_timeout"], ge=0),
+    "server_args": Opt(default_factory=list, flags=("--server-arg",), help=HELP["server_args"]),
+    "hostfile": Opt(default=None, flags=("--hostfile",), help=HELP["hostfile"]),
+    "openai_port": Opt(
+        default=None, flags=("--openai_port", "--openai-port"), help=HELP["openai_port"], ge=1, le=65535
+    ),
+}
+
+#: The default of every launch option but ``model_repo`` (required) and ``server_args`` (empty list).
+DEFAULTS: dict[str, Any] = {
+    name: spec.default for name, spec in LAUNCH_OPTIONS.items() if name not in ("model_repo", "server_args")
 }

@@ -151,3 +151,35 @@ def openai_front_end(repo: Path, grpc_url: str, *options: str, log_dir: Path | N
     """:func:`openai_front_ends` for one front end: yields its base URL."""
     with openai_front_ends(repo, grpc_url, [options], log_dir=log_dir) as (base,):
         yield base
+
+
+def greedy_reference(
+    checkpoint: Path, prompts: Sequence[tuple[list[int], int]], *, eos_token_id: int, pad_token_id: int, threads: int
+) -> list[list[int]]:
+    """transformers' own greedy ``generate()`` on a Hugging Face checkpoint in this process (fp32), the
+    reference the served text is compared with: for each ``(prompt ids, max_tokens)`` the generated ids
+    (ending with ``eos_token_id`` when generation stopped there).
+
+    ``threads``: torch's thread count meanwhile (the served reference engine's, so the matmuls reduce in the
+    same order); restored afterwards. Needs torch and transformers (callers skip without them).
+    """
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            return [
+                model.generate(
+                    torch.tensor([ids]),
+                    max_new_tokens=max_tokens,
+                    do_sample=False,
+                    eos_token_id=eos_token_id,
+                    pad_token_id=pad_token_id,
+                )[0, len(ids) :].tolist()
+                for ids, max_tokens in prompts
+            ]
+    finally:
+        torch.set_num_threads(before)

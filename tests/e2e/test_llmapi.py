@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_support import Stream, grpc_input
+from e2e_support import Stream, greedy_reference, grpc_input
 
 pytestmark = pytest.mark.server
 
@@ -48,26 +48,13 @@ def tok(smollm2_dir: Path):
 @pytest.fixture(scope="module")
 def offline(smollm2_dir, tok) -> dict[str, str]:
     """{prompt: transformers' greedy generated text (special tokens skipped)}."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir), dtype=torch.float32).eval()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))  # as the served reference engine
-    out = {}
-    try:
-        with torch.inference_mode():
-            for prompt, max_tokens in CASES:
-                ids = tok.encode(prompt, add_special_tokens=True)
-                gen = model.generate(
-                    torch.tensor([ids]),
-                    max_new_tokens=max_tokens,
-                    do_sample=False,
-                    eos_token_id=tok.eos_token_id,
-                    pad_token_id=tok.pad_token_id or tok.eos_token_id,
-                )
-                out[prompt] = tok.decode(gen[0, len(ids) :].tolist(), skip_special_tokens=True)
-    finally:
-        torch.set_num_threads(threads)
-    del model
-    return out
+    prompts = [(tok.encode(prompt, add_special_tokens=True), max_tokens) for prompt, max_tokens in CASES]
+    threads = max(1, len(os.sched_getaffinity(0)))  # as the served reference engine
+    eos = tok.eos_token_id
+    gens = greedy_reference(
+        smollm2_dir, prompts, eos_token_id=eos, pad_token_id=tok.pad_token_id or eos, threads=threads
+    )
+    return {prompt: tok.decode(gen, skip_special_tokens=True) for (prompt, _), gen in zip(CASES, gens, strict=True)}
 
 
 @pytest.fixture(scope="module")

@@ -330,6 +330,56 @@ def test_server_keeps_serving_after_errors(client, tok, greedy, name):
     assert got.choices[0].text == tok.decode(greedy(tok(PROMPT)["input_ids"]), skip_special_tokens=True)
 
 
+def _samples(text: str) -> dict[str, float]:
+    """``{'name{labels}': value}`` of a Prometheus text exposition (comments skipped)."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def test_front_door_metrics_count_a_stream_its_latencies_and_a_disconnect(launched, client, name):
+    """Issue 24: the front end's /metrics (no key) counts what the client saw: tokens = usage, one TTFT and
+    (deltas - 1) inter-token gaps per stream, the 200, and a client that goes away mid-stream as cancelled."""
+    import time
+
+    def scrape() -> dict[str, float]:
+        return _samples(httpx.get(f"{launched['base']}/metrics", timeout=30).text)
+
+    m = f'model="{name}"'
+    before = scrape()
+    chunks = list(
+        client.completions.create(
+            model=name, prompt=PROMPT, max_tokens=N, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    deltas = sum(1 for c in chunks if c.choices and c.choices[0].text)
+    after = scrape()
+    assert deltas >= 2
+
+    def grew(key: str) -> float:
+        return after[key] - before[key]
+
+    assert grew(f"repo_builder_openai_output_tokens_total{{{m}}}") == chunks[-1].usage.completion_tokens
+    assert grew(f"repo_builder_openai_first_token_seconds_count{{{m}}}") == 1
+    assert 0 < grew(f"repo_builder_openai_first_token_seconds_sum{{{m}}}") < 60
+    assert grew(f"repo_builder_openai_inter_token_seconds_count{{{m}}}") == deltas - 1
+    assert grew(f'repo_builder_openai_requests_total{{{m},status="200"}}') == 1
+    key = f"repo_builder_openai_streams_cancelled_total{{{m}}}"
+    assert grew(key) == 0
+    body = {"model": name, "prompt": PROMPT, "max_tokens": 400, "min_tokens": 400, "stream": True}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.stream("POST", f"{launched['base']}/v1/completions", json=body, headers=headers, timeout=60) as r:
+        assert r.status_code == 200
+        next(r.iter_lines())  # the first event, then the client goes away
+    deadline = time.monotonic() + 60
+    while scrape()[key] == after[key] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert scrape()[key] == after[key] + 1
+
+
 def test_sigterm_stops_front_end_and_server_with_the_launchers_exit_code(launched):
     """Last in the module: the launch's SIGTERM discipline (exit 128 + 15) covers the front end too."""
     from repo_builder.server import procs

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_support import Stream, grpc_input, http_generate
+from e2e_support import Stream, greedy_reference, grpc_input, http_generate
 
 pytestmark = pytest.mark.server
 
@@ -59,26 +59,10 @@ def chat_ids(tok, prompt: str) -> list[int]:
 @pytest.fixture(scope="module")
 def offline(smollm2_dir, tok, im_end) -> dict[str, list[int]]:
     """{prompt: greedy generated ids, ending with <|im_end|> when generation stopped there}."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir), dtype=torch.float32).eval()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the served reference engine: same reduction order in the matmuls
-    out = {}
-    try:
-        with torch.inference_mode():
-            for prompt, max_tokens in CASES:
-                ids = chat_ids(tok, prompt)
-                gen = model.generate(
-                    torch.tensor([ids]),
-                    max_new_tokens=max_tokens,
-                    do_sample=False,
-                    eos_token_id=im_end,
-                    pad_token_id=im_end,
-                )
-                out[prompt] = gen[0, len(ids) :].tolist()
-    finally:
-        torch.set_num_threads(threads)
-    del model
-    return out
+    prompts = [(chat_ids(tok, prompt), max_tokens) for prompt, max_tokens in CASES]
+    # one thread, as the served reference engine: same reduction order in the matmuls
+    gens = greedy_reference(smollm2_dir, prompts, eos_token_id=im_end, pad_token_id=im_end, threads=1)
+    return {prompt: gen for (prompt, _), gen in zip(CASES, gens, strict=True)}
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,11 @@ import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.disagg_bls import DisaggregatedCore, DisaggregatedSettings, as_declared, reshaped_dims
 from repo_builder_runtime.errors import StepError
 from repo_builder_runtime.params import ModelParams
+from repo_builder_runtime.request_failure import fail_request, log_unexpected
 from repo_builder_runtime.triton_io import is_client_error, triton_error
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+_MODEL = "disaggregated_serving_bls"
 
 
 class _Caller:
@@ -99,13 +101,15 @@ class TritonPythonModel:
                 request_id=request.request_id(),
             )
         except Exception as exc:  # noqa: BLE001 - every failure becomes this request's error response
-            if not isinstance(exc, StepError):
-                pb_utils.Logger.log_error(f"disaggregated_serving_bls: {type(exc).__name__}: {exc}")
-            if not final_sent:
-                try:
-                    sender.send(pb_utils.InferenceResponse(error=_error(exc)), flags=_FINAL)
-                except Exception as send_exc:  # noqa: BLE001 - the client may be gone
-                    pb_utils.Logger.log_warn(f"disaggregated_serving_bls: could not send the error: {send_exc}")
+            fail_request(
+                exc,
+                model=_MODEL,
+                expected=(StepError,),
+                logger=pb_utils.Logger,
+                send_error=None
+                if final_sent
+                else lambda e: sender.send(pb_utils.InferenceResponse(error=_error(e)), flags=_FINAL),
+            )
 
     def _serve_once(self, request):
         got = []
@@ -118,8 +122,7 @@ class TritonPythonModel:
             )
             return _response(got[-1] if got else {})
         except Exception as exc:  # noqa: BLE001
-            if not isinstance(exc, StepError):
-                pb_utils.Logger.log_error(f"disaggregated_serving_bls: {type(exc).__name__}: {exc}")
+            log_unexpected(exc, model=_MODEL, expected=(StepError,), logger=pb_utils.Logger)
             return pb_utils.InferenceResponse(error=_error(exc))
 
     def execute(self, requests):

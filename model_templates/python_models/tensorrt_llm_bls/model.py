@@ -50,9 +50,12 @@ from repo_builder_runtime.bls import (
 )
 from repo_builder_runtime.metrics import BLS, for_model
 from repo_builder_runtime.params import ModelParams
+from repo_builder_runtime.request_failure import fail_request, log_unexpected
 from repo_builder_runtime.triton_io import RequestError, is_client_error, triton_error, use_fast_bytes_codec
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+#: Failures that are not the server's fault (a refused request, a failed step): answered, never logged as errors.
+_EXPECTED = (BLSRequestError, BLSStepError)
 _STOP_INPUT = "stop"  # TensorRT-LLM's cancellation input: a request with the same id and stop=true
 
 
@@ -296,13 +299,15 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001 - every failure becomes this request's error response
             if isinstance(exc, BLSRequestError):
                 self.metrics.refused(exc.field)
-            if not isinstance(exc, (BLSRequestError, BLSStepError)):
-                pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
-            if not final_sent:
-                try:
-                    sender.send(pb_utils.InferenceResponse(error=_error(exc)), flags=_FINAL)
-                except Exception as send_exc:  # noqa: BLE001 - the client may be gone
-                    pb_utils.Logger.log_warn(f"tensorrt_llm_bls: could not send the error: {send_exc}")
+            fail_request(
+                exc,
+                model="tensorrt_llm_bls",
+                expected=_EXPECTED,
+                logger=pb_utils.Logger,
+                send_error=None
+                if final_sent
+                else lambda e: sender.send(pb_utils.InferenceResponse(error=_error(e)), flags=_FINAL),
+            )
 
     def _serve_once(self, request):
         collected: list[dict[str, np.ndarray]] = []
@@ -322,8 +327,7 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001
             if isinstance(exc, BLSRequestError):
                 self.metrics.refused(exc.field)
-            if not isinstance(exc, (BLSRequestError, BLSStepError)):
-                pb_utils.Logger.log_error(f"tensorrt_llm_bls: {type(exc).__name__}: {exc}")
+            log_unexpected(exc, model="tensorrt_llm_bls", expected=_EXPECTED, logger=pb_utils.Logger)
             return pb_utils.InferenceResponse(error=_error(exc))
 
     def execute(self, requests):
