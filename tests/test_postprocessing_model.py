@@ -184,3 +184,59 @@ def test_flush_on_the_last_response_drops_a_cut_character_and_frees_the_state():
     got.append(text(p.process(last))[0])
     assert "".join(got) == "Hello" and got[-1] == ""  # the partial character is dropped, never sent as U+FFFD
     assert len(p.streams) == 0
+
+
+@pytest.mark.parametrize("name", ["mistral_v1_tokenizer", "gpt2_tokenizer"])
+def test_one_sequence_fast_path_equals_the_general_path(name, monkeypatch):
+    """The scalar path for one streamed sequence (what the BLS sends per token) gives the general path's
+    outputs, shapes and errors: BLS key, request-id key, arrival time, sequence index, padding, FLUSH,
+    ids past the vocabulary and a negative id."""
+    import random
+
+    rng = random.Random(27)
+    fast, slow = post(name), post(name)
+    monkeypatch.setattr(slow, "_one_sequence", lambda *a, **k: None)
+    taken = []
+    one = fast._one_sequence
+    monkeypatch.setattr(fast, "_one_sequence", lambda *a: taken.append(one(*a)) or taken[-1])
+    vocab = fast.vocab_size
+    ids = B25_LONG + [rng.randrange(vocab) for _ in range(200)] + [vocab + 3]
+    cases = [
+        dict(key=7, stream=True),
+        dict(key=7, stream=False),
+        dict(request_id="r-1"),
+        dict(request_id="r-2", index=1),
+        dict(arrival=55),
+        dict(request_id=""),
+    ]
+    for case in cases:
+        fast_texts, slow_texts = [], []
+        pos = 0
+        while pos < len(ids):
+            n = rng.choice([0, 1, 1, 1, 2, 3])
+            part = ids[pos : pos + n]
+            pos += n
+            inputs = chunk(part, key=case.get("key"), stream=case.get("stream"), index=case.get("index"), pad=n % 2)
+            if "arrival" in case:
+                inputs["ARRIVAL_TIME_NS"] = np.array([[case["arrival"]]], np.int64)
+            if pos >= len(ids):
+                inputs["FLUSH"] = np.array([[True]])
+            if rng.random() < 0.3:  # the [1, len] form
+                inputs["TOKENS_BATCH"] = inputs["TOKENS_BATCH"][:, 0, :]
+            rid = case.get("request_id", "")
+            a, b = fast.process(dict(inputs), rid), slow.process(dict(inputs), rid)
+            assert a["OUTPUT"].shape == b["OUTPUT"].shape and a["OUTPUT"].dtype == b["OUTPUT"].dtype
+            fast_texts += text(a)
+            slow_texts += text(b)
+        assert fast_texts == slow_texts, case
+    served = [r is not None for r in taken]
+    assert any(served) and not all(served)  # the fast path ran, and refused the non-streaming BLS case
+    bad = chunk([5, -1])
+    for p in (fast, slow):
+        with pytest.raises(RequestError, match="TOKENS_BATCH"):
+            p.process(dict(bad), "r-x")
+    wrong = chunk([5])
+    wrong["SEQUENCE_LENGTH"] = np.array([[1, 1]], np.int32)
+    for p in (fast, slow):
+        with pytest.raises(RequestError, match="SEQUENCE_LENGTH"):
+            p.process(dict(wrong), "r-y")

@@ -83,6 +83,10 @@ def _flag(array: np.ndarray | None, b: int) -> Any:
     return row[0].item() if row.size else None
 
 
+#: ``TOKENS_BATCH`` shapes without their length: one row of one sequence (``[1, 1, len]`` or ``[1, len]``).
+_ONE_SEQUENCE = ((1, 1), (1,))
+
+
 class Postprocessor:
     """Detokenizes engine responses.
 
@@ -145,6 +149,10 @@ class Postprocessor:
         tokens = inputs.get("TOKENS_BATCH")
         if tokens is None:
             raise RequestError("TOKENS_BATCH", "is missing")
+        if type(tokens) is np.ndarray and tokens.shape[:-1] in _ONE_SEQUENCE:
+            one = self._one_sequence(inputs, tokens, request_id, correlation_id)
+            if one is not None:
+                return one
         t = np.asarray(tokens)
         if t.ndim == 2:  # [batch, len] (beam 1) with a batch dim, else [beam, len]
             t = t[:, None, :] if self.params.max_batch_size > 0 else t[None, :, :]
@@ -219,6 +227,55 @@ class Postprocessor:
             metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
             metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
         return {"OUTPUT": texts.reshape(-1)}
+
+    def _one_sequence(
+        self, inputs: Mapping[str, np.ndarray | None], tokens: np.ndarray, request_id: str, correlation_id: int | str
+    ) -> dict[str, np.ndarray] | None:
+        """What :meth:`process` returns for a streamed response of one sequence (``TOKENS_BATCH``
+        ``[1, 1, len]`` or ``[1, len]``) keyed by the BLS's ``DETOKENIZER_KEY`` or by the request id (what
+        the BLS sends with every streamed token: issue 27), with a few scalar reads instead of the per-row
+        loops; None for anything else (a ledger-counted ensemble stream, no stream key, no streaming engine),
+        which the general path then serves. Same stream key, same checks of the ids, same text."""
+        if not self.engine_streams or self.params.max_batch_size <= 0:
+            return None
+        key = _flag(inputs.get("DETOKENIZER_KEY"), 0)
+        seq_index, batch_index = inputs.get("SEQUENCE_INDEX"), inputs.get("BATCH_INDEX")
+        stream_key: tuple
+        if key is not None and int(key) != 0:
+            if not bool(_flag(inputs.get("STREAM"), 0)):
+                return None
+            stream_key = ("bls", int(key))
+        else:
+            arrived = int(_flag(inputs.get("ARRIVAL_TIME_NS"), 0) or 0)
+            if self.ledger is not None and not arrived and seq_index is None and batch_index is None:
+                return None  # counted against the ledger's budget: the general path
+            if not (request_id or arrived or correlation_id):
+                return None
+            stream_key = ("ens", request_id, correlation_id, arrived)
+        lengths = inputs.get("SEQUENCE_LENGTH")
+        flat = tokens.reshape(-1)
+        if lengths is not None:
+            if np.size(lengths) != 1:
+                raise RequestError("SEQUENCE_LENGTH", f"has {np.size(lengths)} values for 1 x 1 sequences")
+            flat = flat[: max(0, int(np.asarray(lengths).reshape(-1)[0]))]
+        ids = flat.tolist()
+        if ids and min(ids) < 0:
+            check_token_ids("TOKENS_BATCH", flat, None)  # raises, naming the id
+        if ids and max(ids) >= self.vocab_size:
+            ids = self._drop_undecodable(ids)
+        row = _flag(batch_index, 0)
+        full_key = (*stream_key, 0 if row is None else int(row), int(_flag(seq_index, 0) or 0), 0)
+        t0 = time.perf_counter()
+        text = self.streams.add(full_key, ids)
+        if bool(_flag(inputs.get("FLUSH"), 0)):  # the caller's last response: emit the held tail, free the state
+            text += self.streams.finish(full_key)
+        out = np.empty(1, dtype=object)
+        out[0] = text.encode("utf-8")
+        metrics = self.metrics
+        if metrics.enabled:
+            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
+            metrics.inc("repo_builder_detokenize_tokens_total", len(ids))
+        return {"OUTPUT": out}
 
     def _drop_undecodable(self, ids: list[int]) -> list[int]:
         """``ids`` without those at or past the tokenizer's size, which decode as nothing.

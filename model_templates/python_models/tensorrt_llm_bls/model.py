@@ -51,7 +51,7 @@ from repo_builder_runtime.bls import (
 from repo_builder_runtime.metrics import BLS, for_model
 from repo_builder_runtime.params import ModelParams
 from repo_builder_runtime.request_failure import fail_request, log_unexpected
-from repo_builder_runtime.triton_io import RequestError, is_client_error, triton_error
+from repo_builder_runtime.triton_io import RequestError, is_client_error, triton_error, use_fast_bytes_codec
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 #: Failures that are not the server's fault (a refused request, a failed step): answered, never logged as errors.
@@ -218,6 +218,8 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
         params = ModelParams(args["model_config"])
         cfg = params.config
+        # one text tensor per streamed token: its (de)serialization without numpy iteration (triton_io.py)
+        use_fast_bytes_codec(pb_utils)
         self.decoupled = params.decoupled
         self.settings = BLSSettings(
             engine_model=params.str("tensorrt_llm_model_name", "tensorrt_llm") or "tensorrt_llm",
