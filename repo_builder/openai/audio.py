@@ -26,25 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi import Request
+from fastapi.responses import PlainTextResponse
 
 from .protocol import APIError
+from .single_model import single_model_app
 
 WHISPER_MARKER = "repo-builder.whisper.json"
 _FIELDS = {"file", "model", "language", "response_format"}
-
-
-class _Backend:
-    """What :func:`repo_builder.openai.serve.serve` checks of a route: the Triton model's name."""
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-
-class _Route:
-    def __init__(self, model: str) -> None:
-        self.backend = _Backend(model)
 
 
 def parse_form(body: bytes, content_type: str) -> dict[str, tuple[bytes, str | None]]:
@@ -140,46 +129,9 @@ def create_audio_app(config: Any) -> Any:
     name = config.served_model_name or "whisper"
     rate = int(facts["sampling_rate"])
     languages = list(facts["languages"])
-    app = FastAPI(title="repo-builder OpenAI-compatible API (audio)", docs_url=None, redoc_url=None)
-    app.state.routes = {name: _Route("whisper_bls")}
-    client: dict[str, Any] = {}
-
-    def error(err: APIError) -> Any:
-        return JSONResponse(err.body(), status_code=err.status)
-
-    @app.exception_handler(APIError)
-    async def _api_error(_request: Request, exc: APIError) -> Any:
-        return error(exc)
-
-    def check_key(request: Request) -> None:
-        import hmac
-
-        if config.api_key:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given, f"Bearer {config.api_key}"):
-                raise APIError(401, "invalid API key", type="authentication_error", code="invalid_api_key")
-
-    async def grpc() -> Any:
-        if "c" not in client:
-            import tritonclient.grpc.aio as grpcaio
-
-            client["c"] = grpcaio.InferenceServerClient(config.grpc_url)
-        return client["c"]
-
-    @app.get("/health")
-    async def health() -> Any:
-        try:
-            ready = await (await grpc()).is_model_ready("whisper_bls")
-        except Exception:  # noqa: BLE001 - unreachable is "not ready"
-            ready = False
-        if not ready:
-            return error(APIError(503, "Triton model 'whisper_bls' is not ready", type="server_error"))
-        return Response(status_code=200)
-
-    @app.get("/v1/models")
-    async def models(request: Request) -> Any:
-        check_key(request)
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "repo-builder"}]}
+    app, check_key, grpc = single_model_app(
+        config, title="repo-builder OpenAI-compatible API (audio)", served_name=name, triton_model="whisper_bls"
+    )
 
     @app.post("/v1/audio/transcriptions")
     async def transcriptions(request: Request) -> Any:

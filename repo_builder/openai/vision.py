@@ -24,27 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import Request
 
 from .images import image_chat
 from .protocol import APIError, ChatCompletionRequest, parse_request
+from .single_model import single_model_app
 
 MULTIMODAL_MARKER = "repo-builder.multimodal.json"
 #: Request fields this route honours; any other field that is set (not None / its neutral value) is refused.
 _HONOURED = {"model", "messages", "max_tokens", "max_completion_tokens", "user"}
 _NEUTRAL = {"stream": (False,), "n": (1,), "temperature": (0, 0.0)}
 DEFAULT_MAX_TOKENS = 64
-
-
-class _Backend:
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-
-class _Route:
-    def __init__(self, model: str) -> None:
-        self.backend = _Backend(model)
 
 
 def create_vision_app(config: Any) -> Any:
@@ -66,46 +56,9 @@ def create_vision_app(config: Any) -> Any:
         raise RepoBuilderError(f"cannot read the multimodal facts / tokenizer: {exc}", path=folder) from exc
     name = config.served_model_name or "llava"
     max_images = int(facts["max_num_images"])
-    app = FastAPI(title="repo-builder OpenAI-compatible API (vision)", docs_url=None, redoc_url=None)
-    app.state.routes = {name: _Route("ensemble")}
-    client: dict[str, Any] = {}
-
-    def error(err: APIError) -> Any:
-        return JSONResponse(err.body(), status_code=err.status)
-
-    @app.exception_handler(APIError)
-    async def _api_error(_request: Request, exc: APIError) -> Any:
-        return error(exc)
-
-    def check_key(request: Request) -> None:
-        import hmac
-
-        if config.api_key:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given, f"Bearer {config.api_key}"):
-                raise APIError(401, "invalid API key", type="authentication_error", code="invalid_api_key")
-
-    async def grpc() -> Any:
-        if "c" not in client:
-            import tritonclient.grpc.aio as grpcaio
-
-            client["c"] = grpcaio.InferenceServerClient(config.grpc_url)
-        return client["c"]
-
-    @app.get("/health")
-    async def health() -> Any:
-        try:
-            ready = await (await grpc()).is_model_ready("ensemble")
-        except Exception:  # noqa: BLE001 - unreachable is "not ready"
-            ready = False
-        if not ready:
-            return error(APIError(503, "Triton model 'ensemble' is not ready", type="server_error"))
-        return Response(status_code=200)
-
-    @app.get("/v1/models")
-    async def models(request: Request) -> Any:
-        check_key(request)
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "repo-builder"}]}
+    app, check_key, grpc = single_model_app(
+        config, title="repo-builder OpenAI-compatible API (vision)", served_name=name, triton_model="ensemble"
+    )
 
     def prompt_of(conversation: list[dict[str, str]]) -> str:
         if getattr(tokenizer, "chat_template", None):

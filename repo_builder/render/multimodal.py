@@ -28,20 +28,17 @@ mllama (cross-attention) are refused for now (docs/layouts.md).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, ParameterError, RenderError, TokenizerError
+from ..errors import EngineError, ParameterError, TokenizerError
 from ..profile.schema import load_schema
 from .options import RenderOptions
 from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
-from .whisper import _int_key, _read_json, _render_template, _weight_files
+from .whisper import _int_key, _read_json, _render_template, refuse_unsupported, write_checkpoint_repository
 
 ENGINE = "tensorrt_llm"
 ENCODERS = "multimodal_encoders"
@@ -55,8 +52,6 @@ MODELS = {
 }
 #: The parameters of this layout (model_templates/parameters.yaml, models [multimodal_encoders]).
 LAYOUT_PARAMETERS = ("multimodal_max_batch_size", "multimodal_max_num_images", "multimodal_max_prompt_table_size")
-_PROFILES = ("trtllm-1.2",)
-_MODEL_FILES = ("config.json", "generation_config.json")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
 IMAGE_TOKEN = "<image>"
 #: model_type values of NVIDIA's other families, refused with a reason.
@@ -303,40 +298,10 @@ def render_multimodal_repository(
     opts = options or RenderOptions()
     checkpoint = Path(checkpoint_dir).resolve()
     out = Path(output).absolute()
-    if opts.profile not in _PROFILES:
-        raise RenderError(
-            f"layout multimodal needs profile {', '.join(_PROFILES)}, not {opts.profile}", key="--profile"
-        )
-    if opts.engine_mode != "copy":
-        raise RenderError(
-            f"--engine-mode {opts.engine_mode} is not supported by layout multimodal (the checkpoint is copied)",
-            key="--engine-mode",
-        )
-    if opts.streaming:
-        raise RenderError("layout multimodal has no streaming (decoupled) mode yet", key="--streaming")
-    if out.exists():
-        raise RenderError("already exists", path=out, hint="layout multimodal writes a new directory; remove it first")
-    if not checkpoint.is_dir():
-        raise EngineError("not a directory", path=checkpoint, key="--engine-dir")
+    refuse_unsupported("multimodal", opts, out, checkpoint)
     facts = multimodal_facts(checkpoint)
     values = resolve_multimodal_values(facts, opts)
     serve_root = serve_root_of(opts, out)
     files = plan_multimodal_files(checkpoint, facts, values, serve_root, opts.profile)
-    weights = [checkpoint / n for n in _MODEL_FILES if (checkpoint / n).is_file()] + _weight_files(checkpoint)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        for rel, data in files.items():
-            target = tmp / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        (tmp / "ensemble" / "1").mkdir(parents=True, exist_ok=True)
-        engine = tmp / ENGINE / "1" / "engine"
-        engine.mkdir(parents=True, exist_ok=True)
-        for src in weights:
-            shutil.copyfile(src, engine / src.name)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_checkpoint_repository(out, files, checkpoint, empty_dirs=("ensemble/1",))
     return MultimodalRenderResult(output=out, facts=facts, values=values, files=sorted(files))

@@ -284,6 +284,60 @@ def _weight_files(checkpoint: Path) -> list[Path]:
     return found
 
 
+def refuse_unsupported(layout: str, opts: RenderOptions, out: Path, checkpoint: Path) -> None:
+    """The refusals every checkpoint layout (whisper, multimodal) shares before it reads the checkpoint.
+
+    Raises:
+        RenderError: a profile other than :data:`_PROFILES` (key ``--profile``), ``engine_mode`` other than copy
+            (``--engine-mode``), ``streaming`` (``--streaming``), or ``out`` exists (these layouts write a new
+            directory).
+        EngineError: ``checkpoint`` is not a directory (``--engine-dir``).
+    """
+    if opts.profile not in _PROFILES:
+        raise RenderError(f"layout {layout} needs profile {', '.join(_PROFILES)}, not {opts.profile}", key="--profile")
+    if opts.engine_mode != "copy":
+        raise RenderError(
+            f"--engine-mode {opts.engine_mode} is not supported by layout {layout} (the checkpoint is copied)",
+            key="--engine-mode",
+        )
+    if opts.streaming:
+        raise RenderError(f"layout {layout} has no streaming (decoupled) mode yet", key="--streaming")
+    if out.exists():
+        raise RenderError("already exists", path=out, hint=f"layout {layout} writes a new directory; remove it first")
+    if not checkpoint.is_dir():
+        raise EngineError("not a directory", path=checkpoint, key="--engine-dir")
+
+
+def write_checkpoint_repository(
+    out: Path, files: Mapping[str, bytes], checkpoint: Path, empty_dirs: tuple[str, ...] = ()
+) -> None:
+    """Write ``files`` ({repository-relative path: bytes}), the folders ``empty_dirs`` and the checkpoint's model
+    files and weights (into ``tensorrt_llm/1/engine``) into a temp dir beside ``out``, then rename it into place:
+    a failure leaves nothing.
+
+    Raises:
+        EngineError: the checkpoint has no weights (:func:`_weight_files`); OSError from the write.
+    """
+    weights = [checkpoint / n for n in _MODEL_FILES if (checkpoint / n).is_file()] + _weight_files(checkpoint)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for rel, data in files.items():
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        for rel in empty_dirs:
+            (tmp / rel).mkdir(parents=True, exist_ok=True)
+        engine = tmp / ENGINE / "1" / "engine"
+        engine.mkdir(parents=True, exist_ok=True)
+        for src in weights:
+            shutil.copyfile(src, engine / src.name)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 @dataclass
 class WhisperRenderResult:
     """What :func:`render_whisper_repository` wrote: the repository, the facts, the values and the files."""
@@ -360,37 +414,10 @@ def render_whisper_repository(
     opts = options or RenderOptions()
     checkpoint = Path(checkpoint_dir).resolve()
     out = Path(output).absolute()
-    if opts.profile not in _PROFILES:
-        raise RenderError(f"layout whisper needs profile {', '.join(_PROFILES)}, not {opts.profile}", key="--profile")
-    if opts.engine_mode != "copy":
-        raise RenderError(
-            f"--engine-mode {opts.engine_mode} is not supported by layout whisper (the checkpoint is copied)",
-            key="--engine-mode",
-        )
-    if opts.streaming:
-        raise RenderError("layout whisper has no streaming (decoupled) mode yet", key="--streaming")
-    if out.exists():
-        raise RenderError("already exists", path=out, hint="layout whisper writes a new directory; remove it first")
-    if not checkpoint.is_dir():
-        raise EngineError("not a directory", path=checkpoint, key="--engine-dir")
+    refuse_unsupported("whisper", opts, out, checkpoint)
     facts = whisper_facts(checkpoint)
     values = resolve_whisper_values(facts, opts, checkpoint=checkpoint)
     serve_root = Path(opts.serve_path) if opts.serve_path else out
     files = plan_whisper_files(checkpoint, facts, values, serve_root, opts.profile)
-    weights = [checkpoint / n for n in _MODEL_FILES if (checkpoint / n).is_file()] + _weight_files(checkpoint)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        for rel, data in files.items():
-            target = tmp / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        engine = tmp / ENGINE / "1" / "engine"
-        engine.mkdir(parents=True, exist_ok=True)
-        for src in weights:
-            shutil.copyfile(src, engine / src.name)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_checkpoint_repository(out, files, checkpoint)
     return WhisperRenderResult(output=out, facts=facts, values=values, files=sorted(files))
