@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from repo_builder.cli import app
 from repo_builder.errors import EngineError, ParameterError, RenderError, TokenizerError
-from repo_builder.render import render_repository
+from repo_builder.render import RenderOptions, render_repository
 from repo_builder.render.whisper import render_whisper_repository, whisper_facts
 from repo_builder.repository.pbtxt import parse_model_config, string_parameters
 from repo_builder.runtime.errors import RequestError
@@ -101,6 +101,10 @@ def test_values_are_typed_and_checked_naming_the_key(tiny_whisper, tmp_path):
             render_whisper_repository(tiny_whisper, tmp_path / f"bad{i}", _opts(**values))
         assert key in str(err.value) and words in str(err.value), str(err.value)
         assert not (tmp_path / f"bad{i}").exists()
+    # the server sees the repository at --serve-path: a relative one would write a relative engine_dir
+    with pytest.raises(RenderError) as bad:
+        render_whisper_repository(tiny_whisper, tmp_path / "rel", RenderOptions(serve_path="relative/repo"))
+    assert bad.value.key == "--serve-path" and not (tmp_path / "rel").exists()
 
 
 def test_the_plain_layout_refuses_whisper_keys(tiny_llama, tmp_path):

@@ -39,6 +39,7 @@ from ..errors import EngineError, ParameterError, RenderError, TokenizerError
 from ..profile.schema import load_schema, validate_user_values
 from ..repository.pbtxt import parse_model_config
 from .options import RenderOptions
+from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 
 BLS = "whisper_bls"
@@ -417,7 +418,7 @@ def render_whisper_repository(
     refuse_unsupported("whisper", opts, out, checkpoint)
     facts = whisper_facts(checkpoint)
     values = resolve_whisper_values(facts, opts, checkpoint=checkpoint)
-    serve_root = Path(opts.serve_path) if opts.serve_path else out
+    serve_root = serve_root_of(opts, out)
     files = plan_whisper_files(checkpoint, facts, values, serve_root, opts.profile)
     write_checkpoint_repository(out, files, checkpoint)
     return WhisperRenderResult(output=out, facts=facts, values=values, files=sorted(files))
