@@ -82,31 +82,41 @@ def model_yaml_text(profile: str, values: dict[str, Any], contract: ProfileContr
     return _YAML_HEADER.format(profile=profile, version=contract.trtllm_version) + body
 
 
-def render_llmapi_config(profile: str, values: dict[str, Any], contract: ProfileContract, model_name: str) -> str:
-    """``tensorrt_llm/config.pbtxt`` from ``model_templates/<profile>/tensorrt_llm/config.pbtxt.j2``, tidied and
-    parsed with protobuf's text format.
+def _render_config(profile: str, template_model: str, model_name: str, **variables: Any) -> str:
+    """``<model_name>/config.pbtxt`` from ``model_templates/<profile>/<template_model>/config.pbtxt.j2`` rendered
+    with ``model_name`` and ``variables``, tidied and parsed with protobuf's text format.
 
     Raises:
         TemplateError: a missing template or one protobuf refuses (names it).
     """
     from ..errors import TemplateError
 
-    path = template_path(profile, LLMAPI_MODEL)
+    path = template_path(profile, template_model)
     if not path.is_file():
         raise TemplateError("template missing", path=path)
-    text = (
+    text = _tidy(
         make_environment()
-        .get_template(f"{profile}/{LLMAPI_MODEL}/config.pbtxt.j2")
-        .render(
-            contract=contract.models[LLMAPI_MODEL],
-            model_name=model_name,
-            triton_max_batch_size=values["triton_config.max_batch_size"],
-            decoupled=bool(values["triton_config.decoupled"]),
-        )
+        .get_template(f"{profile}/{template_model}/config.pbtxt.j2")
+        .render(model_name=model_name, **variables)
     )
-    text = _tidy(text)
     parse_model_config(text, path=f"{model_name}/config.pbtxt (rendered from {path})")
     return text
+
+
+def render_llmapi_config(profile: str, values: dict[str, Any], contract: ProfileContract, model_name: str) -> str:
+    """``tensorrt_llm/config.pbtxt`` from ``model_templates/<profile>/tensorrt_llm/config.pbtxt.j2``.
+
+    Raises:
+        TemplateError: a missing template or one protobuf refuses (names it).
+    """
+    return _render_config(
+        profile,
+        LLMAPI_MODEL,
+        model_name,
+        contract=contract.models[LLMAPI_MODEL],
+        triton_max_batch_size=values["triton_config.max_batch_size"],
+        decoupled=bool(values["triton_config.decoupled"]),
+    )
 
 
 def render_front_config(
@@ -119,25 +129,15 @@ def render_front_config(
     Raises:
         TemplateError: a missing template or one protobuf refuses (names it).
     """
-    from ..errors import TemplateError
-
-    path = template_path(profile, model_name)
-    if not path.is_file():
-        raise TemplateError("template missing", path=path)
-    text = (
-        make_environment()
-        .get_template(f"{profile}/{model_name}/config.pbtxt.j2")
-        .render(
-            contract=contract.models[model_name],
-            model_name=model_name,
-            front_max_batch_size=FRONT_MAX_BATCH_SIZE,
-            decoupled=bool(values["triton_config.decoupled"]),
-            tensorrt_llm_model_name=engine_model,
-        )
+    return _render_config(
+        profile,
+        model_name,
+        model_name,
+        contract=contract.models[model_name],
+        front_max_batch_size=FRONT_MAX_BATCH_SIZE,
+        decoupled=bool(values["triton_config.decoupled"]),
+        tensorrt_llm_model_name=engine_model,
     )
-    text = _tidy(text)
-    parse_model_config(text, path=f"{model_name}/config.pbtxt (rendered from {path})")
-    return text
 
 
 def front_door_files(profile: str, values: dict[str, Any], contract: ProfileContract) -> dict[str, bytes]:
