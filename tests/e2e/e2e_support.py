@@ -18,17 +18,23 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 
-def http_generate(server, model: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(
-        f"{server.http_url}/v2/models/{model}/generate",
-        data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json"},
-    )
+def _http_post(url: str, payload: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+    """POST ``payload`` as JSON; (HTTP status, JSON body), errors included."""
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
+
+
+def http_generate(server, model: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    return _http_post(f"{server.http_url}/v2/models/{model}/generate", payload, timeout=120)
+
+
+def http_infer(server, model: str, inputs: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """KServe v2 ``/v2/models/<model>/infer`` with JSON ``inputs``; (HTTP status, JSON body)."""
+    return _http_post(f"{server.http_url}/v2/models/{model}/infer", {"inputs": inputs}, timeout=300)
 
 
 def grpc_input(name: str, arr: np.ndarray) -> Any:

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import base64
 import io
-import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import numpy as np
 import pytest
+from e2e_support import http_infer
 
 pytestmark = pytest.mark.server
 
@@ -83,19 +81,6 @@ def reference(tiny_llava):
     return run
 
 
-def infer(server, inputs: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(
-        f"{server.http_url}/v2/models/ensemble/infer",
-        data=json.dumps({"inputs": inputs}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-
-
 def request(text: str, urls: list[str] | None = None, image: np.ndarray | None = None) -> list[dict[str, Any]]:
     inputs: list[dict[str, Any]] = [
         {"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": [text]},
@@ -118,13 +103,13 @@ def text_output(body: dict[str, Any]) -> str:
 
 def test_image_description_equals_transformers_generate_with_pixel_values(server, reference):
     image = pixels(0)
-    status, body = infer(server, request(PROMPT, [data_uri(image)]))
+    status, body = http_infer(server, "ensemble", request(PROMPT, [data_uri(image)]))
     assert status == 200, body
     expected = reference(PROMPT, image)
     assert text_output(body) == expected and expected.strip()
     other = pixels(1)
     assert reference(PROMPT, other) != expected  # the output depends on the image
-    status, body = infer(server, request(PROMPT, image=other))
+    status, body = http_infer(server, "ensemble", request(PROMPT, image=other))
     assert status == 200, body
     assert text_output(body) == reference(PROMPT, other)
 
@@ -141,7 +126,8 @@ def test_openai_image_url_content_parts_through_the_ensemble(server, reference):
     chat = image_chat([ChatMessage.model_validate({"role": "user", "content": parts})], max_images=1)
     (message,) = chat.conversation  # the tiny tokenizer has no chat template: the user text is the prompt
     assert message["content"] == PROMPT
-    status, body = infer(server, request(message["content"], chat.ensemble_fields()["image_url_input"]))
+    images = chat.ensemble_fields()["image_url_input"]
+    status, body = http_infer(server, "ensemble", request(message["content"], images))
     assert status == 200, body
     from PIL import Image
 
@@ -150,7 +136,7 @@ def test_openai_image_url_content_parts_through_the_ensemble(server, reference):
 
 
 def test_a_text_only_request_through_the_same_ensemble(server, reference):
-    status, body = infer(server, request("Tell me a story."))
+    status, body = http_infer(server, "ensemble", request("Tell me a story."))
     assert status == 200, body
     assert text_output(body) == reference("Tell me a story.", None)
 
@@ -167,7 +153,7 @@ def test_a_text_only_request_through_the_same_ensemble(server, reference):
     ids=["undecodable", "http", "too-many", "marker-without-image"],
 )  # fmt: skip
 def test_bad_images_fail_alone_naming_the_field(server, inputs, words):
-    status, body = infer(server, inputs())
+    status, body = http_infer(server, "ensemble", inputs())
     assert status == 400, body
     assert words in body.get("error", ""), body
 

@@ -14,13 +14,11 @@ plus noise, 16 kHz). Checked:
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import numpy as np
 import pytest
+from e2e_support import http_infer
 
 pytestmark = pytest.mark.server
 
@@ -68,19 +66,6 @@ def reference(tiny_whisper):
     return run
 
 
-def infer(server, inputs: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(
-        f"{server.http_url}/v2/models/whisper_bls/infer",
-        data=json.dumps({"inputs": inputs}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-
-
 def wav_inputs(rows: list[np.ndarray], lens: list[int] | None = None, prefix: str | None = None, dtype="FP32"):
     width = max(r.shape[0] for r in rows)
     padded = np.zeros((len(rows), width), np.float32)
@@ -105,11 +90,11 @@ def transcripts(body: dict[str, Any]) -> list[str]:
 
 def test_transcript_equals_transformers_greedy_generate(server, reference):
     wav = tone(2.0, 440.0, 0)
-    status, body = infer(server, wav_inputs([wav], [wav.shape[0]], ""))
+    status, body = http_infer(server, "whisper_bls", wav_inputs([wav], [wav.shape[0]], ""))
     assert status == 200, body
     expected = reference(wav, [50258, 50259, 50359, 50363])
     assert transcripts(body) == [expected] and expected.strip()
-    status, body = infer(server, wav_inputs([wav]))  # no WAV_LENS, no TEXT_PREFIX
+    status, body = http_infer(server, "whisper_bls", wav_inputs([wav]))  # no WAV_LENS, no TEXT_PREFIX
     assert status == 200, body
     assert transcripts(body) == [expected]
 
@@ -117,7 +102,7 @@ def test_transcript_equals_transformers_greedy_generate(server, reference):
 def test_a_prompt_and_two_rows_with_their_lengths(server, reference):
     a, b = tone(1.5, 300.0, 1), tone(3.0, 700.0, 2)
     prefix = "<|startoftranscript|><|de|><|transcribe|><|notimestamps|>"
-    status, body = infer(server, wav_inputs([a, b], [a.shape[0], b.shape[0]], prefix))
+    status, body = http_infer(server, "whisper_bls", wav_inputs([a, b], [a.shape[0], b.shape[0]], prefix))
     assert status == 200, body
     prompt = [50258, 50261, 50359, 50363]
     expected = [reference(a, prompt), reference(b, prompt)]
@@ -136,7 +121,7 @@ def test_a_prompt_and_two_rows_with_their_lengths(server, reference):
     ids=["dtype", "empty", "too-long", "lens", "prefix"],
 )
 def test_bad_audio_fails_alone_naming_the_field(server, inputs, words):
-    status, body = infer(server, inputs())
+    status, body = http_infer(server, "whisper_bls", inputs())
     assert status == 400, body
     assert words in body.get("error", ""), body
 
