@@ -41,6 +41,11 @@ class Opt:
         parse: turns the command-line text into the field's value (e.g. ``"1,4,16"`` -> ``[1, 4, 16]``); the
             command-line default is then ``show(default)``.
         show: the command-line text of the default for a ``parse`` option (default: items joined by commas).
+        argument: a positional argument (``typer.Argument``; ``flags`` empty) instead of an option.
+        show_range: also give the bounds to typer (``min=ge``/``gt``, ``max=le``), which checks them while
+            parsing and shows them in ``--help``.
+        hidden: left out of ``--help``.
+        show_default: False hides the default in ``--help`` (None: typer's choice).
     """
 
     default: Any = REQUIRED
@@ -55,6 +60,10 @@ class Opt:
     choices: tuple[str, ...] | None = None
     parse: Callable[[str], Any] | None = None
     show: Callable[[Any], str] | None = None
+    argument: bool = False
+    show_range: bool = False
+    hidden: bool = False
+    show_default: bool | None = None
 
     @property
     def value(self) -> Any:
@@ -80,6 +89,15 @@ class Opt:
 
         default = overrides.pop("default", self.cli_default())
         text = overrides.pop("help", self.help)
+        if self.show_range:
+            low = self.ge if self.ge is not None else self.gt
+            overrides = {"min": low, "max": self.le, **overrides}
+        if self.hidden:
+            overrides.setdefault("hidden", True)
+        if self.show_default is not None:
+            overrides.setdefault("show_default", self.show_default)
+        if self.argument:
+            return typer.Argument(default, help=text, **overrides)
         return typer.Option(default, *self.flags, help=text, **overrides)
 
     def pydantic(self) -> Any:
@@ -122,16 +140,54 @@ def options_of(cls: type) -> dict[str, Opt]:
     return {f.name: f.metadata["option"] for f in dataclasses.fields(cls) if "option" in f.metadata}
 
 
+def command(cls: type) -> Callable[[Callable[[Any], Any]], Callable[..., Any]]:
+    """Decorator: the command function ``func(args)`` becomes one whose parameters are the option fields of the
+    dataclass ``cls`` (in declaration order, each typed by its field and defaulted by :meth:`Opt.typer`), so
+    typer builds the command from ``cls`` alone; ``func`` gets one ``cls`` instance built from them.
+
+    Register the result with ``app.command(...)`` (under :func:`repo_builder.cli.report_errors`).
+    """
+    import functools
+    import inspect
+    import typing
+
+    def wrap(func: Callable[[Any], Any]) -> Callable[..., Any]:
+        hints = typing.get_type_hints(cls)
+        params = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=spec.typer(), annotation=hints[name])
+            for name, spec in options_of(cls).items()
+        ]
+
+        @functools.wraps(func)
+        def run(**values: Any) -> Any:
+            return func(cls(**values))
+
+        del run.__wrapped__  # the signature is cls's, not func's
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return wrap
+
+
+def forward(cls: type, source: Any, **fields: Any) -> Any:
+    """An instance of the dataclass ``cls`` with each of its fields that ``source`` (an object, e.g. a
+    command's options) has taken from it; ``fields`` are added or win."""
+    names = {f.name for f in dataclasses.fields(cls)} - set(fields)
+    taken = {name: getattr(source, name) for name in names if hasattr(source, name)}
+    return cls(**taken, **fields)
+
+
 def typer_option(cls: type, name: str, **overrides: Any) -> Any:
     """The ``typer.Option`` of field ``name`` of the dataclass ``cls`` (see :meth:`Opt.typer`)."""
     return options_of(cls)[name].typer(**overrides)
 
 
-def from_cli(cls: type, values: Mapping[str, Any], *, error: type[RepoBuilderError]) -> Any:
+def from_cli(cls: type, values: Mapping[str, Any], *, error: type[RepoBuilderError], **extra: Any) -> Any:
     """An instance of the dataclass ``cls`` from a command's parameters (``values``, e.g. ``locals()``: each
-    option field under its own name; other names ignored), each ``parse`` option parsed, then checked
-    (:func:`check_options`)."""
-    fields = {}
+    option field under its own name; other names ignored), each ``parse`` option parsed, plus the fields
+    ``extra`` (not options, e.g. derived ones), then checked (:func:`check_options`)."""
+    fields = dict(extra)
     for name, spec in options_of(cls).items():
         if name not in values:
             continue

@@ -8,6 +8,7 @@ its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,12 +112,15 @@ class FieldProblem:
         message: pydantic's message without its ``"Value error, "`` prefix.
         kind: pydantic's error type (``missing``, ``int_type``, ``extra_forbidden``, ...).
         input: the value at fault (None for a missing key).
+        parts: ``loc`` as pydantic gives it (list indexes as ``int``, union member tags included), for
+            :meth:`path`.
     """
 
     loc: tuple[str, ...]
     message: str
     kind: str
     input: Any = None
+    parts: tuple[Any, ...] = ()
 
     @property
     def key(self) -> str:
@@ -127,18 +131,41 @@ class FieldProblem:
     def missing(self) -> bool:
         return self.kind == "missing"
 
+    def path(self, tags: frozenset[str] = frozenset()) -> str:
+        """The request-field path of the problem: ``("messages", 0, "content")`` -> ``messages[0].content``.
 
-def field_problems(exc: PydanticValidationError) -> list[FieldProblem]:
-    """Every error of a pydantic ``ValidationError`` as a :class:`FieldProblem`: the one reader of pydantic's
-    error dicts (the CLI, engine config, lock file and launch block messages are built from it)."""
+        pydantic's union member tags are dropped: the builtin ones (``str``, ``list[str]``, ``none``,
+        ``function-after[...]``, ...) and the model names in ``tags`` (e.g. ``{"TextPart"}``).
+        """
+        out = ""
+        for part in self.parts:
+            if isinstance(part, int):
+                out += f"[{part}]"
+            elif part in tags or part in _UNION_TAGS or "[" in part or part.startswith("function-"):
+                continue
+            else:
+                out += ("." if out else "") + str(part)
+        return out
+
+
+#: pydantic's tags of builtin union members in an error's ``loc`` (``stop.list[str].1`` for ``str | list[str]``).
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "constrained-float"})
+
+
+def field_problems(exc: PydanticValidationError | Sequence[Mapping[str, Any]]) -> list[FieldProblem]:
+    """Every error of a pydantic ``ValidationError`` (or its ``errors()`` list, e.g. FastAPI's
+    ``RequestValidationError.errors()``) as a :class:`FieldProblem`: the one reader of pydantic's error dicts
+    (the CLI, engine config, lock file, launch block and OpenAI request messages are built from it)."""
+    errors = exc if isinstance(exc, Sequence) else exc.errors(include_url=False)
     return [
         FieldProblem(
             loc=tuple(str(x) for x in err.get("loc", ())),
             message=str(err.get("msg", "invalid")).removeprefix("Value error, "),
             kind=str(err.get("type", "")),
             input=err.get("input"),
+            parts=tuple(err.get("loc", ())),
         )
-        for err in exc.errors(include_url=False)
+        for err in errors
     ]
 
 

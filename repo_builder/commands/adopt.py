@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from ..cli import app, report_errors
+from ..cli_options import REQUIRED, command, option
 
 _GROUP_TITLES = {
     "renamed_inputs": "renamed or retyped inputs",
@@ -38,22 +41,30 @@ def _print_findings(findings: list[Any]) -> None:
             )
 
 
+@dataclass(frozen=True, kw_only=True)
+class AdoptArgs:
+    """``repo-builder adopt`` options."""
+
+    repo: Path = option(
+        REQUIRED, help="Repository filled by hand from NVIDIA's inflight_batcher_llm templates.", argument=True
+    )
+    engine_dir: Path | None = option(None, "--engine-dir", help="The engine it serves (cross-checked).")
+    tokenizer_dir: Path | None = option(None, "--tokenizer-dir", help="The tokenizer it uses.")
+    values_out: Path = option(REQUIRED, "--values-out", help="Values file to write (for render --values).")
+
+
 @app.command()
 @report_errors
-def adopt(
-    repo: Path = typer.Argument(..., help="Repository filled by hand from NVIDIA's inflight_batcher_llm templates."),
-    engine_dir: Path | None = typer.Option(None, "--engine-dir", help="The engine it serves (cross-checked)."),
-    tokenizer_dir: Path | None = typer.Option(None, "--tokenizer-dir", help="The tokenizer it uses."),
-    values_out: Path = typer.Option(..., "--values-out", help="Values file to write (for render --values)."),
-) -> None:
+@command(AdoptArgs)
+def adopt(args: AdoptArgs) -> None:
     """Recover the values of a hand-filled repository into a values file; report what cannot be placed.
 
     Never writes into REPO. Render the result with `repo-builder render --profile PROFILE --values FILE`.
     """
     from ..adopt import adopt_repository, write_values_file
 
-    adoption = adopt_repository(repo, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
-    out = write_values_file(adoption, values_out)
+    adoption = adopt_repository(args.repo, engine_dir=args.engine_dir, tokenizer_dir=args.tokenizer_dir)
+    out = write_values_file(adoption, args.values_out)
     tag = f", NVIDIA template {adoption.tag}" if adoption.tag else ""
     typer.echo(f"adopted {adoption.repo}: profile {adoption.profile}{tag}; {len(adoption.values)} value(s) -> {out}")
     for name, path in sorted(adoption.paths.items()):
@@ -93,21 +104,27 @@ def _show(value: Any) -> str:
     return "(absent)" if value is None else repr(value)
 
 
+@dataclass(frozen=True, kw_only=True)
+class DiffArgs:
+    """``repo-builder diff`` options."""
+
+    before: Path = option(REQUIRED, help="A model repository.", argument=True)
+    after: Path = option(REQUIRED, help="Another one (e.g. the render of the first's adopted values).", argument=True)
+    explained: bool = option(
+        False, "--explained", help="Also list the changes a documented fix explains (docs/migration.md)."
+    )
+
+
 @app.command()
 @report_errors
-def diff(
-    before: Path = typer.Argument(..., help="A model repository."),
-    after: Path = typer.Argument(..., help="Another one (e.g. the render of the first's adopted values)."),
-    explained: bool = typer.Option(
-        False, "--explained", help="Also list the changes a documented fix explains (docs/migration.md)."
-    ),
-) -> None:
+@command(DiffArgs)
+def diff(args: DiffArgs) -> None:
     """Semantic diff of two model repositories, models paired by role; exit 1 when a change is unexplained."""
     from ..semdiff import semantic_diff, unexplained
 
-    changes = semantic_diff(before, after)
+    changes = semantic_diff(args.before, args.after)
     bad = unexplained(changes)
-    shown = changes if explained else bad
+    shown = changes if args.explained else bad
     _print_changes(shown, grouped=False)
     typer.echo(
         f"{len(changes)} change(s): {len(changes) - len(bad)} explained by documented fixes, {len(bad)} unexplained"
@@ -116,40 +133,37 @@ def diff(
         raise typer.Exit(1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class UpgradeArgs:
+    """``repo-builder upgrade`` options (the keyword arguments of :func:`repo_builder.upgrade.upgrade_repository`
+    under their names)."""
+
+    repo: Path = option(REQUIRED, help="A hand-filled (or adopted) repository; only read.", argument=True)
+    profile: str = option("trtllm-1.2", "--profile", help="The profile to upgrade to.")
+    output: Path = option(REQUIRED, "--output", "-o", help="The new repository to create.")
+    engine_dir: Path | None = option(None, "--engine-dir", help="Engine (default: the path REPO names).")
+    tokenizer_dir: Path | None = option(None, "--tokenizer-dir", help="Tokenizer (default: the path REPO names).")
+    engine_mode: str = option("reference", "--engine-mode", help="copy | hardlink | symlink | reference.")
+    dry_run: bool = option(False, "--dry-run", help="Print the changes only; write nothing.")
+
+
 @app.command()
 @report_errors
-def upgrade(
-    repo: Path = typer.Argument(..., help="A hand-filled (or adopted) repository; only read."),
-    profile: str = typer.Option("trtllm-1.2", "--profile", help="The profile to upgrade to."),
-    output: Path = typer.Option(..., "--output", "-o", help="The new repository to create."),
-    engine_dir: Path | None = typer.Option(None, "--engine-dir", help="Engine (default: the path REPO names)."),
-    tokenizer_dir: Path | None = typer.Option(
-        None, "--tokenizer-dir", help="Tokenizer (default: the path REPO names)."
-    ),
-    engine_mode: str = typer.Option("reference", "--engine-mode", help="copy | hardlink | symlink | reference."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the changes only; write nothing."),
-) -> None:
+@command(UpgradeArgs)
+def upgrade(args: UpgradeArgs) -> None:
     """Re-render REPO for a newer profile: print the semantic diff grouped by kind with reasons, then write."""
     from ..upgrade import upgrade_repository
 
     def show(result: Any) -> None:
         a = result.adoption
-        typer.echo(f"upgrade {a.repo}: profile {a.profile} -> {profile}")
+        typer.echo(f"upgrade {a.repo}: profile {a.profile} -> {args.profile}")
         if a.findings:
             typer.echo(f"{len(a.findings)} thing(s) of REPO not carried over:")
             _print_findings(a.findings)
         _print_changes([*result.value_changes, *result.changes], grouped=True)
 
-    result = upgrade_repository(
-        repo,
-        profile=profile,
-        output=output,
-        engine_dir=engine_dir,
-        tokenizer_dir=tokenizer_dir,
-        dry_run=dry_run,
-        engine_mode=engine_mode,
-        before_write=show,
-    )
+    fields = dataclasses.asdict(args)
+    result = upgrade_repository(fields.pop("repo"), **fields, before_write=show)
     if result.written is None:
         typer.echo("dry run: nothing written")
     else:

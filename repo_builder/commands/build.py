@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from ..cli import app, report_errors
+from ..cli_options import REQUIRED, Opt, command, from_cli, option, typer_option
 from ..errors import ParameterError
 
 
@@ -82,43 +84,51 @@ def _print_plan(result: Any, console: Any) -> None:
             console.print("no differences from the existing repository")
 
 
+#: The ``render`` options that say which engine(s) and tokenizer(s) go where (the rest are
+#: :class:`repo_builder.render_options.RenderOptions` fields).
+_RENDER_INPUTS = {
+    "engine_dir": Opt(None, ("--engine-dir",), help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."),
+    "tokenizer_dir": Opt(
+        None,
+        ("--tokenizer-dir",),
+        help="Local Hugging Face tokenizer directory (llmapi profiles: default the checkpoint).",
+    ),
+    "checkpoint_dir": Opt(
+        None,
+        ("--checkpoint-dir",),
+        help="Hugging Face checkpoint served through the LLM API (--profile llmapi-1.2; instead of --engine-dir).",
+    ),
+    "model": Opt(
+        None,
+        ("--model",),
+        help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several LLMs in the repository (repeat; instead of "
+        "--engine-dir/--tokenizer-dir). Its models are NAME_preprocessing, NAME_tensorrt_llm, NAME_ensemble, ...",
+    ),
+    "output": Opt(REQUIRED, ("--output", "-o"), help="Repository directory to create."),
+}
+
+
 def _render(name: str) -> Any:
-    """The ``typer.Option`` of :class:`repo_builder.render_options.RenderOptions` field ``name``."""
-    from ..cli_options import typer_option
+    """The ``typer.Option`` of ``render`` option ``name``: a :data:`_RENDER_INPUTS` entry or a
+    :class:`repo_builder.render_options.RenderOptions` field."""
     from ..render_options import RenderOptions
 
+    if name in _RENDER_INPUTS:
+        return _RENDER_INPUTS[name].typer()
     return typer_option(RenderOptions, name)
 
 
 @app.command()
 @report_errors
 def render(
-    engine_dir: Path | None = typer.Option(
-        None, "--engine-dir", help="TRT-LLM engine dir, HF checkpoint or synthetic engine dir."
-    ),
-    tokenizer_dir: Path | None = typer.Option(
-        None,
-        "--tokenizer-dir",
-        help="Local Hugging Face tokenizer directory (llmapi profiles: default the checkpoint).",
-    ),
-    checkpoint_dir: Path | None = typer.Option(
-        None,
-        "--checkpoint-dir",
-        help="Hugging Face checkpoint served through the LLM API (--profile llmapi-1.2; instead of --engine-dir).",
-    ),
-    model: list[str] | None = typer.Option(
-        None,
-        "--model",
-        help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several "
-        "LLMs in the repository (repeat; instead of "
-        "--engine-dir/--tokenizer-dir). Its models are NAME_preprocessing, "
-        "NAME_tensorrt_llm, NAME_ensemble, "
-        "...",
-    ),
-    output: Path = typer.Option(..., "--output", "-o", help="Repository directory to create."),
+    engine_dir: Path | None = _render("engine_dir"),
+    tokenizer_dir: Path | None = _render("tokenizer_dir"),
+    checkpoint_dir: Path | None = _render("checkpoint_dir"),
+    model: list[str] | None = _render("model"),
+    output: Path = _render("output"),
     profile: str = _render("profile"),
-    set_: list[str] | None = _render("user_values"),
-    values: Path | None = _render("values_file"),
+    user_values: list[str] | None = _render("user_values"),
+    values_file: Path | None = _render("values_file"),
     engine_mode: str = _render("engine_mode"),
     streaming: bool | None = _render("streaming"),
     serve_path: Path | None = _render("serve_path"),
@@ -134,6 +144,7 @@ def render(
     repository at --output, or pass --serve-path with the path the server sees (e.g. a container mount).
     tokenizer_dir is the --tokenizer-dir path; it must exist at the same path for the server.
     """
+    cli = dict(locals())
     from ..errors import RenderError
     from ..profile.contract import profile_layout
     from ..render import RenderOptions, render_multi_repository, render_repository
@@ -156,20 +167,9 @@ def render(
             hint="drop --layout",
         )
 
-    options = RenderOptions(
-        profile=profile,
-        user_values=_parse_sets(set_),
-        values_file=values,
-        engine_mode=engine_mode,
-        streaming=streaming,
-        force=force,
-        delete_unlisted=delete_unlisted,
-        dry_run=dry_run,
-        serve_path=serve_path,
-        progress=not dry_run,
-        layout=layout,
-        draft_engine_dir=draft_engine_dir,
-    )
+    # every RenderOptions flag is a parameter of this function under its field's name
+    cli["user_values"] = _parse_sets(user_values)
+    options = from_cli(RenderOptions, cli, error=RenderError, progress=not dry_run)
     if layout == "whisper":
         _render_whisper(engine_dir, tokenizer_dir, output, options, bool(model))
         return
@@ -310,24 +310,31 @@ def _parse_model(text: str) -> tuple[str, Path, Path]:
     return name.strip(), Path(engine.strip()), Path(tokenizer.strip())
 
 
-@app.command()
-@report_errors
-def validate(
-    repo: Path = typer.Argument(..., help="Model repository to check."),
-    engine_dir: Path | None = typer.Option(None, "--engine-dir", help="Engine dir to cross-check against."),
-    engine_inputs: bool = typer.Option(
+@dataclass(frozen=True, kw_only=True)
+class ValidateArgs:
+    """``repo-builder validate`` options."""
+
+    repo: Path = option(REQUIRED, help="Model repository to check.", argument=True)
+    engine_dir: Path | None = option(None, "--engine-dir", help="Engine dir to cross-check against.")
+    engine_inputs: bool = option(
         False,
         "--engine-inputs",
         help="Also list the engine model's inputs a text client (ensemble, BLS) cannot reach, and why.",
-    ),
-) -> None:
+    )
+
+
+@app.command()
+@report_errors
+@command(ValidateArgs)
+def validate(args: ValidateArgs) -> None:
     """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
     from ..repository.validate import text_unreachable_inputs, validate_repository
 
-    problems = validate_repository(repo, engine_dir=engine_dir, warnings=True)
+    repo = args.repo
+    problems = validate_repository(repo, engine_dir=args.engine_dir, warnings=True)
     for p in problems:
         typer.echo(str(p))
-    if engine_inputs:
+    if args.engine_inputs:
         for name, why in text_unreachable_inputs(repo):
             typer.echo(f"unreachable from text: {name} ({why})")
     errors = [p for p in problems if p.severity == "error"]
@@ -337,21 +344,28 @@ def validate(
     typer.echo(f"{repo}: valid" + (f" ({len(problems)} warning(s))" if problems else ""))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ParamsArgs:
+    """``repo-builder params`` options."""
+
+    profile: str = option("trtllm-1.2", "--profile", help="Profile whose parameters to list.")
+    as_json: bool = option(False, "--json", help="Print JSON rows instead of a table.")
+    markdown: bool = option(False, "--markdown", help="Print a Markdown table (docs/parameters.md is this).")
+
+
 @app.command()
 @report_errors
-def params(
-    profile: str = typer.Option("trtllm-1.2", "--profile", help="Profile whose parameters to list."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON rows instead of a table."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table (docs/parameters.md is this)."),
-) -> None:
+@command(ParamsArgs)
+def params(args: ParamsArgs) -> None:
     """List the parameters of a profile: name, models, type, default, allowed values, kind, description."""
     from ..profile.schema import load_schema
 
+    profile = args.profile
     rows = load_schema().table(profile)
-    if as_json:
+    if args.as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    if markdown:
+    if args.markdown:
         typer.echo(params_markdown(profile, rows), nl=False)
         return
     from rich.table import Table
@@ -397,17 +411,24 @@ def _engine_facts(info: Any) -> dict[str, Any]:
     return json.loads(info.model_dump_json())
 
 
+@dataclass(frozen=True, kw_only=True)
+class InspectArgs:
+    """``repo-builder inspect`` options."""
+
+    path: Path = option(REQUIRED, help="An engine dir, or a repository rendered by repo-builder.", argument=True)
+    as_json: bool = option(False, "--json", help="Print JSON.")
+
+
 @app.command()
 @report_errors
-def inspect(
-    path: Path = typer.Argument(..., help="An engine dir, or a repository rendered by repo-builder."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
+@command(InspectArgs)
+def inspect(args: InspectArgs) -> None:
     """Show what repo-builder derives from an engine dir, or a repository's lock file values and engine facts."""
     from ..engine import inspect_engine
     from ..errors import RepoBuilderError
     from ..repository.lockfile import read_lock
 
+    path = args.path
     lock = read_lock(path) if path.is_dir() else None
     if lock is not None:
         data: dict[str, Any] = {"repository": str(path), "lock": lock.data}
@@ -419,7 +440,7 @@ def inspect(
                 data["engine_error"] = str(exc)
     else:
         data = {"engine": _engine_facts(inspect_engine(path))}
-    if as_json:
+    if args.as_json:
         typer.echo(json.dumps(data, indent=2, default=str))
         return
     from rich.table import Table

@@ -7,74 +7,62 @@ transformers, matplotlib) happen inside the command functions so ``repo-builder 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
-import typer
-
 from ..cli import app, report_errors
+from ..cli_options import REQUIRED, Opt, command, forward, option
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateArgs:
+    """``repo-builder generate`` options (each becomes the :class:`~repo_builder.client.GenerateRequest` field
+    of the same name, or says how to reach the server)."""
+
+    text: str = option(REQUIRED, "--text", help="The prompt (text_input).")
+    url: str | None = option(None, "--url", help="host:port; default localhost:8000 (http) or localhost:8001 (grpc).")
+    protocol: str = option("http", "--protocol", help="http (/generate, /generate_stream) or grpc (stream API).")
+    model: str = option("ensemble", "--model", help="ensemble or tensorrt_llm_bls.")
+    stream: bool = option(False, "--stream/--no-stream", help="Stream one response per step (needs a decoupled model).")
+    max_tokens: int = option(64, "--max-tokens", help="Tokens to generate (max_tokens).")
+    stop_words: list[str] | None = option(None, "--stop-word", help="A stop word (repeatable).")
+    bad_words: list[str] | None = option(None, "--bad-word", help="A banned word (repeatable).")
+    temperature: float | None = option(None, "--temperature", help="")
+    top_k: int | None = option(None, "--top-k", help="")
+    top_p: float | None = option(None, "--top-p", help="")
+    beam_width: int | None = option(None, "--beam-width", help="")
+    min_tokens: int | None = option(None, "--min-tokens", help="")
+    seed: int | None = option(None, "--seed", help="")
+    end_id: int | None = option(None, "--end-id", help="")
+    pad_id: int | None = option(None, "--pad-id", help="")
+    exclude_input_in_output: bool | None = option(
+        None, "--exclude-input/--include-input", help="exclude_input_in_output (not sent unless given)."
+    )
+    request_id: str | None = option(None, "--request-id", help="Request id (default: a fresh number).")
+    tokenizer_dir: str | None = option(
+        None, "--tokenizer-dir", help="Count generated tokens with this tokenizer (one tokenization of the whole text)."
+    )
+    timeout: float = option(300.0, "--timeout", help="Seconds to wait for the request.")
 
 
 @app.command()
 @report_errors
-def generate(
-    text: str = typer.Option(..., "--text", help="The prompt (text_input)."),
-    url: str | None = typer.Option(
-        None, "--url", help="host:port; default localhost:8000 (http) or localhost:8001 (grpc)."
-    ),
-    protocol: str = typer.Option("http", "--protocol", help="http (/generate, /generate_stream) or grpc (stream API)."),
-    model: str = typer.Option("ensemble", "--model", help="ensemble or tensorrt_llm_bls."),
-    stream: bool = typer.Option(
-        False, "--stream/--no-stream", help="Stream one response per step (needs a decoupled model)."
-    ),
-    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate (max_tokens)."),
-    stop_word: list[str] | None = typer.Option(None, "--stop-word", help="A stop word (repeatable)."),
-    bad_word: list[str] | None = typer.Option(None, "--bad-word", help="A banned word (repeatable)."),
-    temperature: float | None = typer.Option(None, "--temperature"),
-    top_k: int | None = typer.Option(None, "--top-k"),
-    top_p: float | None = typer.Option(None, "--top-p"),
-    beam_width: int | None = typer.Option(None, "--beam-width"),
-    min_tokens: int | None = typer.Option(None, "--min-tokens"),
-    seed: int | None = typer.Option(None, "--seed"),
-    end_id: int | None = typer.Option(None, "--end-id"),
-    pad_id: int | None = typer.Option(None, "--pad-id"),
-    exclude_input: bool | None = typer.Option(
-        None, "--exclude-input/--include-input", help="exclude_input_in_output (not sent unless given)."
-    ),
-    request_id: str | None = typer.Option(None, "--request-id", help="Request id (default: a fresh number)."),
-    tokenizer_dir: str | None = typer.Option(
-        None, "--tokenizer-dir", help="Count generated tokens with this tokenizer (one tokenization of the whole text)."
-    ),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for the request."),
-) -> None:
+@command(GenerateArgs)
+def generate(args: GenerateArgs) -> None:
     """Send one prompt to a served model, print the text as it arrives, then TTFT and token count."""
     from rich.console import Console
 
     from ..client import GenerateRequest, GenerateResult, LLMClient, token_counter
 
+    url, protocol, model, stream, tokenizer_dir = args.url, args.protocol, args.model, args.stream, args.tokenizer_dir
     counter = token_counter(tokenizer_dir) if tokenizer_dir else None
-    req = GenerateRequest(
-        text,
-        max_tokens=max_tokens,
-        stream=stream,
-        stop_words=stop_word or None,
-        bad_words=bad_word or None,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        end_id=end_id,
-        pad_id=pad_id,
-        exclude_input_in_output=exclude_input,
-        beam_width=beam_width,
-        min_tokens=min_tokens,
-        seed=seed,
-        request_id=request_id,
-    )
+    req = forward(GenerateRequest, args, stop_words=args.stop_words or None, bad_words=args.bad_words or None)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    with LLMClient(url, protocol, model, timeout) as client:  # type: ignore[arg-type]
+    with LLMClient(url, protocol, model, args.timeout) as client:  # type: ignore[arg-type]
         if counter is None:  # same machine as the server: count with the tokenizer it serves
             tokenizer_dir = client.served_tokenizer_dir()
             counter = token_counter(tokenizer_dir) if tokenizer_dir else None
-        result = GenerateResult(model, request_id or "", protocol, stream, 0)
+        result = GenerateResult(model, args.request_id or "", protocol, stream, 0)
         for event in client.iter_events(req, result=result):
             if event.text:
                 sys.stdout.write(event.text)
@@ -95,6 +83,9 @@ def generate(
         err.print("tokens generated: unknown (pass --tokenizer-dir to count them)")
     else:
         err.print(f"tokens generated: {tokens} (counted from {how})")
+
+
+_PROGRESS = Opt(True, ("--progress/--no-progress",), help="Show a progress bar.")
 
 
 def _bench(name: str) -> Any:
@@ -124,7 +115,7 @@ def bench(
     end_id: int | None = _bench("end_id"),
     seed: int = _bench("seed"),
     timeout_s: float = _bench("timeout_s"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    progress: bool = _PROGRESS.typer(),
     all_outputs: bool = _bench("all_outputs"),
 ) -> None:
     """Measure TTFT, inter-token latency, end-to-end latency and throughput at several concurrency levels."""
@@ -144,13 +135,25 @@ def bench(
         console.print(f"wrote {paths[kind]}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class TopArgs:
+    """``repo-builder top`` options."""
+
+    url: str = option(
+        REQUIRED,
+        help="Triton's metrics endpoint: host:port (e.g. localhost:8002) or a URL.",
+        argument=True,
+    )
+    once: bool = option(False, "--once", help="Print one view (two scrapes --interval apart) and exit.")
+    interval: float = option(
+        2.0, "--interval", ge=0.1, show_range=True, help="Seconds between scrapes (rates span one)."
+    )
+
+
 @app.command()
 @report_errors
-def top(
-    url: str = typer.Argument(..., help="Triton's metrics endpoint: host:port (e.g. localhost:8002) or a URL."),
-    once: bool = typer.Option(False, "--once", help="Print one view (two scrapes --interval apart) and exit."),
-    interval: float = typer.Option(2.0, "--interval", min=0.1, help="Seconds between scrapes (rates span one)."),
-) -> None:
+@command(TopArgs)
+def top(args: TopArgs) -> None:
     """Live view of a running server: engine requests, KV cache, tokens/s, TTFT/ITL, text-side cost per model."""
     import time
 
@@ -159,9 +162,9 @@ def top(
 
     from ..top import metrics_url, scrape, tables
 
-    target = metrics_url(url)
+    target, interval = metrics_url(args.url), args.interval
     prev = scrape(target)
-    if once:
+    if args.once:
         time.sleep(interval)
         Console().print(*tables(prev, scrape(target), target))
         return

@@ -6,11 +6,13 @@ and tokenizer paths) comes from the repository's lock file, so it cannot disagre
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
 from ..cli import app, report_errors
+from ..cli_options import REQUIRED, command, forward, option
 from ..server.options import DEFAULTS
 
 deploy_app = typer.Typer(
@@ -26,78 +28,79 @@ def _warn(facts: object) -> None:
         typer.echo(f"note: {note}", err=True)
 
 
-def kubernetes(
-    repo: Path = typer.Argument(..., help="Rendered repository (holds repo-builder.lock.json)."),
-    image: str = typer.Option(
-        ...,
+def _repo() -> Path:
+    """The REPO argument of every deploy command."""
+    return option(REQUIRED, help="Rendered repository (holds repo-builder.lock.json).", argument=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesArgs:
+    """``repo-builder deploy kubernetes`` options (those of :class:`repo_builder.deploy.kubernetes.KubernetesOptions`
+    under its field names)."""
+
+    repo: Path = _repo()
+    image: str = option(
+        REQUIRED,
         "--image",
         help="Container image with tritonserver, e.g. nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3.",
-    ),
-    nodes: int = typer.Option(1, "--nodes", help="Nodes (pods) one replica spans; > 1 gives a LeaderWorkerSet."),
-    gpus_per_node: int | None = typer.Option(
+    )
+    nodes: int = option(1, "--nodes", help="Nodes (pods) one replica spans; > 1 gives a LeaderWorkerSet.")
+    gpus_per_node: int | None = option(
         None,
         "--gpus-per-node",
         help="GPUs (ranks) per node. Default: world size / nodes. nodes x GPUs must equal the world size.",
-    ),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help="metadata.namespace of every object."),
-    name: str | None = typer.Option(
-        None, "--name", help="Base name of the objects. Default: the repository folder's name."
-    ),
-    pvc: str | None = typer.Option(
+    )
+    namespace: str | None = option(None, "--namespace", "-n", help="metadata.namespace of every object.")
+    name: str | None = option(None, "--name", help="Base name of the objects. Default: the repository folder's name.")
+    pvc: str | None = option(
         None, "--pvc", help="PersistentVolumeClaim holding the repository (mounted read-only at the serve path)."
-    ),
-    baked: bool = typer.Option(False, "--baked", help="The repository is baked into the image at the serve path."),
-    openai_port: int | None = typer.Option(
+    )
+    baked: bool = option(False, "--baked", help="The repository is baked into the image at the serve path.")
+    openai_port: int | None = option(
         None,
         "--openai-port",
         help="Add the OpenAI-compatible front end (`repo-builder openai`) as a sidecar on this port.",
-    ),
-    openai_image: str | None = typer.Option(
+    )
+    openai_image: str | None = option(
         None, "--openai-image", help="Image of the OpenAI sidecar (needs repo-builder). Default: --image."
-    ),
-    replicas: int = typer.Option(1, "--replicas", help="Model replicas (Deployment replicas / LWS groups)."),
-    shm_size: str | None = typer.Option(
+    )
+    replicas: int = option(1, "--replicas", help="Model replicas (Deployment replicas / LWS groups).")
+    shm_size: str | None = option(
         None,
         "--shm-size",
         help="Override the /dev/shm size limit (e.g. 4Gi). Default: what the pod's ranks' Python models need.",
-    ),
-    startup_seconds: int = typer.Option(
+    )
+    startup_seconds: int = option(
         1800,
         "--startup-seconds",
         help="Time the startup probe allows for loading (and, multi-node, for the workers to start).",
-    ),
-    output: Path | None = typer.Option(
+    )
+    output: Path | None = option(
         None,
         "--output",
         "-o",
         help="Write one YAML file per object into this folder instead of a multi-document stream on stdout.",
-    ),
-    service_monitor: bool = typer.Option(
+    )
+    service_monitor: bool = option(
         False,
         "--service-monitor",
         help="Add a prometheus-operator ServiceMonitor scraping the Service's metrics port (docs/metrics.md).",
-    ),
-    scrape_interval: str = typer.Option("15s", "--scrape-interval", help="The ServiceMonitor's scrape interval."),
-) -> None:
+    )
+    scrape_interval: str = option("15s", "--scrape-interval", help="The ServiceMonitor's scrape interval.")
+
+
+@command(KubernetesArgs)
+def kubernetes(args: KubernetesArgs) -> None:
     """Kubernetes manifests: Deployment + Service (one node) or LeaderWorkerSet + RBAC + Service (several)."""
     from ..deploy.facts import default_name, read_facts
     from ..deploy.kubernetes import KubernetesOptions, dump, file_names, manifests
 
-    facts = read_facts(repo)
-    opts = KubernetesOptions(
-        image=image,
-        name=name or default_name(repo),
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        namespace=namespace,
-        pvc=pvc,
-        baked=baked,
-        openai_port=openai_port,
-        openai_image=openai_image,
-        replicas=replicas,
-        shm_size=shm_size,
-        startup_seconds=startup_seconds,
-        service_monitor=scrape_interval if service_monitor else None,
+    facts = read_facts(args.repo)
+    opts = forward(
+        KubernetesOptions,
+        args,
+        name=args.name or default_name(args.repo),
+        service_monitor=args.scrape_interval if args.service_monitor else None,
     )
     docs = manifests(facts, opts)
     _warn(facts)
@@ -107,10 +110,10 @@ def kubernetes(
             "that path too (mount it or bake it into the image)",
             err=True,
         )
-    if output is None:
+    if args.output is None:
         typer.echo(dump(docs), nl=False)
         return
-    _write_files(output, {fname: dump([doc]) for fname, doc in zip(file_names(docs), docs)})
+    _write_files(args.output, {fname: dump([doc]) for fname, doc in zip(file_names(docs), docs)})
 
 
 def _write_files(folder: Path, files: dict[str, str]) -> None:
@@ -126,74 +129,63 @@ def _write_files(folder: Path, files: dict[str, str]) -> None:
         typer.echo(str(folder / fname), err=True)
 
 
-def slurm(
-    repo: Path = typer.Argument(..., help="Rendered repository (holds repo-builder.lock.json)."),
-    nodes: int = typer.Option(..., "--nodes", help="Nodes of the allocation."),
-    gpus_per_node: int | None = typer.Option(
+@dataclass(frozen=True, kw_only=True)
+class SlurmArgs:
+    """``repo-builder deploy slurm`` options (those of :class:`repo_builder.deploy.slurm.SlurmOptions` under its
+    field names)."""
+
+    repo: Path = _repo()
+    nodes: int = option(REQUIRED, "--nodes", help="Nodes of the allocation.")
+    gpus_per_node: int | None = option(
         None,
         "--gpus-per-node",
         help="GPUs (= tasks = ranks) per node. Default: world size / nodes. nodes x GPUs must equal the world size.",
-    ),
-    name: str | None = typer.Option(None, "--name", help="Job name. Default: the repository folder's name."),
-    gres: bool = typer.Option(True, "--gres/--no-gres", help="Request the GPUs (#SBATCH --gpus-per-node)."),
-    mpi: str = typer.Option("pmix", "--mpi", help="srun --mpi plugin (pmix; none for world size 1 without MPI)."),
-    partition: str | None = typer.Option(None, "--partition", help="#SBATCH --partition."),
-    time: str | None = typer.Option(None, "--time", help="#SBATCH --time (e.g. 04:00:00)."),
-    account: str | None = typer.Option(None, "--account", help="#SBATCH --account."),
-    container_image: str | None = typer.Option(
+    )
+    name: str | None = option(None, "--name", help="Job name. Default: the repository folder's name.")
+    gres: bool = option(True, "--gres/--no-gres", help="Request the GPUs (#SBATCH --gpus-per-node).")
+    mpi: str = option("pmix", "--mpi", help="srun --mpi plugin (pmix; none for world size 1 without MPI).")
+    partition: str | None = option(None, "--partition", help="#SBATCH --partition.")
+    time: str | None = option(None, "--time", help="#SBATCH --time (e.g. 04:00:00).")
+    account: str | None = option(None, "--account", help="#SBATCH --account.")
+    container_image: str | None = option(
         None,
         "--container-image",
         help="Run the ranks in this image (pyxis: srun --container-image; the repository is mounted).",
-    ),
-    tritonserver: str | None = typer.Option(
+    )
+    tritonserver: str | None = option(
         None,
         "--tritonserver",
         help="tritonserver on the nodes (checked "
         "here; a nvidia-pytriton binary brings its environment). Default: "
         "/opt/tritonserver/bin/tritonserver, unchecked.",
-    ),
-    http_port: int | None = typer.Option(
-        None, "--http-port", help=f"Rank 0's HTTP port (default {DEFAULTS['http_port']})."
-    ),
-    grpc_port: int | None = typer.Option(
-        None, "--grpc-port", help=f"Rank 0's gRPC port (default {DEFAULTS['grpc_port']})."
-    ),
-    metrics_port: int | None = typer.Option(
+    )
+    http_port: int | None = option(None, "--http-port", help=f"Rank 0's HTTP port (default {DEFAULTS['http_port']}).")
+    grpc_port: int | None = option(None, "--grpc-port", help=f"Rank 0's gRPC port (default {DEFAULTS['grpc_port']}).")
+    metrics_port: int | None = option(
         None, "--metrics-port", help=f"Rank 0's metrics port (default {DEFAULTS['metrics_port']})."
-    ),
-    ready_timeout: int = typer.Option(1800, "--ready-timeout", help="Seconds the job waits for readiness."),
-    output: Path | None = typer.Option(
+    )
+    ready_timeout: int = option(1800, "--ready-timeout", help="Seconds the job waits for readiness.")
+    output: Path | None = option(
         None, "--output", "-o", help="Write the script to this file (mode 755) instead of stdout."
-    ),
-) -> None:
+    )
+
+
+@command(SlurmArgs)
+def slurm(args: SlurmArgs) -> None:
     """An sbatch script: one srun task per GPU (--multi-prog ranks, MPI via PMIx), readiness wait, clean stop."""
     from ..deploy.facts import default_name, read_facts
     from ..deploy.slurm import SlurmOptions, script
 
     binary = None
-    if tritonserver:
+    if args.tritonserver:
         from ..server.binary import find_tritonserver
 
-        binary = find_tritonserver(tritonserver)
-    facts = read_facts(repo)
-    opts = SlurmOptions(
-        name=name or default_name(repo),
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        gres=gres,
-        mpi=mpi,
-        partition=partition,
-        time=time,
-        account=account,
-        container_image=container_image,
-        binary=binary,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        ready_timeout=ready_timeout,
-    )
+        binary = find_tritonserver(args.tritonserver)
+    facts = read_facts(args.repo)
+    opts = forward(SlurmOptions, args, name=args.name or default_name(args.repo), binary=binary)
     text = script(facts, opts)
     _warn(facts)
+    output = args.output
     if output is None:
         typer.echo(text, nl=False)
         return
@@ -207,35 +199,41 @@ def slurm(
     typer.echo(str(output), err=True)
 
 
-def monitoring(
-    repo: Path = typer.Argument(..., help="Rendered repository (holds repo-builder.lock.json)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Folder for prometheus.yml and grafana-dashboard.json."),
-    job: str | None = typer.Option(
+@dataclass(frozen=True, kw_only=True)
+class MonitoringArgs:
+    """``repo-builder deploy monitoring`` options."""
+
+    repo: Path = _repo()
+    output: Path = option(REQUIRED, "--output", "-o", help="Folder for prometheus.yml and grafana-dashboard.json.")
+    job: str | None = option(
         None,
         "--job",
         help="Prometheus job name the dashboard's queries select (Kubernetes ServiceMonitor: the Service name, "
         "i.e. deploy kubernetes --name). Default: the repository folder's name.",
-    ),
-    target: list[str] = typer.Option(
+    )
+    target: list[str] = option(
         [],
         "--target",
         help="host:port of Triton's metrics endpoint to scrape (repeatable). Default: localhost:<metrics port>.",
-    ),
-    scrape_interval: str = typer.Option("5s", "--scrape-interval", help="Prometheus scrape interval."),
-) -> None:
+    )
+    scrape_interval: str = option("5s", "--scrape-interval", help="Prometheus scrape interval.")
+
+
+@command(MonitoringArgs)
+def monitoring(args: MonitoringArgs) -> None:
     """A Prometheus scrape config and a Grafana dashboard (throughput, TTFT/ITL, queue and KV cache, text cost)."""
     from ..deploy.facts import default_name, read_facts
     from ..deploy.monitoring import monitoring_files
 
-    facts = read_facts(repo)
+    facts = read_facts(args.repo)
     files = monitoring_files(
         facts,
-        job=job or default_name(repo),
-        targets=list(target) or [f"localhost:{facts.metrics_port}"],
-        scrape_interval=scrape_interval,
+        job=args.job or default_name(args.repo),
+        targets=list(args.target) or [f"localhost:{facts.metrics_port}"],
+        scrape_interval=args.scrape_interval,
     )
     _warn(facts)
-    _write_files(output, files)
+    _write_files(args.output, files)
 
 
 deploy_app.command("kubernetes")(report_errors(kubernetes))

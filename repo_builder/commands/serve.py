@@ -7,12 +7,14 @@ the dashed spellings are accepted too. Help texts come from :class:`repo_builder
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from ..cli import app, report_errors
+from ..cli_options import Opt, command, option
 
 
 def _help(field: str) -> str:
@@ -42,8 +44,16 @@ def _default(field: str) -> object:
     return defaults[field]
 
 
+#: The ``launch`` options that are not :data:`repo_builder.server.options.LAUNCH_OPTIONS` (not LaunchConfig fields).
+_LAUNCH_ONLY = {
+    "repo": Opt(None, help="Model repository (same as --model_repo).", argument=True, show_default=False),
+    "quiet": Opt(False, ("--quiet", "-q"), help="Foreground: do not copy the server log to stdout."),
+    "dry_run": Opt(False, ("--dry-run",), help="Run the preflight checks and print the command; start nothing."),
+}
+
+
 def launch(
-    repo: Path | None = typer.Argument(None, help="Model repository (same as --model_repo).", show_default=False),
+    repo: Path | None = _LAUNCH_ONLY["repo"].typer(),
     model_repo: Path | None = _opt("model_repo", default=None),
     world_size: int | None = _opt("world_size"),
     tritonserver: str | None = _opt("tritonserver"),
@@ -73,10 +83,8 @@ def launch(
     openai_port: int | None = _opt("openai_port"),
     unload_timeout: float = _opt("unload_timeout"),
     histogram_latencies: bool = _opt("histogram_latencies"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Foreground: do not copy the server log to stdout."),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Run the preflight checks and print the command; start nothing."
-    ),
+    quiet: bool = _LAUNCH_ONLY["quiet"].typer(),
+    dry_run: bool = _LAUNCH_ONLY["dry_run"].typer(),
 ) -> None:
     """Start tritonserver on a model repository (mpirun ranks for world size > 1) and wait until every model is READY.
 
@@ -114,20 +122,29 @@ def launch(
     raise typer.Exit(code)
 
 
-def stop(
-    repo: Path | None = typer.Argument(
-        None, help="Repository a detached launch serves (its default pid file).", show_default=False
-    ),
-    pid_file: Path | None = typer.Option(
+@dataclass(frozen=True, kw_only=True)
+class StopArgs:
+    """``repo-builder stop`` options (``timeout`` is launch's ``--stop-timeout``)."""
+
+    repo: Path | None = option(
+        None,
+        help="Repository a detached launch serves (its default pid file).",
+        argument=True,
+        show_default=False,
+    )
+    pid_file: Path | None = option(
         None, "--pid-file", "--pid_file", help="Pid file written by `repo-builder launch --detach`."
-    ),
-    timeout: float = typer.Option(_default("stop_timeout"), "--timeout", help=_help("stop_timeout")),
-) -> None:
+    )
+    timeout: float = option(_default("stop_timeout"), "--timeout", help=_help("stop_timeout"))
+
+
+@command(StopArgs)
+def stop(args: StopArgs) -> None:
     """Stop a server started with `repo-builder launch --detach`: SIGTERM to every rank, SIGKILL after --timeout,
     then remove its /dev/shm regions and the pid file."""
     from ..server.run import stop as run_stop
 
-    raise typer.Exit(run_stop(pid_file=pid_file, model_repo=repo, timeout=timeout, echo=typer.echo))
+    raise typer.Exit(run_stop(pid_file=args.pid_file, model_repo=args.repo, timeout=args.timeout, echo=typer.echo))
 
 
 app.command("launch")(report_errors(launch))

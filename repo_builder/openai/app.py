@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..errors import field_problems
 from .backend import TritonBackend
 from .metrics import FrontEndMetrics, MetricsMiddleware
 from .protocol import APIError
@@ -57,7 +58,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Any:
-        return refused(request, APIError(400, f"invalid request: {exc.errors()[0].get('msg')}"))
+        return refused(request, APIError(400, f"invalid request: {field_problems(exc.errors())[0].message}"))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Any:

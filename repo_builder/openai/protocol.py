@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from ..errors import field_problems
+
 # ---------------------------------------------------------------------------------------------- errors
 
 
@@ -56,52 +58,25 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-#: Names pydantic puts in an error location for the member of a union that failed (not request fields).
-_UNION_TAGS = {
-    "str",
-    "int",
-    "float",
-    "bool",
-    "dict",
-    "list",
-    "none",
-    "constrained-float",
-    "TextPart",
-    "OtherPart",
-    "StreamOptions",
-    "ChatMessage",
-}
-
-
-def _loc(loc: tuple[Any, ...]) -> str:
-    """``("messages", 0, "content")`` -> ``messages[0].content`` (pydantic's union tags are dropped)."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and ("[" in part or part.startswith("function-") or part in _UNION_TAGS):
-            continue  # union member tags such as 'str', 'list[str]', 'TextPart' or 'function-after[...]'
-        else:
-            out += ("." if out else "") + str(part)
-    return out
+#: Model names pydantic puts in an error's ``loc`` as union member tags (dropped from the field path).
+_MODEL_TAGS = frozenset({"TextPart", "OtherPart", "StreamOptions", "ChatMessage"})
 
 
 def validation_error(exc: ValidationError) -> APIError:
     """A 400 :class:`APIError` for the first error of a pydantic ``ValidationError``, naming the field."""
-    errors = exc.errors(include_url=False)
     # the deepest one: for a union such as stop (str | list[str]) the element at fault, 'stop[1]'
-    err = max(errors, key=lambda e: len(_loc(tuple(e.get("loc", ())))))
-    param = _loc(tuple(err.get("loc", ()))) or None
-    kind = str(err.get("type", ""))
+    err = max(field_problems(exc), key=lambda p: len(p.path(_MODEL_TAGS)))
+    param = err.path(_MODEL_TAGS) or None
+    kind = err.kind
     if kind == "extra_forbidden":
         return APIError(
             400, f"Unrecognized request argument supplied: {param}", param=param, code="unrecognized_argument"
         )
     if kind == "missing":
         return APIError(400, f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
-    value = err.get("input")
+    value = err.input
     shown = repr(value) if not isinstance(value, (dict, list)) or len(repr(value)) < 80 else type(value).__name__
-    message = f"Invalid value for '{param}': {err.get('msg', 'invalid')} (got {shown})."
+    message = f"Invalid value for '{param}': {err.message} (got {shown})."
     code = "invalid_type" if kind.endswith("_type") or kind in ("union_tag_invalid", "model_type") else "invalid_value"
     return APIError(400, message, param=param, code=code)
 
