@@ -67,6 +67,20 @@ def report_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def command(cls: type, *, group: typer.Typer | None = None, name: str | None = None) -> Callable[[F], F]:
+    """Decorator registering ``func(args: cls)`` as command ``name`` (default: the function's) of ``group``
+    (default: :data:`app`): its parameters are the option fields of the dataclass ``cls``
+    (:func:`repo_builder.cli_options.command`), its errors shown by :func:`report_errors`."""
+    from .cli_options import command as options_command
+
+    def wrap(func: F) -> F:
+        registered = report_errors(options_command(cls)(func))
+        (group or app).command(name)(registered)
+        return registered  # type: ignore[return-value]
+
+    return wrap
+
+
 # Command modules, each registering its commands on `app` when imported.
 _COMMAND_MODULES = ("build", "serve", "client", "deploy", "openai", "model", "adopt")
 for _name in _COMMAND_MODULES:

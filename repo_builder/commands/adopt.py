@@ -11,8 +11,8 @@ from typing import Any
 
 import typer
 
-from ..cli import app, report_errors
-from ..cli_options import REQUIRED, command, option
+from ..cli import command
+from ..cli_options import REQUIRED, option
 
 _GROUP_TITLES = {
     "renamed_inputs": "renamed or retyped inputs",
@@ -53,8 +53,6 @@ class AdoptArgs:
     values_out: Path = option(REQUIRED, "--values-out", help="Values file to write (for render --values).")
 
 
-@app.command()
-@report_errors
 @command(AdoptArgs)
 def adopt(args: AdoptArgs) -> None:
     """Recover the values of a hand-filled repository into a values file; report what cannot be placed.
@@ -115,8 +113,6 @@ class DiffArgs:
     )
 
 
-@app.command()
-@report_errors
 @command(DiffArgs)
 def diff(args: DiffArgs) -> None:
     """Semantic diff of two model repositories, models paired by role; exit 1 when a change is unexplained."""
@@ -147,8 +143,6 @@ class UpgradeArgs:
     dry_run: bool = option(False, "--dry-run", help="Print the changes only; write nothing.")
 
 
-@app.command()
-@report_errors
 @command(UpgradeArgs)
 def upgrade(args: UpgradeArgs) -> None:
     """Re-render REPO for a newer profile: print the semantic diff grouped by kind with reasons, then write."""

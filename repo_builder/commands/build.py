@@ -9,8 +9,8 @@ from typing import Any
 
 import typer
 
-from ..cli import app, report_errors
-from ..cli_options import REQUIRED, Opt, command, from_cli, option, typer_option
+from ..cli import app, command, report_errors
+from ..cli_options import REQUIRED, Opt, from_cli, option, typer_option
 from ..errors import ParameterError
 
 
@@ -323,8 +323,6 @@ class ValidateArgs:
     )
 
 
-@app.command()
-@report_errors
 @command(ValidateArgs)
 def validate(args: ValidateArgs) -> None:
     """Check a model repository; one line per problem (`model/file:line: message`), exit 1 when any."""
@@ -353,8 +351,6 @@ class ParamsArgs:
     markdown: bool = option(False, "--markdown", help="Print a Markdown table (docs/parameters.md is this).")
 
 
-@app.command()
-@report_errors
 @command(ParamsArgs)
 def params(args: ParamsArgs) -> None:
     """List the parameters of a profile: name, models, type, default, allowed values, kind, description."""
@@ -419,8 +415,6 @@ class InspectArgs:
     as_json: bool = option(False, "--json", help="Print JSON.")
 
 
-@app.command()
-@report_errors
 @command(InspectArgs)
 def inspect(args: InspectArgs) -> None:
     """Show what repo-builder derives from an engine dir, or a repository's lock file values and engine facts."""

