@@ -204,6 +204,22 @@ class _FileTokenizer:
         self.pad_token_id = pad_token_id
 
 
+def _special_id_fields(tok: Any, path: Path) -> dict[str, Any]:
+    """The :class:`TokenizerInfo` fields of :func:`resolve_special_ids` for ``tok`` (a tokenizer or a
+    :class:`_FileTokenizer`) of the folder ``path``: ``end_id``, ``pad_id``, ``stop_token_ids`` and
+    ``special_id_sources``, or ``special_ids_error`` (what was looked at) when no end id is found."""
+    try:
+        resolved = resolve_special_ids(tok, path)
+    except ValueError as exc:
+        return {"special_ids_error": str(exc)}
+    return {
+        "end_id": resolved.end_id,
+        "pad_id": resolved.pad_id,
+        "stop_token_ids": resolved.stop_token_ids,
+        "special_id_sources": dict(resolved.sources),
+    }
+
+
 def _token_text(value: Any) -> str | None:
     """A special token as written in tokenizer_config.json: a string or an AddedToken dict (``content``)."""
     if isinstance(value, dict):
@@ -306,17 +322,7 @@ def inspect_tokenizer_files(path: Path) -> TokenizerInfo | None:
         add_bos = bos is not None and bool(encoded) and encoded[0] == bos
     else:
         add_bos = bool(add_bos_default) and bos is not None
-    fields: dict[str, Any]
-    try:
-        resolved = resolve_special_ids(_FileTokenizer(ids["eos_token_id"], ids["pad_token_id"]), path)
-        fields = dict(
-            end_id=resolved.end_id,
-            pad_id=resolved.pad_id,
-            stop_token_ids=resolved.stop_token_ids,
-            special_id_sources=dict(resolved.sources),
-        )
-    except ValueError as exc:
-        fields = dict(special_ids_error=str(exc))
+    fields = _special_id_fields(_FileTokenizer(ids["eos_token_id"], ids["pad_token_id"]), path)
     chat = bool(config.get("chat_template")) or (path / "chat_template.jinja").is_file()
     return TokenizerInfo(
         dir=path.resolve(),
@@ -351,17 +357,7 @@ def inspect_tokenizer(tokenizer_dir: str | Path, *, trust_remote_code: bool = Fa
         except Exception:  # pragma: no cover - a tokenizer that cannot encode "a" is reported at run time
             add_bos = False
     chat = getattr(tok, "chat_template", None)
-    fields: dict[str, Any] = {}
-    try:
-        ids_ = resolve_special_ids(tok, path)
-        fields = dict(
-            end_id=ids_.end_id,
-            pad_id=ids_.pad_id,
-            stop_token_ids=ids_.stop_token_ids,
-            special_id_sources=dict(ids_.sources),
-        )
-    except ValueError as exc:
-        fields = dict(special_ids_error=str(exc))
+    fields = _special_id_fields(tok, path)
     return TokenizerInfo(
         dir=path,
         class_name=type(tok).__name__,
