@@ -6,10 +6,27 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from _assets import ASSETS, ENGINES, HF_TOKENIZERS, PROJECT, REPOS, asset  # noqa: F401  (re-exported)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
+    """Poll ``predicate`` every 0.05 s until it returns something true (returned) or ``timeout`` seconds pass.
+
+    Raises:
+        AssertionError: timed out, naming ``what``.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def free_ports(n: int) -> list[int]:

@@ -14,11 +14,11 @@ import gzip
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import assert_refused, run_cli
 from deploy_support import rendered_repo
 
 from repo_builder.deploy.facts import DeployError, read_facts
@@ -79,9 +79,7 @@ def by_kind(docs: list[dict]) -> dict[str, dict]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "repo_builder", "deploy", *args], capture_output=True, text=True, timeout=120
-    )
+    return run_cli("deploy", *args)
 
 
 # ---------------------------------------------------------------------------------------------- world size 1
@@ -275,8 +273,7 @@ def test_cli_stdout_is_the_multi_document_stream_and_output_writes_files(repo4, 
 )
 def test_bad_options_are_named(repo4, args, key, text) -> None:
     out = cli("kubernetes", str(repo4), "--image", IMAGE, *args)
-    assert out.returncode == 2, out.stdout
-    assert key in out.stderr and text in out.stderr and "Traceback" not in out.stderr
+    assert_refused(out, key, text)
     assert out.stdout == ""
 
 
@@ -284,6 +281,6 @@ def test_repository_without_lock_file_is_refused(tmp_path) -> None:
     (tmp_path / "hand" / "ensemble").mkdir(parents=True)
     (tmp_path / "hand" / "ensemble" / "config.pbtxt").write_text('name: "ensemble"\n')
     out = cli("kubernetes", str(tmp_path / "hand"), "--image", IMAGE, "--baked")
-    assert out.returncode == 2 and "repo-builder.lock.json" in out.stderr and "Traceback" not in out.stderr
+    assert_refused(out, "repo-builder.lock.json")
     with pytest.raises(DeployError):
         read_facts(rendered_repo(tmp_path / "r", 1, 1)).rank_layout(1, 2)

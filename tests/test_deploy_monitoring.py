@@ -8,11 +8,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import assert_refused, run_cli
 from deploy_support import rendered_repo
 
 from repo_builder.deploy.facts import DeployError, read_facts
@@ -28,9 +28,7 @@ def repo(tmp_path_factory) -> Path:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "repo_builder", "deploy", *args], capture_output=True, text=True, timeout=120
-    )
+    return run_cli("deploy", *args)
 
 
 def promtool() -> str:
@@ -106,8 +104,7 @@ def test_service_monitor_selects_the_service_and_its_metrics_port(repo) -> None:
 )
 def test_bad_options_are_named(repo, tmp_path, args, key) -> None:
     out = cli("monitoring", str(repo), "--output", str(tmp_path / "m"), *args)
-    assert out.returncode == 2, out.stdout
-    assert key in out.stderr and "Traceback" not in out.stderr
+    assert_refused(out, key)
     assert not (tmp_path / "m").exists()
     with pytest.raises(DeployError):
         manifests(read_facts(repo), KubernetesOptions(image=IMAGE, name="x", pvc="m", service_monitor="soon"))

@@ -11,11 +11,11 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import assert_refused, run_cli
 from conftest import free_ports
 from deploy_support import greedy_text, http_generate, rendered_repo, tiny_llama_repo
 
@@ -69,13 +69,8 @@ def test_two_nodes_four_ranks_script(tmp_path) -> None:
 
 def test_layout_that_contradicts_the_lock_file_is_refused(tmp_path) -> None:
     repo = rendered_repo(tmp_path, 2, 2)
-    out = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "deploy", "slurm", str(repo), "--nodes", "2", "--gpus-per-node", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 2 and "--gpus-per-node" in out.stderr and "world size 4" in out.stderr
+    out = run_cli("deploy", "slurm", str(repo), "--nodes", "2", "--gpus-per-node", "1")
+    assert_refused(out, "--gpus-per-node", "world size 4")
     assert "Traceback" not in out.stderr and out.stdout == ""
 
 
@@ -191,36 +186,28 @@ def test_sbatch_script_serves_the_tiny_model_under_slurm(slurm_cluster, tmp_path
     repo, ckpt = tiny_llama_repo(tmp_path / "model")
     http, grpc, metrics = free_ports(3)
     job_script = tmp_path / "serve.sbatch"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repo_builder",
-            "deploy",
-            "slurm",
-            str(repo),
-            "--nodes",
-            "1",
-            "--gpus-per-node",
-            "1",
-            "--tritonserver",
-            str(find_tritonserver().path),
-            "--http-port",
-            str(http),
-            "--grpc-port",
-            str(grpc),
-            "--metrics-port",
-            str(metrics),
-            "--ready-timeout",
-            "600",
-            "--name",
-            "tiny",
-            "--output",
-            str(job_script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = run_cli(
+        "deploy",
+        "slurm",
+        str(repo),
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--tritonserver",
+        str(find_tritonserver().path),
+        "--http-port",
+        str(http),
+        "--grpc-port",
+        str(grpc),
+        "--metrics-port",
+        str(metrics),
+        "--ready-timeout",
+        "600",
+        "--name",
+        "tiny",
+        "--output",
+        str(job_script),
     )
     assert out.returncode == 0, out.stderr
     sub = subprocess.run(

@@ -12,9 +12,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import cli_support
 import pydantic
 import pytest
+from cli_support import assert_refused
 from conftest import PROJECT, free_ports
 
 from repo_builder.errors import LaunchError
@@ -384,13 +387,12 @@ def test_numpy_2_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 # ---------------------------------------------------------------- CLI without a server
 
 
-def run_cli(*args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
-    cmd = (
-        [sys.executable, str(PROJECT / "scripts" / "launch_triton_server.py")]
-        if script
-        else [sys.executable, "-m", "repo_builder"]
-    )
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+def run_cli(*args: str, script: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``repo-builder ARGS``, or with ``script`` NVIDIA's ``launch_triton_server.py`` stand-in, run to its end."""
+    if not script:
+        return cli_support.run_cli(*args, **kwargs)
+    cmd = [sys.executable, str(PROJECT / "scripts" / "launch_triton_server.py"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kwargs)
 
 
 def test_cli_dry_run_uses_lock_world_size(tiny: Path) -> None:
@@ -403,7 +405,7 @@ def test_cli_dry_run_uses_lock_world_size(tiny: Path) -> None:
     command = out.stdout.strip().splitlines()[-1].split()
     assert command[0] == "mpirun" and len(split_ranks(command)) == 2
     refused = run_cli("launch", str(tiny), "--world_size", "1", "--http_port", str(h), "--dry-run")
-    assert refused.returncode == 2 and "launch.world_size" in refused.stderr
+    assert_refused(refused, "launch.world_size")
 
 
 def test_script_accepts_upstream_flags(tiny: Path) -> None:
@@ -489,13 +491,7 @@ def test_launch_option_defaults_have_one_home() -> None:
         assert fields[name].default == value, name
         assert params[name].default.default == value, name
     assert inspect.signature(commands.stop).parameters["timeout"].default.default == DEFAULTS["stop_timeout"]
-    shown = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "launch", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    shown = run_cli("launch", "--help", env={**os.environ, "COLUMNS": "200"})
     assert f"[default: {DEFAULTS['http_port']}]" in shown.stdout and f"[default: {DEFAULTS['timeout']}]" in shown.stdout
 
 
@@ -538,7 +534,7 @@ def test_a_stray_folder_is_refused_before_anything_starts(tiny: Path) -> None:
     out = run_cli(
         "launch", str(tiny), "--http_port", str(h), "--grpc_port", str(g), "--metrics_port", str(m), "--dry-run"
     )
-    assert out.returncode == 2, out.stdout
+    assert_refused(out)
     assert (
         "model folder(s) notes hold no config.pbtxt" in out.stderr and "Poll failed for model directory" in out.stderr
     )

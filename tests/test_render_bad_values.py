@@ -5,11 +5,10 @@ floats beyond what the backends parse (32-bit int, float32), NaN/Inf, malformed 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import assert_refused, render_args, run_cli
 from engine_configs import packaged_mistral, write_engine
 
 from repo_builder.commands.build import _parse_sets
@@ -122,24 +121,6 @@ def test_malformed_values_file_names_the_file_or_key(tmp_path, tok, engine, text
 
 
 def test_cli_reports_a_placeholder_value_without_traceback(tmp_path, tok, engine):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repo_builder",
-            "render",
-            "--engine-dir",
-            str(engine),
-            "--tokenizer-dir",
-            str(tok),
-            "--output",
-            str(tmp_path / "repo"),
-            "--set",
-            "tensorrt_llm_model_name=x${y}",
-        ],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2
+    proc = run_cli(*render_args(engine, tok, tmp_path / "repo", "--set", "tensorrt_llm_model_name=x${y}"), cwd=PROJECT)
+    assert_refused(proc)
     _refused(RepoBuilderError(proc.stderr), "tensorrt_llm_model_name:", "${")

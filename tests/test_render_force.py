@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import render_args, run_cli
 from engine_configs import packaged_mistral, write_engine
 
 from repo_builder.errors import RenderError
@@ -126,22 +125,10 @@ def test_cli_names_the_flag(tmp_path, tok, engines):
     out = tmp_path / "repo"
     render_repository(engines["trtllm"], tok, out)
     (out / "keep.txt").write_text("x")
-    args = [
-        sys.executable,
-        "-m",
-        "repo_builder",
-        "render",
-        "--engine-dir",
-        str(engines["trtllm"]),
-        "--tokenizer-dir",
-        str(tok),
-        "--output",
-        str(out),
-        "--force",
-    ]
-    proc = subprocess.run(args, cwd=PROJECT, capture_output=True, text=True)
+    args = render_args(engines["trtllm"], tok, out, "--force")
+    proc = run_cli(*args, cwd=PROJECT)
     assert proc.returncode == 2 and "keep.txt" in proc.stderr and "--delete-unlisted" in proc.stderr, proc.stderr
     assert (out / "keep.txt").read_text() == "x"
-    proc = subprocess.run(args + ["--delete-unlisted"], cwd=PROJECT, capture_output=True, text=True)
+    proc = run_cli(*args, "--delete-unlisted", cwd=PROJECT)
     assert proc.returncode == 0, proc.stderr
     assert not (out / "keep.txt").exists()

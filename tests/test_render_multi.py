@@ -4,10 +4,9 @@ what launch and deploy read from it (TensorRT-LLM engine directories from tests/
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_support import run_cli
 from deploy_support import trtllm_engine
 
 from repo_builder.deploy.facts import read_facts
@@ -61,9 +60,7 @@ def test_two_tp2_engines_share_one_launch(parts, tmp_path) -> None:
     rank1 = command[command.index(":") :]
     assert "--load-model=a_tensorrt_llm" in rank1 and "--load-model=b_tensorrt_llm" in rank1
     # inspect shows each LLM with its own values
-    out = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "inspect", str(repo)], capture_output=True, text=True, timeout=120
-    )
+    out = run_cli("inspect", str(repo))
     assert out.returncode == 0, out.stderr
     assert "LLM a: models a_ensemble" in out.stdout and "LLM b: models b_ensemble" in out.stdout
     assert "values of a" in out.stdout and "values of b" in out.stdout

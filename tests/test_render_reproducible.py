@@ -8,10 +8,10 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import cli_argv, render_args
 from engine_configs import packaged_mistral, write_engine
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -50,24 +50,15 @@ def test_two_renders_in_two_processes_are_byte_identical(tmp_path, tok, kind):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         procs.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "repo_builder",
-                    "render",
-                    "--engine-dir",
-                    str(engine),
-                    "--tokenizer-dir",
-                    str(tok),
-                    "--output",
-                    str(tmp_path / f"out{i}"),
+                cli_argv(
+                    *render_args(engine, tok, tmp_path / f"out{i}"),
                     "--serve-path",
                     "/srv/models/repo",
                     "--set",
                     "stop_token_ids=2,3",
                     "--set",
                     "gpu_device_ids=0,1",
-                ],
+                ),
                 cwd=PROJECT,
                 env=env,
                 stdout=subprocess.PIPE,

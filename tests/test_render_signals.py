@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import cli_argv, render_args
 from engine_configs import packaged_mistral, write_engine
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -35,18 +35,7 @@ def _temp_engine_file(work: Path) -> Path | None:
 
 def _start(engine: Path, tok: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "repo_builder",
-            "render",
-            "--engine-dir",
-            str(engine),
-            "--tokenizer-dir",
-            str(tok),
-            "--output",
-            str(out),
-        ],
+        cli_argv(*render_args(engine, tok, out)),
         cwd=PROJECT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -3,9 +3,7 @@ tested in tests/e2e/test_metrics_served.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
+from cli_support import run_cli
 from conftest import free_ports
 
 from repo_builder.top import engine_rows, metrics_url, model_rows, parse_metrics
@@ -49,10 +47,5 @@ def test_metrics_url_and_an_unreachable_server_is_a_clear_error():
     assert metrics_url("localhost:8002") == "http://localhost:8002/metrics"
     assert metrics_url("http://h:1/custom") == "http://h:1/custom"
     (port,) = free_ports(1)
-    out = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "top", f"127.0.0.1:{port}", "--once", "--interval", "0.1"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_cli("top", f"127.0.0.1:{port}", "--once", "--interval", "0.1", timeout=60)
     assert out.returncode != 0 and f"127.0.0.1:{port}/metrics" in out.stderr and "Traceback" not in out.stderr

@@ -33,6 +33,7 @@ def _root_conftest() -> Any:
 
 ROOT = _root_conftest()
 free_ports = ROOT.free_ports
+wait_for = ROOT.wait_for
 asset = ROOT.asset
 # pytest imports this file as module "conftest" too (no __init__.py) and it stays in sys.modules, so
 # `from conftest import ...` in tests/*.py collected after tests/e2e resolves here: re-export the root

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import queue
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +15,7 @@ from typing import IO, Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from cli_support import cli_argv
 
 
 def _http_post(url: str, payload: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
@@ -131,8 +131,7 @@ def openai_front_ends(
             try:
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "repo_builder", "openai", "--repo", str(repo), "--grpc-url", grpc_url]
-                        + ["--port", str(port), *extra],
+                        cli_argv("openai", "--repo", str(repo), "--grpc-url", grpc_url) + ["--port", str(port), *extra],
                         stdout=out,
                         stderr=None if out is None else subprocess.STDOUT,
                     )

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import wait_for
 from e2e_support import grpc_input
 
 pytestmark = pytest.mark.server
@@ -50,16 +51,6 @@ def server(tmp_path_factory, render_repo_module, serve_module):
 
 def engine_lines(server, what: str) -> list[str]:
     return [line for line in server.log_tail(400).splitlines() if "tensorrt_llm: request '" in line and what in line]
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def cancelled_grpc_stream(server, model: str, request_id: str) -> None:

@@ -22,13 +22,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PROJECT, free_ports
+from cli_support import cli_argv
+from conftest import PROJECT, free_ports, wait_for
 from e2e_support import grpc_input
 
 from repo_builder.server import procs
@@ -68,10 +68,7 @@ class Launch:
         self.log = tmp / "ts.log"
         with open(self.out, "wb") as fh:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "repo_builder",
+                cli_argv(
                     "launch",
                     str(repo),
                     "--no-mpi",
@@ -85,7 +82,7 @@ class Launch:
                     "--metrics_port",
                     str(self.metrics),
                     *extra,
-                ],
+                ),
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -117,16 +114,6 @@ class Launch:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def assert_all_gone(repo: Path, prefixes: list[str]) -> None:

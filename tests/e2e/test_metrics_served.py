@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cli_support import run_cli
 from conftest import free_ports
 from e2e_support import Stream, grpc_input, http_generate
 
@@ -233,17 +234,9 @@ def test_tokens_counted_equal_tokens_received_and_gauges_return_to_zero(load, pr
 
 def test_top_shows_the_engine_and_the_models(load, server):
     """`repo-builder top URL --once` after the load: the engine's row with every generated token."""
-    import subprocess
-    import sys
 
     url = server.metrics_url
-    out = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "top", url, "--once", "--interval", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    out = run_cli("top", url, "--once", "--interval", "1", env={**os.environ, "COLUMNS": "200"})
     assert out.returncode == 0, out.stderr
     engine = next(line for line in out.stdout.splitlines() if line.lstrip("│ ").startswith("tensorrt_llm "))
     assert str(load["received"]) in engine.split()

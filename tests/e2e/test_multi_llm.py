@@ -9,11 +9,11 @@ transformers' greedy generate() on its own checkpoint.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 
 from repo_builder.deploy.facts import read_facts
 from repo_builder.repository.lockfile import LOCK_NAME, lock_llms
@@ -52,12 +52,7 @@ def llms(tmp_path_factory) -> dict[str, Path]:
 def repo(llms, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("repo") / "two"
     args = [a for name, ckpt in llms.items() for a in ("--model", f"{name}={ckpt},{ckpt}")]
-    got = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "render", *args, "--output", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    got = run_cli("render", *args, "--output", str(out), timeout=300)
     assert got.returncode == 0, got.stderr
     return out
 
@@ -91,12 +86,7 @@ def test_bad_model_options_are_named(llms, tmp_path) -> None:
         (["--model", f"a={ckpt},{ckpt}"], "at least two"),
         (["--model", f"a={ckpt},{ckpt}", "--model", f"b={tmp_path}/none,{ckpt}"], "--model b:"),
     ):
-        got = subprocess.run(
-            [sys.executable, "-m", "repo_builder", "render", *args, "--output", str(tmp_path / "out")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        got = run_cli("render", *args, "--output", str(tmp_path / "out"))
         assert got.returncode == 2 and text in got.stderr and "Traceback" not in got.stderr, (args, got.stderr)
         assert not (tmp_path / "out").exists()
 

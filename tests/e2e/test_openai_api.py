@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
@@ -26,6 +25,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("fastapi")
 
+from cli_support import cli_argv  # noqa: E402
 from conftest import free_ports  # noqa: E402
 from e2e_support import wait_healthy  # noqa: E402
 
@@ -81,10 +81,7 @@ def launched(tiny, render_repo_module, tmp_path_factory):
     http, grpc, metrics, port = free_ports(4)
     log = tmp_path_factory.mktemp("logs") / "launch.log"
     env = dict(os.environ, REPO_BUILDER_OPENAI_API_KEY=KEY)
-    argv = [
-        sys.executable,
-        "-m",
-        "repo_builder",
+    argv = cli_argv(
         "launch",
         str(repo),
         "--http_port",
@@ -99,7 +96,7 @@ def launched(tiny, render_repo_module, tmp_path_factory):
         "--log-file",
         str(log),
         "--quiet",
-    ]
+    )
     output = tmp_path_factory.mktemp("launch-out") / "stdout.log"
     with open(output, "wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
