@@ -38,7 +38,16 @@ from ..profile.schema import load_schema
 from .options import RenderOptions
 from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
-from .whisper import _int_key, _read_json, _render_template, refuse_unsupported, write_checkpoint_repository
+from .whisper import (
+    CheckpointRenderResult,
+    _int_key,
+    _read_json,
+    _render_template,
+    checkpoint_lock,
+    checkpoint_variables,
+    refuse_unsupported,
+    write_checkpoint_repository,
+)
 
 ENGINE = "tensorrt_llm"
 ENCODERS = "multimodal_encoders"
@@ -232,29 +241,16 @@ def resolve_multimodal_values(facts: MultimodalFacts, options: RenderOptions) ->
     return values
 
 
-@dataclass
-class MultimodalRenderResult:
-    """What :func:`render_multimodal_repository` wrote: the repository, the facts, the values and the files."""
-
-    output: Path
-    facts: MultimodalFacts
-    values: dict[str, tuple[Any, str]]
-    files: list[str]
+class MultimodalRenderResult(CheckpointRenderResult[MultimodalFacts]):
+    """What :func:`render_multimodal_repository` wrote."""
 
 
 def plan_multimodal_files(
     checkpoint: Path, facts: MultimodalFacts, values: Mapping[str, tuple[Any, str]], serve_root: Path, profile: str
 ) -> dict[str, bytes]:
     """{repository-relative path: bytes} of every file except the checkpoint copy."""
-    v = {k: val for k, (val, _) in values.items()}
-    engine_dir = serve_root / ENGINE / "1" / "engine"
-    variables = {
-        "values": v,
-        "facts": asdict(facts),
-        "engine_dir": str(engine_dir),
-        "max_batch_size": v["multimodal_max_batch_size"],
-        "max_prompt_table_rows": facts.features_per_image * v["multimodal_max_num_images"],
-    }
+    v, variables = checkpoint_variables(facts, values, serve_root, "multimodal_max_batch_size")
+    variables["max_prompt_table_rows"] = facts.features_per_image * v["multimodal_max_num_images"]
     files: dict[str, bytes] = {}
     runtime = runtime_files()
     for model, (template, kind) in MODELS.items():
@@ -271,14 +267,7 @@ def plan_multimodal_files(
         for name in (*_TOKENIZER_FILES, "preprocessor_config.json"):
             if (checkpoint / name).is_file():
                 files[f"{folder}/{name}"] = (checkpoint / name).read_bytes()
-    lock = {
-        "repo_builder_layout": "multimodal",
-        "checkpoint": str(checkpoint),
-        "values": {k: {"value": val, "origin": origin} for k, (val, origin) in values.items()},
-        "facts": asdict(facts),
-        "launch": {"world_size": 1, "tensorrt_llm_model_names": [ENGINE, ENCODERS]},
-    }
-    files[LOCK_NAME] = (json.dumps(lock, indent=2) + "\n").encode()
+    files[LOCK_NAME] = checkpoint_lock("multimodal", checkpoint, values, asdict(facts), [ENGINE, ENCODERS])
     return files
 
 

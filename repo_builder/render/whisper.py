@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..errors import EngineError, ParameterError, RenderError, TokenizerError
 from ..profile.schema import load_schema, validate_user_values
@@ -339,28 +339,59 @@ def write_checkpoint_repository(
         raise
 
 
+FactsT = TypeVar("FactsT")
+
+
 @dataclass
-class WhisperRenderResult:
-    """What :func:`render_whisper_repository` wrote: the repository, the facts, the values and the files."""
+class CheckpointRenderResult(Generic[FactsT]):
+    """What a checkpoint layout's render wrote: the repository, the facts, the values and the files."""
 
     output: Path
-    facts: WhisperFacts
+    facts: FactsT
     values: dict[str, tuple[Any, str]]
     files: list[str]
 
 
-def plan_whisper_files(
-    checkpoint: Path, facts: WhisperFacts, values: Mapping[str, tuple[Any, str]], serve_root: Path, profile: str
-) -> dict[str, bytes]:
-    """{repository-relative path: bytes} of every file except the checkpoint copy."""
+class WhisperRenderResult(CheckpointRenderResult[WhisperFacts]):
+    """What :func:`render_whisper_repository` wrote."""
+
+
+def checkpoint_variables(
+    facts: Any, values: Mapping[str, tuple[Any, str]], serve_root: Path, max_batch_size: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({parameter: value}, the variables every template of a checkpoint layout reads: ``values``, ``facts``,
+    ``engine_dir`` (the checkpoint copy in the engine model, under ``serve_root``) and ``max_batch_size``, the
+    value of parameter ``max_batch_size``)."""
     v = {k: val for k, (val, _) in values.items()}
     engine_dir = serve_root / ENGINE / "1" / "engine"
     variables = {
         "values": v,
         "facts": asdict(facts),
         "engine_dir": str(engine_dir),
-        "max_batch_size": v["whisper_max_batch_size"],
+        "max_batch_size": v[max_batch_size],
     }
+    return v, variables
+
+
+def checkpoint_lock(
+    layout: str, checkpoint: Path, values: Mapping[str, tuple[Any, str]], facts: Mapping[str, Any], models: list[str]
+) -> bytes:
+    """The lock file of a checkpoint layout (one rank; ``models`` are what every rank loads), as written."""
+    lock = {
+        "repo_builder_layout": layout,
+        "checkpoint": str(checkpoint),
+        "values": {k: {"value": val, "origin": origin} for k, (val, origin) in values.items()},
+        "facts": dict(facts),
+        "launch": {"world_size": 1, "tensorrt_llm_model_names": models},
+    }
+    return (json.dumps(lock, indent=2) + "\n").encode()
+
+
+def plan_whisper_files(
+    checkpoint: Path, facts: WhisperFacts, values: Mapping[str, tuple[Any, str]], serve_root: Path, profile: str
+) -> dict[str, bytes]:
+    """{repository-relative path: bytes} of every file except the checkpoint copy."""
+    v, variables = checkpoint_variables(facts, values, serve_root, "whisper_max_batch_size")
     files: dict[str, bytes] = {}
     files[f"{BLS}/config.pbtxt"] = _render_template(profile, BLS, variables).encode()
     files[f"{ENGINE}/config.pbtxt"] = _render_template(profile, "whisper_tensorrt_llm", variables).encode()
@@ -388,14 +419,8 @@ def plan_whisper_files(
             "padding_value": 0.0,
         }
         files[f"{BLS}/1/whisper/preprocessor_config.json"] = (json.dumps(pre, indent=2) + "\n").encode()
-    lock = {
-        "repo_builder_layout": "whisper",
-        "checkpoint": str(checkpoint),
-        "values": {k: {"value": val, "origin": origin} for k, (val, origin) in values.items()},
-        "facts": asdict(facts) | {"languages": len(facts.languages)},
-        "launch": {"world_size": 1, "tensorrt_llm_model_names": [ENGINE, BLS]},
-    }
-    files["repo-builder.whisper.json"] = (json.dumps(lock, indent=2) + "\n").encode()
+    lock_facts = asdict(facts) | {"languages": len(facts.languages)}
+    files["repo-builder.whisper.json"] = checkpoint_lock("whisper", checkpoint, values, lock_facts, [ENGINE, BLS])
     return files
 
 
