@@ -115,18 +115,25 @@ def _engine_files(kind: str, source: Path) -> Iterable[tuple[Path, str]]:
             yield path, rel.as_posix()
 
 
+def check_placement_mode(mode: str, key: str = "engine_mode") -> None:
+    """Check that ``mode`` is an engine placement mode (render's ``--engine-mode``).
+
+    Raises:
+        RenderError: ``mode`` is not one of :data:`PLACEMENT_MODES` (names ``key``, e.g. ``--engine-mode``).
+    """
+    if mode not in PLACEMENT_MODES:
+        raise RenderError(
+            f"unknown engine placement mode '{mode}'", key=key, hint=f"choose one of {', '.join(PLACEMENT_MODES)}"
+        )
+
+
 def plan_placement(kind: str, engine_dir: str | Path, mode: str = "copy") -> PlacementPlan:
     """Plan where the files of an engine of ``kind`` (``trtllm``, ``hf``, ``synthetic``) go.
 
     Raises:
         RenderError: unknown mode (names ``engine_mode``), or a needed file is missing.
     """
-    if mode not in PLACEMENT_MODES:
-        raise RenderError(
-            f"unknown engine placement mode '{mode}'",
-            key="engine_mode",
-            hint=f"choose one of {', '.join(PLACEMENT_MODES)}",
-        )
+    check_placement_mode(mode)
     source = Path(engine_dir).resolve()
     if mode == "reference":
         return PlacementPlan(mode, source, None, [])

@@ -49,6 +49,16 @@ class Panel:
 
 _J = 'job="{job}"'
 
+
+def _per_preprocessed_request(seconds_total: str) -> Query:
+    """Seconds of counter ``seconds_total`` per preprocessed request, by model."""
+    return Query(
+        "sum by (model) (rate(" + seconds_total + "{" + _J + "}[{window}])) / sum by (model) "
+        "(rate(repo_builder_tokenize_requests_total{" + _J + "}[{window}]))",
+        "{{model}}",
+    )
+
+
 #: Every panel of the dashboard, in order (rows: throughput, latency, queue and KV cache, text-side cost).
 PANELS: tuple[Panel, ...] = (
     # ---- throughput
@@ -216,16 +226,7 @@ PANELS: tuple[Panel, ...] = (
         "s",
         "timeseries",
         "Prompt encoding (chat template included) per preprocessed request.",
-        (
-            Query(
-                "sum by (model) (rate(repo_builder_tokenize_seconds_total{"
-                + _J
-                + "}[{window}])) / sum by (model) (rate(repo_builder_tokenize_requests_total{"
-                + _J
-                + "}[{window}]))",
-                "{{model}}",
-            ),
-        ),
+        (_per_preprocessed_request("repo_builder_tokenize_seconds_total"),),
     ),
     Panel(
         "word_lists_per_request",
@@ -234,16 +235,7 @@ PANELS: tuple[Panel, ...] = (
         "s",
         "timeseries",
         "Stop/bad word lists and embedding bias per preprocessed request.",
-        (
-            Query(
-                "sum by (model) (rate(repo_builder_word_list_seconds_total{"
-                + _J
-                + "}[{window}])) / sum by (model) (rate(repo_builder_tokenize_requests_total{"
-                + _J
-                + "}[{window}]))",
-                "{{model}}",
-            ),
-        ),
+        (_per_preprocessed_request("repo_builder_word_list_seconds_total"),),
     ),
     Panel(
         "detokenize_per_token",

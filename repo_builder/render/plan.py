@@ -19,7 +19,7 @@ from typing import Any
 
 from ..engine import EngineInfo
 from ..errors import ParameterError, RenderError
-from ..placement import PLACEMENT_MODES, PlacementPlan, plan_placement
+from ..placement import PlacementPlan, check_placement_mode, plan_placement
 from ..profile.contract import MODEL_NAMES, ProfileContract, load_contract
 from ..repository.lockfile import LOCK_NAME, build_lock, dumps
 from ..repository.pbtxt import backend_json, parse_model_config
@@ -298,12 +298,7 @@ def prepare_render(
     from ..tokenizer import check_tokenizer_dir
 
     opts = options
-    if opts.engine_mode not in PLACEMENT_MODES:
-        raise RenderError(
-            f"unknown engine placement mode '{opts.engine_mode}'",
-            key="--engine-mode",
-            hint=f"choose one of {', '.join(PLACEMENT_MODES)}",
-        )
+    check_placement_mode(opts.engine_mode, key="--engine-mode")
     contract = load_contract(opts.profile)
     out = Path(output).expanduser().absolute()
     engine_path = Path(engine_dir).expanduser().resolve()
