@@ -15,8 +15,8 @@ What it reads (never writes into the repository):
   "two versions mixed", an error naming both files;
 - the values: each parameter of the profile (``model_templates/parameters.yaml``) is read from the key the
   templates write it under (its ``config_key``) in the models it is rendered into, the structural ones from
-  their ``ModelConfig`` fields (:data:`STRUCTURAL_FIELDS`); every value is typed by the schema, so a value the
-  profile refuses is reported with the schema's reason;
+  their ``ModelConfig`` fields (the schema's ``config_field``, :data:`FIELD_READERS`); every value is typed by
+  the schema, so a value the profile refuses is reported with the schema's reason;
 - NVIDIA's ``model.py`` files, by sha256 against the pristine ones of each tag (:data:`PRISTINE_MODEL_PY`).
 
 What it cannot place is a :class:`Finding` naming the file and key: an unknown key, a ``${...}`` placeholder
@@ -35,7 +35,7 @@ from typing import Any
 
 from .adopt_values import (  # noqa: F401  (re-exported: moved from this module)
     DECOUPLED_ROLES,
-    STRUCTURAL_FIELDS,
+    FIELD_READERS,
     _missing,
     _names,
     _read_values,

@@ -1,7 +1,7 @@
 """How ``repo-builder adopt`` reads values back from a hand-filled repository: structural fields of each
-model's ``ModelConfig`` (:data:`STRUCTURAL_FIELDS`), the dtype parameters from the contract's tensors, string
-parameters through the schema, and findings for keys no parameter places and for parameters left unset. Used by
-:func:`repo_builder.adopt.adopt_repository`.
+model's ``ModelConfig`` (the schema's ``config_field``, :data:`FIELD_READERS`), the dtype parameters from the
+contract's tensors, string parameters through the schema, and findings for keys no parameter places and for
+parameters left unset. Used by :func:`repo_builder.adopt.adopt_repository`.
 """
 
 from __future__ import annotations
@@ -42,19 +42,17 @@ def _queue_size(config: Any) -> int | None:
     return int(db.default_queue_policy.max_queue_size)
 
 
-#: How a structural parameter is read back from a model's ``ModelConfig`` (the inverse of the templates'
-#: macros in model_templates/_macros.j2): {parameter: (config field named in findings, reader)}. The dtype
-#: parameters are read from the contract's ``data_type_param`` tensors instead (:func:`_dtype_values`).
-STRUCTURAL_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "triton_max_batch_size": ("max_batch_size", _batch),
-    "decoupled_mode": ("model_transaction_policy.decoupled", lambda c: bool(c.model_transaction_policy.decoupled)),
-    "max_queue_delay_microseconds": ("dynamic_batching.max_queue_delay_microseconds", _queue_delay),
-    "max_queue_size": ("dynamic_batching.default_queue_policy.max_queue_size", _queue_size),
-    "preprocessing_instance_count": ("instance_group.count", _instances),
-    "postprocessing_instance_count": ("instance_group.count", _instances),
-    "bls_instance_count": ("instance_group.count", _instances),
-    "tensorrt_llm_instance_count": ("instance_group.count", _instances),
-    "triton_backend": ("backend", lambda c: c.backend or None),
+#: How a structural parameter's value is read back from a model's ``ModelConfig`` (the inverse of the templates'
+#: macros in model_templates/_macros.j2): {config field: reader}. Which parameter sits in which field is the
+#: schema's ``config_field`` (model_templates/parameters.yaml). The dtype parameters (``input.data_type``,
+#: ``output.data_type``) are read from the contract's ``data_type_param`` tensors instead (:func:`_dtype_values`).
+FIELD_READERS: dict[str, Callable[[Any], Any]] = {
+    "max_batch_size": _batch,
+    "model_transaction_policy.decoupled": lambda c: bool(c.model_transaction_policy.decoupled),
+    "dynamic_batching.max_queue_delay_microseconds": _queue_delay,
+    "dynamic_batching.default_queue_policy.max_queue_size": _queue_size,
+    "instance_group.count": _instances,
+    "backend": lambda c: c.backend or None,
 }
 
 
@@ -126,8 +124,9 @@ def _read_values(
         for name, param in params.items():
             if role not in param.models:
                 continue
-            if param.kind == "structural" and name in STRUCTURAL_FIELDS:
-                fieldname, reader = STRUCTURAL_FIELDS[name]
+            fieldname = param.config_field
+            if param.kind == "structural" and fieldname in FIELD_READERS:
+                reader = FIELD_READERS[fieldname]
                 if name == "decoupled_mode" and role not in DECOUPLED_ROLES:
                     continue  # postprocessing gets decoupled_mode as a parameter; its own policy stays unary
                 raw = reader(m.config)

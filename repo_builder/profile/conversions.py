@@ -10,6 +10,12 @@ import re
 from typing import Any
 
 # ---------------------------------------------------------------------- conversions
+#: Largest integer a parameter without an explicit ``max`` takes: the backends parse integer parameters
+#: with ``std::stoi`` and Triton's structural fields (max_batch_size, count, max_queue_size) are 32-bit.
+INT32_MAX = 2**31 - 1
+#: Largest finite float32 (the C++ backend parses float parameters with ``std::stof``).
+FLOAT32_MAX = 3.4028234663852886e38
+
 #: How each parameter type reads in messages ("expected an integer").
 TYPE_TEXT = {
     "int": "an integer",

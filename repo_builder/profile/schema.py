@@ -33,6 +33,8 @@ from ..errors import ParameterError, RepoBuilderError
 from ..runtime.params import parse_bool
 from .contract import LAYOUT_MODEL_NAMES, MODEL_NAMES
 from .conversions import (  # noqa: F401  (re-exported: moved from this module)
+    FLOAT32_MAX,
+    INT32_MAX,
     TYPE_TEXT,
     check_text_value,
     number_text,
@@ -51,13 +53,6 @@ Kind = Literal["structural", "runtime", "derived", "build_time"]
 ENGINE_KINDS = ("trtllm", "hf", "synthetic")
 
 
-#: Largest integer a parameter without an explicit ``max`` takes: the backends parse integer parameters
-#: with ``std::stoi`` and Triton's structural fields (max_batch_size, count, max_queue_size) are 32-bit.
-INT32_MAX = 2**31 - 1
-#: Largest finite float32 (the C++ backend parses float parameters with ``std::stof``).
-FLOAT32_MAX = 3.4028234663852886e38
-
-
 class Parameter(BaseModel):
     """One parameter of ``model_templates/parameters.yaml`` (field meanings in that file's header)."""
 
@@ -68,6 +63,7 @@ class Parameter(BaseModel):
     profiles: tuple[str, ...]
     description: str
     config_key: str | None = None
+    config_field: str | None = None
     models: tuple[str, ...] = ()
     engine_kinds: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     type: ParamType | None = None
@@ -96,6 +92,8 @@ class Parameter(BaseModel):
             if bad:
                 raise ValueError(f"{self.name}: overrides for {other} may not change {bad}")
             self.in_profile(other)  # the overridden entry must itself be a valid parameter
+        if (self.kind == "structural") != (self.config_field is not None):
+            raise ValueError(f"{self.name}: config_field is set for, and only for, a structural parameter")
         if self.kind == "build_time":
             if not self.build_flag:
                 raise ValueError(f"{self.name}: a build_time parameter needs build_flag")

@@ -6,6 +6,7 @@ GPU-placement rule against the lock file's world size (:func:`check_placement_wi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,14 +19,33 @@ from .validate_models import Problem, RepoModel, is_set, load_models, map_path, 
 if TYPE_CHECKING:
     from ..tokenizer import TokenizerInfo
 
-#: How a structural parameter shows in config.pbtxt (for messages of validate).
-_STRUCTURAL_KEYS = {
-    "triton_max_batch_size": "max_batch_size",
-    "decoupled_mode": "decoupled",
-    "triton_backend": "backend",
-    "tensorrt_llm_instance_count": "instance_group count",
-    "tensorrt_llm_instance_kind": "instance_group kind",
-}
+
+def _structural_fields() -> dict[str, str]:
+    """{structural parameter: the config.pbtxt field it is written to} (the schema's ``config_field``, over every
+    profile), plus the instance kind the GPU-placement rule reads (not a parameter: the templates write it)."""
+    from ..profile.schema import load_schema
+
+    out = {p.name: p.config_field for p in load_schema().parameters.values() if p.config_field}
+    out["tensorrt_llm_instance_kind"] = "instance_group.kind"
+    return out
+
+
+def _field_text(config_field: str) -> str:
+    """How validate names a config field in its findings, as config.pbtxt shows it: the field itself
+    (``decoupled`` of ``model_transaction_policy.decoupled``), after its repeated message's name when it is the
+    field of a list entry (``instance_group count``)."""
+    from .pbtxt import model_config_pb2
+
+    parts = config_field.split(".")
+    top = model_config_pb2().ModelConfig.DESCRIPTOR.fields_by_name.get(parts[0])
+    repeated = top is not None and top.is_repeated and len(parts) > 1
+    return f"{parts[0]} {parts[-1]}" if repeated else parts[-1]
+
+
+def _field_line(m: RepoModel, config_field: str) -> int | None:
+    """The line of ``m``'s config.pbtxt where ``config_field``'s last part (``count`` of ``instance_group.count``)
+    is written first."""
+    return m.line_of(rf"^\s*{re.escape(config_field.rsplit('.', 1)[-1])}\s*:")
 
 
 def _schema_by_key() -> dict[str, Any]:
@@ -59,6 +79,7 @@ def repository_values(
     where each was read ({name: (model, line)}): ``target``'s own parameters and structural fields, then the
     parameters of the other models (BLS, postprocessing) that are not the engine's."""
     by_key = _schema_by_key()
+    fields = _structural_fields()
     values: dict[str, Any] = {}
     where: dict[str, tuple[RepoModel, int | None]] = {}
     c = target.cfg
@@ -69,19 +90,19 @@ def repository_values(
             where[param.name] = (target, target.param_line(key))
     if c.max_batch_size > 0:
         values["triton_max_batch_size"] = int(c.max_batch_size)
-        where["triton_max_batch_size"] = (target, target.line_of(r"^\s*max_batch_size\s*:"))
+        where["triton_max_batch_size"] = (target, _field_line(target, fields["triton_max_batch_size"]))
     values["decoupled_mode"] = bool(c.model_transaction_policy.decoupled)
-    where["decoupled_mode"] = (target, target.line_of(r"^\s*decoupled\s*:"))
+    where["decoupled_mode"] = (target, _field_line(target, fields["decoupled_mode"]))
     if c.backend:
         values["triton_backend"] = c.backend
-        where["triton_backend"] = (target, target.line_of(r"^\s*backend\s*:"))
+        where["triton_backend"] = (target, _field_line(target, fields["triton_backend"]))
     values["tensorrt_llm_instance_count"] = python_instances(c)  # Triton's count: count x listed GPUs
-    where["tensorrt_llm_instance_count"] = (target, target.line_of(r"^\s*count\s*:"))
+    where["tensorrt_llm_instance_count"] = (target, _field_line(target, fields["tensorrt_llm_instance_count"]))
     if c.instance_group:
         group = c.instance_group[0]
         values["tensorrt_llm_instance_kind"] = _KIND_NAMES.get(group.kind, str(group.kind))
         values["tensorrt_llm_instance_gpus"] = list(group.gpus)
-        where["tensorrt_llm_instance_kind"] = (target, target.line_of(r"^\s*kind\s*:"))
+        where["tensorrt_llm_instance_kind"] = (target, _field_line(target, fields["tensorrt_llm_instance_kind"]))
     for out in c.output:
         if out.name in ("generation_logits", "context_logits"):
             values["logits_datatype"] = dtype_name(out.data_type)
@@ -104,7 +125,7 @@ def repository_values(
     post = models.get("postprocessing")
     if post is not None and post.config is not None and post.config.instance_group:
         values["postprocessing_instance_count"] = sum(g.count or 1 for g in post.config.instance_group)
-        where["postprocessing_instance_count"] = (post, post.line_of(r"^\s*count\s*:"))
+        where["postprocessing_instance_count"] = (post, _field_line(post, fields["postprocessing_instance_count"]))
     return values, where
 
 
@@ -162,6 +183,7 @@ def check_against_engine(
     base = Path(root) if root is not None else Path(".")
     served = Path(served_at) if served_at is not None else (base.absolute() if root is not None else None)
     by_name = {p.name: p for p in _schema_by_key().values()}
+    fields = _structural_fields()
     out: list[Problem] = []
     seen: set[tuple[str, str, int | None]] = set()
     local = lambda v: map_path(v, served, base)  # noqa: E731
@@ -174,7 +196,7 @@ def check_against_engine(
             else:
                 model, line = where.get(f.key, (m, None))
                 param = by_name.get(f.key)
-                shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
+                shown = _field_text(fields[f.key]) if f.key in fields else (param.key if param is not None else f.key)
                 if f.key == "logits_datatype":
                     shown = "output logits data_type"
                 elif f.key == "lora_weights_data_type":
@@ -194,12 +216,13 @@ def check_placement_with_lock(models: dict[str, RepoModel], lock: LockFile) -> l
 
     world = lock.launch.world_size  # LockLaunch: an int >= 1
     by_name = {p.name: p for p in _schema_by_key().values()}
+    fields = _structural_fields()
     out: list[Problem] = []
     for m in trtllm_models(models):
         values, where = repository_values(models, m)
         for f in placement_findings(values, world, world_source=f"{LOCK_NAME} launch.world_size"):
             model, line = where.get(f.key, (m, None))
             param = by_name.get(f.key)
-            shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
+            shown = _field_text(fields[f.key]) if f.key in fields else (param.key if param is not None else f.key)
             out.append(Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity))
     return out
