@@ -35,90 +35,123 @@ def io_maps(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def check_ensemble(ens: RepoModel, models: dict[str, RepoModel], problems: list[Problem]) -> None:
+    """The ensemble's wiring: each step's output_map names outputs of its model (dtypes agreeing with the
+    ensemble's outputs), each input_map entry is fed by an ensemble input or a step with the dtype the step
+    model expects, every required input is fed, every ensemble output comes from exactly one step."""
     c = ens.cfg
     ens_in, ens_out = io_maps(c)
-    rel = ens.rel
+    steps = list(c.ensemble_scheduling.step)
+    if not steps:
+        problems.append(Problem(ens.rel, "ensemble without ensemble_scheduling steps", ens.line_of(r"platform")))
+        return
     # dtype of every ensemble tensor: declared inputs first, then producers
     tensor_dtype: dict[str, int] = {n: t.data_type for n, t in ens_in.items()}
     producers: dict[str, list[str]] = {}
-    steps = list(c.ensemble_scheduling.step)
-    if not steps:
-        problems.append(Problem(rel, "ensemble without ensemble_scheduling steps", ens.line_of(r"platform")))
+    for step in steps:
+        _check_step_outputs(ens, step, models.get(step.model_name), ens_out, tensor_dtype, producers, problems)
+    for step in steps:
+        target = models.get(step.model_name)
+        if target is not None and target.config is not None:
+            _check_step_inputs(ens, step, target, tensor_dtype, problems)
+    _check_producers(ens, ens_out, producers, problems)
+
+
+def _step_line(ens: RepoModel, step: Any) -> int | None:
+    return ens.line_of(r'model_name\s*:\s*"' + re.escape(step.model_name) + r'"')
+
+
+def _check_step_outputs(
+    ens: RepoModel,
+    step: Any,
+    target: RepoModel | None,
+    ens_out: dict[str, Any],
+    tensor_dtype: dict[str, int],
+    producers: dict[str, list[str]],
+    problems: list[Problem],
+) -> None:
+    """One step's output_map against its model's outputs; records the dtype and producer of each tensor."""
+    rel, line = ens.rel, _step_line(ens, step)
+    for tensor in step.output_map.values():
+        producers.setdefault(tensor, []).append(step.model_name)
+    if target is None:
+        problems.append(Problem(rel, f"step model '{step.model_name}' is not in the repository", line))
         return
-    for step in steps:
-        target = models.get(step.model_name)
-        line = ens.line_of(r'model_name\s*:\s*"' + re.escape(step.model_name) + r'"')
-        for tensor in step.output_map.values():
-            producers.setdefault(tensor, []).append(step.model_name)
-        if target is None:
-            problems.append(Problem(rel, f"step model '{step.model_name}' is not in the repository", line))
-            continue
-        if target.config is None:
-            continue
-        t_in, t_out = io_maps(target.config)
-        for out_name, tensor in step.output_map.items():
-            spec = t_out.get(out_name)
-            if spec is None:
-                problems.append(
-                    Problem(
-                        rel,
-                        f"output_map: '{step.model_name}' has no output '{out_name}'",
-                        ens.line_of(r'key\s*:\s*"' + re.escape(out_name) + r'"') or line,
-                    )
+    if target.config is None:
+        return
+    _, t_out = io_maps(target.config)
+    for out_name, tensor in step.output_map.items():
+        spec = t_out.get(out_name)
+        if spec is None:
+            problems.append(
+                Problem(
+                    rel,
+                    f"output_map: '{step.model_name}' has no output '{out_name}'",
+                    ens.line_of(r'key\s*:\s*"' + re.escape(out_name) + r'"') or line,
                 )
-                continue
-            tensor_dtype.setdefault(tensor, spec.data_type)
-            if tensor in ens_out and ens_out[tensor].data_type != spec.data_type:
-                problems.append(
-                    Problem(
-                        rel,
-                        f"ensemble output '{tensor}' is {dtype_name(ens_out[tensor].data_type)} "
-                        f"but '{step.model_name}' output '{out_name}' is "
-                        f"{dtype_name(spec.data_type)}",
-                        ens.tensor_line(tensor),
-                    )
-                )
-    for step in steps:
-        target = models.get(step.model_name)
-        if target is None or target.config is None:
-            continue
-        line = ens.line_of(r'model_name\s*:\s*"' + re.escape(step.model_name) + r'"')
-        t_in, _ = io_maps(target.config)
-        for in_name, tensor in step.input_map.items():
-            spec = t_in.get(in_name)
-            kline = (
-                ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"')
-                or ens.line_of(r'"' + re.escape(in_name) + r'"')
-                or line
             )
-            if spec is None:
-                problems.append(Problem(rel, f"input_map: '{step.model_name}' has no input '{in_name}'", kline))
-                continue
-            if tensor not in tensor_dtype:
-                problems.append(
-                    Problem(
-                        rel,
-                        f"input_map: '{tensor}' (for {step.model_name}.{in_name}) is neither an "
-                        "ensemble input nor produced by a step",
-                        kline,
-                    )
+            continue
+        tensor_dtype.setdefault(tensor, spec.data_type)
+        if tensor in ens_out and ens_out[tensor].data_type != spec.data_type:
+            problems.append(
+                Problem(
+                    rel,
+                    f"ensemble output '{tensor}' is {dtype_name(ens_out[tensor].data_type)} "
+                    f"but '{step.model_name}' output '{out_name}' is "
+                    f"{dtype_name(spec.data_type)}",
+                    ens.tensor_line(tensor),
                 )
-                continue
-            if tensor_dtype[tensor] != spec.data_type:
-                problems.append(
-                    Problem(
-                        rel,
-                        f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
-                        f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
-                        kline,
-                    )
+            )
+
+
+def _check_step_inputs(
+    ens: RepoModel, step: Any, target: RepoModel, tensor_dtype: dict[str, int], problems: list[Problem]
+) -> None:
+    """One step's input_map: each entry names an input of the step model and a tensor of the ensemble with the
+    dtype that input expects; every required input of the step model is fed."""
+    rel, line = ens.rel, _step_line(ens, step)
+    t_in, _ = io_maps(target.config)
+    for in_name, tensor in step.input_map.items():
+        spec = t_in.get(in_name)
+        kline = (
+            ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"')
+            or ens.line_of(r'"' + re.escape(in_name) + r'"')
+            or line
+        )
+        if spec is None:
+            problems.append(Problem(rel, f"input_map: '{step.model_name}' has no input '{in_name}'", kline))
+            continue
+        if tensor not in tensor_dtype:
+            problems.append(
+                Problem(
+                    rel,
+                    f"input_map: '{tensor}' (for {step.model_name}.{in_name}) is neither an "
+                    "ensemble input nor produced by a step",
+                    kline,
                 )
-        fed = set(step.input_map)
-        for name, spec in t_in.items():
-            if not spec.optional and name not in fed:
-                problems.append(
-                    Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by input_map", line)
+            )
+            continue
+        if tensor_dtype[tensor] != spec.data_type:
+            problems.append(
+                Problem(
+                    rel,
+                    f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
+                    f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
+                    kline,
                 )
+            )
+    fed = set(step.input_map)
+    for name, spec in t_in.items():
+        if not spec.optional and name not in fed:
+            problems.append(
+                Problem(rel, f"step '{step.model_name}': required input '{name}' is not fed by input_map", line)
+            )
+
+
+def _check_producers(
+    ens: RepoModel, ens_out: dict[str, Any], producers: dict[str, list[str]], problems: list[Problem]
+) -> None:
+    """Every ensemble output comes from exactly one step; no other tensor from more than one."""
+    rel = ens.rel
     for name in ens_out:
         count = len(producers.get(name, []))
         if count != 1:

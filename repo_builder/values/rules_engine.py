@@ -157,71 +157,92 @@ def placement_findings(values: Mapping[str, Any], world_size: int, *, world_sour
     instance per GPU listed in a KIND_GPU ``instance_group`` (times its count), while the C++ backend places its
     ranks itself (NVIDIA's templates use KIND_CPU). Short groups are the ``device_groups`` rule's.
     """
-    out: list[Finding] = []
     gpus = values.get("gpu_device_ids")
     parts = values.get("participant_ids")
     gpus = [g for g in gpus if isinstance(g, list)] if isinstance(gpus, list) else None
     parts = [g for g in parts if isinstance(g, list)] if isinstance(parts, list) else None
+    out: list[Finding] = []
     for key, groups in (("gpu_device_ids", gpus), ("participant_ids", parts)):
-        if not groups:
-            continue
-        shown = _groups_text(groups)
-        what = "GPU" if key == "gpu_device_ids" else "MPI rank"
-        for n, group in enumerate(groups):
-            dup = sorted({i for i in group if group.count(i) > 1})
-            if dup:
-                out.append(
-                    Finding(
-                        key,
-                        f"{shown!r}: instance {n} lists {what} {', '.join(map(str, dup))} twice: each rank of an "
-                        f"instance needs its own {what}",
-                    )
-                )
-            if len(group) > world_size:
-                out.append(
-                    Finding(
-                        key,
-                        f"{shown!r}: instance {n} lists {len(group)} ids, but the engine's world size is {world_size} "
-                        f"({world_source}): ids {','.join(map(str, group[world_size:]))} are never used",
-                        severity="warning",
-                        blame="engine",
-                    )
-                )
-        seen: dict[int, int] = {}
-        for n, group in enumerate(groups):
-            for i in group:
-                if seen.setdefault(i, n) != n:
-                    out.append(
-                        Finding(
-                            key,
-                            f"{shown!r}: {what} {i} is in instance {seen[i]} and instance {n}; instances must not "
-                            f"share a {what}",
-                            severity="warning" if key == "gpu_device_ids" else "error",
-                        )
-                    )
-                    break
-            else:
-                continue
-            break
+        if groups:
+            out.extend(_group_findings(key, groups, world_size, world_source))
     if gpus and parts:
-        if len(gpus) != len(parts):
+        out.extend(_pairing_findings(gpus, parts))
+    out.extend(_instance_kind_findings(values, gpus, world_size))
+    return out
+
+
+def _group_findings(key: str, groups: list[list[int]], world_size: int, world_source: str) -> list[Finding]:
+    """The groups of one ids parameter (gpu_device_ids or participant_ids): no id twice in an instance, no more
+    ids than the engine has ranks, no id shared by two instances."""
+    out: list[Finding] = []
+    shown = _groups_text(groups)
+    what = "GPU" if key == "gpu_device_ids" else "MPI rank"
+    for n, group in enumerate(groups):
+        dup = sorted({i for i in group if group.count(i) > 1})
+        if dup:
             out.append(
                 Finding(
-                    "participant_ids",
-                    f"{_groups_text(parts)!r} has {len(parts)} instance group(s), gpu_device_ids "
-                    f"{_groups_text(gpus)!r} has {len(gpus)}: one participant group per device group",
+                    key,
+                    f"{shown!r}: instance {n} lists {what} {', '.join(map(str, dup))} twice: each rank of an "
+                    f"instance needs its own {what}",
                 )
             )
-        else:
-            for n, (g, q) in enumerate(zip(gpus, parts, strict=True)):
-                if len(g) != len(q):
-                    out.append(
-                        Finding(
-                            "participant_ids",
-                            f"instance {n}: {len(q)} MPI rank(s) ({','.join(map(str, q))}) for {len(g)} GPU(s) "
-                            f"({','.join(map(str, g))}) in gpu_device_ids: one rank per GPU",
-                        )
+        if len(group) > world_size:
+            out.append(
+                Finding(
+                    key,
+                    f"{shown!r}: instance {n} lists {len(group)} ids, but the engine's world size is {world_size} "
+                    f"({world_source}): ids {','.join(map(str, group[world_size:]))} are never used",
+                    severity="warning",
+                    blame="engine",
+                )
+            )
+    seen: dict[int, int] = {}
+    for n, group in enumerate(groups):
+        for i in group:
+            if seen.setdefault(i, n) != n:
+                out.append(
+                    Finding(
+                        key,
+                        f"{shown!r}: {what} {i} is in instance {seen[i]} and instance {n}; instances must not "
+                        f"share a {what}",
+                        severity="warning" if key == "gpu_device_ids" else "error",
                     )
+                )
+                break
+        else:
+            continue
+        break
+    return out
+
+
+def _pairing_findings(gpus: list[list[int]], parts: list[list[int]]) -> list[Finding]:
+    """gpu_device_ids and participant_ids: one participant group per device group, one rank per GPU."""
+    out: list[Finding] = []
+    if len(gpus) != len(parts):
+        out.append(
+            Finding(
+                "participant_ids",
+                f"{_groups_text(parts)!r} has {len(parts)} instance group(s), gpu_device_ids "
+                f"{_groups_text(gpus)!r} has {len(gpus)}: one participant group per device group",
+            )
+        )
+    else:
+        for n, (g, q) in enumerate(zip(gpus, parts, strict=True)):
+            if len(g) != len(q):
+                out.append(
+                    Finding(
+                        "participant_ids",
+                        f"instance {n}: {len(q)} MPI rank(s) ({','.join(map(str, q))}) for {len(g)} GPU(s) "
+                        f"({','.join(map(str, g))}) in gpu_device_ids: one rank per GPU",
+                    )
+                )
+    return out
+
+
+def _instance_kind_findings(values: Mapping[str, Any], gpus: list[list[int]] | None, world_size: int) -> list[Finding]:
+    """A KIND_GPU instance_group of tensorrt_llm: Triton's instances against the backend's own rank placement."""
+    out: list[Finding] = []
     kind = values.get("tensorrt_llm_instance_kind")
     listed = values.get("tensorrt_llm_instance_gpus")
     if kind == "KIND_GPU":
