@@ -15,8 +15,8 @@ What it reads (never writes into the repository):
   "two versions mixed", an error naming both files;
 - the values: each parameter of the profile (``model_templates/parameters.yaml``) is read from the key the
   templates write it under (its ``config_key``) in the models it is rendered into, the structural ones from
-  their ``ModelConfig`` fields (:data:`STRUCTURAL_FIELDS`); every value is typed by the schema, so a value the
-  profile refuses is reported with the schema's reason;
+  their ``ModelConfig`` fields (the schema's ``config_field``, :data:`FIELD_READERS`); every value is typed by
+  the schema, so a value the profile refuses is reported with the schema's reason;
 - NVIDIA's ``model.py`` files, by sha256 against the pristine ones of each tag (:data:`PRISTINE_MODEL_PY`).
 
 What it cannot place is a :class:`Finding` naming the file and key: an unknown key, a ``${...}`` placeholder
@@ -29,116 +29,29 @@ contradicts the filled batch size, beam width or world size) raises :class:`Adop
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import RepoBuilderError
-from .repository.pbtxt import PLACEHOLDER_RE, dtype_name, find_placeholders, read_model_folders
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .profile.schema import Parameter
-
-#: sha256 of NVIDIA's pristine ``model.py`` files, per tensorrtllm_backend tag and model (facts: the files
-#: ``all_models/inflight_batcher_llm/<model>/1/model.py`` at tags v0.5.0 and v0.19.0 of
-#: triton-inference-server/tensorrtllm_backend). A ``model.py`` of a known model with none of these hashes is a
-#: hand edit (or a tag adopt does not know); repo-builder's own models replace them either way.
-PRISTINE_MODEL_PY: dict[str, dict[str, str]] = {
-    "v0.5.0": {
-        "preprocessing": "548a4a6ed8c736b8c41a44b68b60832cc571f19735b0f2152ee15e7a7ff09bac",
-        "postprocessing": "a5330c982bf0f69d069a3df8be14aa5d1deb19d75cc4e22ba00eedb5b1d4b8a7",
-    },
-    "v0.19.0": {
-        "preprocessing": "aa202f9945133a6e1d80f3ef9f9aafd10009a8eb9c3df149b8ba52bd01ce815d",
-        "postprocessing": "1f3c399baca771ff52a4305ae148c2345023c95bed1349ac6dcd10ffc1321298",
-        "tensorrt_llm": "9240af83e0c15d66b0abc543bf92c128cc575d56c005be3fc12713b75d9be66e",
-        "tensorrt_llm_bls": "347063f164b57e69034456713822212e63c1c2401d6bea55033062d948196d81",
-    },
-}
-
-#: The order in which models are asked for a value that several of them carry (tokenizer_dir in pre- and
-#: postprocessing, max_beam_width in the engine and the BLS, triton_max_batch_size in all): the engine first.
-ROLE_ORDER = ("tensorrt_llm", "preprocessing", "postprocessing", "tensorrt_llm_bls", "ensemble")
-
-#: Parameters whose value is the engine's or the tokenizer's path: they come from ``render --engine-dir`` /
-#: ``--tokenizer-dir``, so they go into the values file's ``adopted_from`` block, not among the values.
-PATH_PARAMETERS = ("engine_dir", "tokenizer_dir")
-
-
-class AdoptError(RepoBuilderError):
-    """A repository cannot be adopted: not a model repository, a config that does not parse, two versions
-    mixed, or an engine that contradicts the filled values."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Something adopt could not place: ``file`` relative to the repository, ``key`` the config key or field."""
-
-    file: str
-    key: str
-    message: str
-    kind: str  # unknown_key | placeholder | refused | disagree | hand_edit | extra_model | engine | dropped
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.key}: {self.message}"
-
-
-@dataclass
-class AdoptedModel:
-    """One model of the repository: its folder name, role (``None`` = an extra model) and parsed config."""
-
-    name: str
-    role: str | None
-    rel: str
-    config: Any
-    text: str
-
-
-@dataclass
-class Adoption:
-    """What :func:`adopt_repository` found.
-
-    Attributes:
-        repo: the repository (absolute).
-        profile: the recognised profile (``trtllm-0.5`` or ``trtllm-1.2``).
-        tag: the NVIDIA tag whose pristine ``model.py`` files the repository holds, or None.
-        values: {parameter: typed value} for ``render --values`` (paths excluded, see ``paths``).
-        paths: facts of the repository that are not values: ``engine_dir``/``tokenizer_dir`` (as written there,
-            or as given), ``backend`` (the engine model's; render decides it from the engine's kind).
-        where: {parameter: "file: key"} where each value was read.
-        findings: what could not be placed.
-        models: {role or extra name: AdoptedModel}.
-    """
-
-    repo: Path
-    profile: str
-    tag: str | None
-    values: dict[str, Any]
-    paths: dict[str, str]
-    where: dict[str, str]
-    findings: list[Finding] = field(default_factory=list)
-    models: dict[str, AdoptedModel] = field(default_factory=dict)
-
-    def values_document(self) -> dict[str, Any]:
-        """The values file's content: ``adopted_from`` (provenance, read by render into the lock file) and every
-        recovered value, sorted by name."""
-        doc: dict[str, Any] = {
-            "adopted_from": {
-                "repository": str(self.repo),
-                "profile": self.profile,
-                "nvidia_tag": self.tag,
-                **{k: v for k, v in sorted(self.paths.items())},
-                "findings": len(self.findings),
-            }
-        }
-        doc.update(sorted(self.values.items()))
-        return doc
-
+from .adopt_values import (  # noqa: F401  (re-exported: moved from this module)
+    DECOUPLED_ROLES,
+    FIELD_READERS,
+    _missing,
+    _names,
+    _read_values,
+)
+from .adoption import (  # noqa: F401  (re-exported: moved from this module)
+    PATH_PARAMETERS,
+    PRISTINE_MODEL_PY,
+    ROLE_ORDER,
+    AdoptedModel,
+    AdoptError,
+    Adoption,
+    Finding,
+)
+from .repository.pbtxt import dtype_name, find_placeholders, read_model_folders
 
 # ----------------------------------------------------------------------------------------------- roles
-def _names(tensors: Any) -> set[str]:
-    return {t.name for t in tensors}
 
 
 def model_role(config: Any) -> str | None:
@@ -306,226 +219,6 @@ def _nvidia_tag(roles: Mapping[str, AdoptedModel], repo: Path, findings: list[Fi
                 )
             )
     return sorted(tags)[-1] if len(tags) == 1 else None
-
-
-# ---------------------------------------------------------------------------------------------- values
-def _instances(config: Any) -> int | None:
-    return sum(g.count or 1 for g in config.instance_group) if config.instance_group else None
-
-
-def _batch(config: Any) -> int | None:
-    return int(config.max_batch_size) if config.max_batch_size > 0 else None
-
-
-def _queue_delay(config: Any) -> int | None:
-    if not config.HasField("dynamic_batching"):
-        return None
-    return int(config.dynamic_batching.max_queue_delay_microseconds)
-
-
-def _queue_size(config: Any) -> int | None:
-    db = config.dynamic_batching
-    if not config.HasField("dynamic_batching") or not db.HasField("default_queue_policy"):
-        return None
-    return int(db.default_queue_policy.max_queue_size)
-
-
-#: How a structural parameter is read back from a model's ``ModelConfig`` (the inverse of the templates'
-#: macros in model_templates/_macros.j2): {parameter: (config field named in findings, reader)}. The dtype
-#: parameters are read from the contract's ``data_type_param`` tensors instead (:func:`_dtype_values`).
-STRUCTURAL_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "triton_max_batch_size": ("max_batch_size", _batch),
-    "decoupled_mode": ("model_transaction_policy.decoupled", lambda c: bool(c.model_transaction_policy.decoupled)),
-    "max_queue_delay_microseconds": ("dynamic_batching.max_queue_delay_microseconds", _queue_delay),
-    "max_queue_size": ("dynamic_batching.default_queue_policy.max_queue_size", _queue_size),
-    "preprocessing_instance_count": ("instance_group.count", _instances),
-    "postprocessing_instance_count": ("instance_group.count", _instances),
-    "bls_instance_count": ("instance_group.count", _instances),
-    "tensorrt_llm_instance_count": ("instance_group.count", _instances),
-    "triton_backend": ("backend", lambda c: c.backend or None),
-}
-
-
-#: The models whose ``model_transaction_policy.decoupled`` is decoupled_mode (the templates' ``m.decoupled``).
-DECOUPLED_ROLES = ("tensorrt_llm", "tensorrt_llm_bls")
-
-
-def _unset(text: str) -> bool:
-    return text.strip() == "" or PLACEHOLDER_RE.search(text) is not None
-
-
-def _dtype_values(profile: str, roles: Mapping[str, AdoptedModel]) -> list[tuple[str, str, AdoptedModel, str]]:
-    """[(dtype parameter, dtype, model, tensor)] for every tensor the contract types by a parameter, in
-    :data:`ROLE_ORDER`: the first one of a parameter is its value, a later one with another dtype a "disagree"
-    finding (e.g. a BLS whose ``prompt_embedding_table`` is TYPE_FP16 while the engine's was filled TYPE_BF16)."""
-    from .profile.contract import load_contract
-
-    out: list[tuple[str, str, AdoptedModel, str]] = []
-    contract = load_contract(profile)
-    for role in ROLE_ORDER:
-        m, cm = roles.get(role), contract.models.get(role)
-        if m is None or cm is None:
-            continue
-        specs = {s.name: s for s in [*cm.inputs, *cm.outputs] if s.data_type_param}
-        for t in [*m.config.input, *m.config.output]:
-            spec = specs.get(t.name)
-            if spec is not None and spec.data_type_param:
-                out.append((spec.data_type_param, dtype_name(t.data_type), m, t.name))
-    return out
-
-
-def _read_values(
-    profile: str, roles: Mapping[str, AdoptedModel], findings: list[Finding]
-) -> tuple[dict[str, Any], dict[str, str]]:
-    from .profile.schema import load_schema
-
-    schema = load_schema()
-    params = schema.for_profile(profile)
-    values: dict[str, Any] = {}
-    where: dict[str, str] = {}
-    placed_keys: dict[str, set[str]] = {role: set() for role in roles}
-
-    def place(name: str, param: Parameter, raw: Any, m: AdoptedModel, key: str) -> None:
-        try:
-            value = param.coerce(raw)
-        except ValueError as exc:
-            findings.append(Finding(m.rel, key, f"{raw!r} is refused by profile {profile}: {exc}", "refused"))
-            return
-        if name in values:
-            if values[name] != value:
-                findings.append(
-                    Finding(
-                        m.rel,
-                        key,
-                        f"{value!r} differs from {values[name]!r} in {where[name]}; kept the latter "
-                        f"(repo-builder writes one {name} into every model)",
-                        "disagree",
-                    )
-                )
-            return
-        values[name] = value
-        where[name] = f"{m.rel}: {key}"
-
-    for role in ROLE_ORDER:
-        m = roles.get(role)
-        if m is None:
-            continue
-        params_in = m.config.parameters
-        for name, param in params.items():
-            if role not in param.models:
-                continue
-            if param.kind == "structural" and name in STRUCTURAL_FIELDS:
-                fieldname, reader = STRUCTURAL_FIELDS[name]
-                if name == "decoupled_mode" and role not in DECOUPLED_ROLES:
-                    continue  # postprocessing gets decoupled_mode as a parameter; its own policy stays unary
-                raw = reader(m.config)
-                if raw is not None:
-                    place(name, param, raw, m, fieldname)
-                continue
-            if param.kind not in ("runtime", "derived") or param.key not in params_in:
-                continue
-            placed_keys[role].add(param.key)
-            text = params_in[param.key].string_value
-            if PLACEHOLDER_RE.search(text):
-                findings.append(
-                    Finding(
-                        m.rel,
-                        param.key,
-                        f"placeholder {text} left unfilled: NVIDIA's backend reads it as unset; adopted as unset "
-                        f"(repo-builder's value: {_default_text(param, profile)})",
-                        "placeholder",
-                    )
-                )
-                continue
-            if text.strip() == "":
-                continue
-            if param.kind == "derived":
-                continue  # a build-time limit render takes from the engine (checked against it with --engine-dir)
-            place(name, param, text, m, param.key)
-        for key, pv in sorted(params_in.items()):
-            if key in placed_keys[role]:
-                continue
-            findings.append(_unplaced_key(schema, profile, m, key, pv.string_value))
-    for name, dtype, m, tensor in _dtype_values(profile, roles):
-        if name in params:
-            place(name, params[name], dtype, m, f"{tensor} data_type")
-    return values, where
-
-
-def _default_text(param: Parameter, profile: str) -> str:
-    default = param.default_for(profile)
-    if param.engine_source:
-        return f"the engine's {param.engine_source}"
-    if param.tokenizer_source:
-        return f"the tokenizer's {param.tokenizer_source}"
-    return "unset" if default is None else f"default {default!r}"
-
-
-def _unplaced_key(schema: Any, profile: str, m: AdoptedModel, key: str, text: str) -> Finding:
-    """A ``parameters`` key of ``m`` that no parameter of ``profile`` renders into its role."""
-    if key in schema.removed:
-        return Finding(m.rel, key, str(schema.removed[key]), "dropped")
-    by_key = {p.key: p for p in schema.parameters.values()}
-    param = by_key.get(key)
-    shown = "unset" if _unset(text) else repr(text)
-    if param is not None and profile not in param.profiles:
-        return Finding(
-            m.rel,
-            key,
-            f"{shown}: not a parameter of profile {profile} (it exists in {', '.join(param.profiles)})",
-            "unknown_key",
-        )
-    if param is not None:
-        return Finding(
-            m.rel,
-            key,
-            f"{shown}: repo-builder renders {param.name} into {', '.join(param.models)}, not here",
-            "dropped",
-        )
-    return Finding(
-        m.rel, key, f"{shown}: unknown key, not carried over (no parameter of {profile} has it)", "unknown_key"
-    )
-
-
-def _missing(profile: str, roles: Mapping[str, AdoptedModel], values: Mapping[str, Any]) -> list[Finding]:
-    """Required inputs of the contract and required parameters of the schema that a model lacks (a key removed
-    by hand): render restores them; the finding names the file and the key."""
-    from .profile.contract import load_contract
-    from .profile.schema import load_schema
-
-    out: list[Finding] = []
-    contract = load_contract(profile)
-    for role, m in roles.items():
-        cm = contract.models.get(role)
-        if cm is None:
-            continue
-        have = _names(m.config.input)
-        for spec in cm.inputs:
-            if not spec.optional and not spec.ours and spec.name not in have:
-                out.append(
-                    Finding(
-                        m.rel,
-                        spec.name,
-                        f"missing: profile {profile} declares the required input {spec.name} "
-                        f"({spec.data_type or spec.data_type_param} {list(spec.dims)}); the rendered repository has it",
-                        "missing",
-                    )
-                )
-    for name, param in load_schema().for_profile(profile).items():
-        if not param.required or name in values:
-            continue
-        for role in param.models:
-            holder = roles.get(role)
-            if holder is not None and param.key not in holder.config.parameters:
-                out.append(
-                    Finding(
-                        holder.rel,
-                        param.key,
-                        f"missing: {name} is required; adopted as {_default_text(param, profile)}",
-                        "missing",
-                    )
-                )
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- engine

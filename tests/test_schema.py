@@ -285,3 +285,31 @@ def test_table_rows():
 def test_unknown_profile():
     with pytest.raises(ParameterError, match="unknown profile"):
         validate_user_values("trtllm-9", {}, source="--set")
+
+
+# ---------------------------------------------------------------- structural parameters name their config.pbtxt field
+def test_every_structural_parameter_names_a_field_of_triton_model_config() -> None:
+    """``config_field`` is a path of fields of Triton's ModelConfig message (validate and adopt read the value
+    back from it and name it in their findings); a misspelt path fails here."""
+    from repo_builder.repository.pbtxt import model_config_pb2
+
+    structural = [p for p in load_schema().parameters.values() if p.kind == "structural"]
+    assert structural
+    for p in structural:
+        assert p.config_field, p.name
+        message = model_config_pb2().ModelConfig.DESCRIPTOR
+        for part in p.config_field.split("."):
+            assert part in message.fields_by_name, f"{p.name}: {p.config_field}: no field {part} in {message.name}"
+            field = message.fields_by_name[part]
+            message = field.message_type if field.message_type is not None else message
+
+
+def test_config_field_goes_with_kind_structural_only() -> None:
+    from repo_builder.profile.schema import Parameter
+
+    base = {"name": "x", "profiles": ("trtllm-1.2",), "description": "d", "type": "int", "models": ("tensorrt_llm",)}
+    with pytest.raises(ValueError, match="config_field"):
+        Parameter(kind="structural", **base)
+    with pytest.raises(ValueError, match="config_field"):
+        Parameter(kind="runtime", config_field="max_batch_size", **base)
+    assert Parameter(kind="structural", config_field="max_batch_size", **base).config_field == "max_batch_size"

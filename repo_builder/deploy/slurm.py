@@ -81,6 +81,8 @@ def _heredoc_word(arg: str) -> str:
     return escaped.replace(_JOBID, "${SLURM_JOB_ID}")
 
 
+# Over 80 lines on purpose: it writes one sbatch script top to bottom (checks, ports, rank lines, #SBATCH, srun);
+# the text reads in the order of the file it makes.
 def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
     """The sbatch script text.
 

@@ -42,6 +42,8 @@ def _read_json(path: Path) -> Any:
         ) from exc
 
 
+# Over 80 lines on purpose: which kind of folder this is decides the parser; each refusal names the file and the
+# fix, in the order a user meets them.
 def inspect_engine(engine_dir: str | Path) -> EngineInfo:
     """Read an engine directory's configuration (it does not load or check the engine files).
 

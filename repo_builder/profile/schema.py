@@ -21,8 +21,6 @@ Public API: :func:`load_schema`, :class:`Schema` (``parameters``, ``for_profile`
 from __future__ import annotations
 
 import difflib
-import math
-import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -34,6 +32,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..errors import ParameterError, RepoBuilderError
 from ..runtime.params import parse_bool
 from .contract import LAYOUT_MODEL_NAMES, MODEL_NAMES
+from .conversions import (  # noqa: F401  (re-exported: moved from this module)
+    FLOAT32_MAX,
+    INT32_MAX,
+    TYPE_TEXT,
+    check_text_value,
+    number_text,
+    to_float,
+    to_groups,
+    to_int,
+    to_int_list,
+    to_tuples,
+)
 from .dtypes import DTYPE_ALIASES
 from .paths import templates_dir
 from .yamlio import safe_load
@@ -41,26 +51,6 @@ from .yamlio import safe_load
 ParamType = Literal["int", "float", "bool", "str", "path", "enum", "dtype", "int_list", "int_list_groups", "int_tuples"]
 Kind = Literal["structural", "runtime", "derived", "build_time"]
 ENGINE_KINDS = ("trtllm", "hf", "synthetic")
-
-
-#: Largest integer a parameter without an explicit ``max`` takes: the backends parse integer parameters
-#: with ``std::stoi`` and Triton's structural fields (max_batch_size, count, max_queue_size) are 32-bit.
-INT32_MAX = 2**31 - 1
-#: Largest finite float32 (the C++ backend parses float parameters with ``std::stof``).
-FLOAT32_MAX = 3.4028234663852886e38
-
-_TYPE_TEXT = {
-    "int": "an integer",
-    "float": "a number",
-    "bool": "a boolean (true/false)",
-    "str": "a string",
-    "path": "a path",
-    "enum": "one of the allowed values",
-    "dtype": "a Triton data type",
-    "int_list": 'a comma-separated list of integers ("1,2,3")',
-    "int_list_groups": 'integer lists separated by ";" ("0,1;2,3")',
-    "int_tuples": 'brace groups of integers ("{0,0,0}, {0,1}")',
-}
 
 
 class Parameter(BaseModel):
@@ -73,6 +63,7 @@ class Parameter(BaseModel):
     profiles: tuple[str, ...]
     description: str
     config_key: str | None = None
+    config_field: str | None = None
     models: tuple[str, ...] = ()
     engine_kinds: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     type: ParamType | None = None
@@ -101,6 +92,8 @@ class Parameter(BaseModel):
             if bad:
                 raise ValueError(f"{self.name}: overrides for {other} may not change {bad}")
             self.in_profile(other)  # the overridden entry must itself be a valid parameter
+        if (self.kind == "structural") != (self.config_field is not None):
+            raise ValueError(f"{self.name}: config_field is set for, and only for, a structural parameter")
         if self.kind == "build_time":
             if not self.build_flag:
                 raise ValueError(f"{self.name}: a build_time parameter needs build_flag")
@@ -161,7 +154,7 @@ class Parameter(BaseModel):
 
     def type_text(self) -> str:
         """The expected type in words, with choices / range."""
-        text = _TYPE_TEXT.get(self.type or "", "?")
+        text = TYPE_TEXT.get(self.type or "", "?")
         if self.choices:
             text = f"one of {', '.join(self.choices)}"
         rng = []
@@ -174,7 +167,7 @@ class Parameter(BaseModel):
         return text
 
     def _bound(self, value: float) -> str:
-        return str(int(value)) if self.type != "float" and float(value).is_integer() else _num(float(value))
+        return str(int(value)) if self.type != "float" and float(value).is_integer() else number_text(float(value))
 
     def describe(self) -> str:
         """One line for ``repo-builder params``: name, type, default, kind, description."""
@@ -191,9 +184,9 @@ class Parameter(BaseModel):
         """
         t = self.type
         if t == "int":
-            out: Any = _to_int(value)
+            out: Any = to_int(value)
         elif t == "float":
-            out = _to_float(value)
+            out = to_float(value)
         elif t == "bool":
             if isinstance(value, bool):
                 out = value
@@ -213,11 +206,11 @@ class Parameter(BaseModel):
         elif t == "dtype":
             out = self._dtype(value)
         elif t == "int_list":
-            out = _to_int_list(value)
+            out = to_int_list(value)
         elif t == "int_list_groups":
-            out = _to_groups(value)
+            out = to_groups(value)
         elif t == "int_tuples":
-            out = _to_tuples(value)
+            out = to_tuples(value)
         else:  # pragma: no cover - build_time parameters have no type
             raise ValueError("this parameter takes no value")
         self._check_range(out)
@@ -261,14 +254,14 @@ class Parameter(BaseModel):
             flat.append(value)
         for number in flat:
             if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
-                raise ValueError(f"{_num(number)} is out of range: expected {self.type_text()}")
+                raise ValueError(f"{number_text(number)} is out of range: expected {self.type_text()}")
             if self.type == "float" and abs(number) > FLOAT32_MAX:
                 raise ValueError(
-                    f"{_num(number)} is out of range: the backend reads it as a 32-bit float (|value| <= 3.4e38)"
+                    f"{number_text(number)} is out of range: the backend reads it as a 32-bit float (|value| <= 3.4e38)"
                 )
             if self.type != "float" and self.max is None and number > INT32_MAX:
                 raise ValueError(
-                    f"{_num(number)} is out of range: the backend reads it as a 32-bit integer (<= {INT32_MAX})"
+                    f"{number_text(number)} is out of range: the backend reads it as a 32-bit integer (<= {INT32_MAX})"
                 )
 
     def format_value(self, value: Any) -> str:
@@ -288,7 +281,7 @@ class Parameter(BaseModel):
         if self.type == "int_tuples":
             return ", ".join("{" + ", ".join(str(v) for v in group) + "}" for group in value)
         if self.type == "float":
-            return _num(value)
+            return number_text(value)
         return str(value)
 
 
@@ -501,109 +494,3 @@ def problems_error(problems: list[str], *, source: str, cls: type[ParameterError
     exc = cls(f"{len(problems)} problem(s) in values from {source}:\n" + "\n".join(problems))
     exc.problems = list(problems)  # type: ignore[attr-defined]
     return exc
-
-
-# ---------------------------------------------------------------------- conversions
-def check_text_value(text: str) -> str:
-    """``text`` when it can be written into config.pbtxt as a parameter value; raises ValueError otherwise.
-
-    Refused: text that is not valid UTF-8 (a lone surrogate, as Python decodes undecodable bytes of argv or
-    file names), and text holding ``${``: NVIDIA's ``fill_template.py``, the backends and ``repo-builder
-    validate`` read ``${...}`` as an unfilled template placeholder, so the value would count as unset.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{text!r} is not valid UTF-8 (config.pbtxt is UTF-8 text)") from None
-    if "${" in text:
-        raise ValueError(
-            f"{text!r} holds '${{', which Triton's tooling reads as an unfilled placeholder "
-            "(the backends would treat the value as unset); remove it, or rename the path"
-        )
-    return text
-
-
-def _num(value: float) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def _to_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise ValueError(f"expected an integer, got {value!r}")
-
-
-def _to_float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")
-    if isinstance(value, (int, float)):
-        out = float(value)
-    elif isinstance(value, str):
-        try:
-            out = float(value.strip())
-        except ValueError:
-            raise ValueError(f"expected a number, got {value!r}") from None
-    else:
-        raise ValueError(f"expected a number, got {value!r}")
-    if not math.isfinite(out):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    return out
-
-
-def _ints_from_text(text: str, what: str) -> list[int]:
-    parts = [p.strip() for p in text.split(",")]
-    if any(p == "" for p in parts):
-        raise ValueError(f"expected {what}, got {text!r} (empty item)")
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"expected {what}, got {text!r}") from None
-
-
-def _to_int_list(value: Any) -> list[int]:
-    what = _TYPE_TEXT["int_list"]
-    if isinstance(value, str):
-        return _ints_from_text(value, what)
-    if isinstance(value, (list, tuple)):
-        try:
-            return [_to_int(v) for v in value]
-        except ValueError:
-            raise ValueError(f"expected {what}, got {value!r}") from None
-    return [_to_int(value)]
-
-
-def _to_groups(value: Any) -> list[list[int]]:
-    what = _TYPE_TEXT["int_list_groups"]
-    if isinstance(value, str):
-        return [_ints_from_text(group, what) for group in value.split(";")]
-    if isinstance(value, (list, tuple)):
-        if all(isinstance(v, (list, tuple)) for v in value) and value:
-            return [_to_int_list(v) for v in value]
-        return [_to_int_list(list(value))]
-    return [[_to_int(value)]]
-
-
-_TUPLE = re.compile(r"\{([^{}]*)\}")
-
-
-def _to_tuples(value: Any) -> list[list[int]]:
-    what = _TYPE_TEXT["int_tuples"]
-    if isinstance(value, str):
-        text = value.strip()
-        groups = _TUPLE.findall(text)
-        rest = _TUPLE.sub("", text).replace(",", "").strip()
-        if not groups or rest:
-            raise ValueError(f"expected {what}, got {value!r}")
-        return [_ints_from_text(g, what) for g in groups]
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (list, tuple)) for v in value):
-        return [_to_int_list(v) for v in value]
-    raise ValueError(f"expected {what}, got {value!r}")

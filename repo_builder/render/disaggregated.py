@@ -44,74 +44,7 @@ from .templates import (
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 from .write import RenderResult, write_plan, write_repository
 
-LAYOUTS = ("inflight_batcher_llm", "disaggregated", "whisper", "multimodal")
 BLS = "disaggregated_serving_bls"
-#: Parameters only this layout renders (refused by the plain layout, where nothing would read them).
-LAYOUT_PARAMETERS = (
-    "context_model_name",
-    "generation_model_name",
-    "disaggregated_serving_bls_count",
-    "context_participant_ids",
-    "generation_participant_ids",
-    "context_gpu_device_ids",
-    "generation_gpu_device_ids",
-)
-#: Parameters of the plain layout this one replaces by a pair (one per phase).
-_PHASE_KEYS = {"participant_ids": "participant_ids", "gpu_device_ids": "gpu_device_ids"}
-_PROFILES = ("trtllm-1.2",)
-
-
-def check_layout_values(layout: str, profile: str, checked: Mapping[str, Any]) -> None:
-    """Refuse values that the chosen layout would not use (the plain layout: this layout's parameters;
-    this layout: the single-model ``participant_ids``/``gpu_device_ids``, an unknown layout, profile 0.5).
-
-    Raises:
-        RenderError: names ``--layout`` or the parameter.
-    """
-    if layout not in LAYOUTS:
-        raise RenderError(f"unknown layout '{layout}'", key="--layout", hint=f"choose one of {', '.join(LAYOUTS)}")
-    from .multimodal import LAYOUT_PARAMETERS as MULTIMODAL_PARAMETERS
-    from .whisper import LAYOUT_PARAMETERS as WHISPER_PARAMETERS
-
-    for own, what, func in (
-        ("whisper", "a Whisper", "render_whisper_repository"),
-        ("multimodal", "a LLaVA", "render_multimodal_repository"),
-    ):
-        if layout == own:
-            raise RenderError(
-                f"layout {own} is rendered from {what} checkpoint alone",
-                key="--layout",
-                hint=f"repo-builder render --layout {own} --engine-dir CHECKPOINT ({func})",
-            )
-    for own, names in (("whisper", WHISPER_PARAMETERS), ("multimodal", MULTIMODAL_PARAMETERS)):
-        own_given = [k for k in names if k in checked]
-        if own_given:
-            raise ParameterError(
-                f"{own_given[0]} is only read by layout {own}",
-                key=own_given[0],
-                hint=f"render with --layout {own}, or drop the key",
-            )
-    if layout != "disaggregated":
-        given = [k for k in LAYOUT_PARAMETERS if k in checked]
-        if given:
-            raise ParameterError(
-                f"{given[0]} is only read by layout disaggregated",
-                key=given[0],
-                hint="render with --layout disaggregated, or drop the key",
-            )
-        return
-    if profile not in _PROFILES:
-        raise RenderError(
-            f"layout disaggregated needs profile {', '.join(_PROFILES)} (NVIDIA ships it from v0.15.0), not {profile}",
-            key="--layout",
-        )
-    for key in _PHASE_KEYS:
-        if key in checked:
-            raise ParameterError(
-                f"{key} names the ranks of one tensorrt_llm model; layout disaggregated has two",
-                key=key,
-                hint=f"set context_{key} and generation_{key}",
-            )
 
 
 def _default_ids(world: int) -> dict[str, list[list[int]]]:

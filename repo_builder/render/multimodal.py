@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import EngineError, ParameterError, TokenizerError
 from ..profile.schema import load_schema
+from .layouts import MULTIMODAL_PARAMETERS as LAYOUT_PARAMETERS
 from .options import RenderOptions
 from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
@@ -59,8 +60,6 @@ MODELS = {
     ENGINE: ("multimodal_tensorrt_llm", "multimodal_engine"),
     "postprocessing": ("multimodal_postprocessing", "multimodal_postprocessing"),
 }
-#: The parameters of this layout (model_templates/parameters.yaml, models [multimodal_encoders]).
-LAYOUT_PARAMETERS = ("multimodal_max_batch_size", "multimodal_max_num_images", "multimodal_max_prompt_table_size")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
 IMAGE_TOKEN = "<image>"
 #: model_type values of NVIDIA's other families, refused with a reason.

@@ -23,6 +23,7 @@ from ..placement import PlacementPlan, check_placement_mode, plan_placement
 from ..profile.contract import MODEL_NAMES, ProfileContract, load_contract
 from ..repository.lockfile import LOCK_NAME, build_lock, dumps
 from ..repository.pbtxt import backend_json, parse_model_config
+from .layouts import check_layout_values
 from .options import RenderOptions
 from .output import check_output
 from .templates import render_configs
@@ -314,8 +315,6 @@ def prepare_render(
     )
     serve_root = serve_root_of(opts, out)
     checked, values_source = user_values(opts)
-
-    from .disaggregated import check_layout_values
 
     check_layout_values(opts.layout, opts.profile, checked)
     engine = inspect_engine(engine_path)

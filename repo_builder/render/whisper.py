@@ -38,14 +38,13 @@ from typing import Any, Generic, TypeVar
 from ..errors import EngineError, ParameterError, RenderError, TokenizerError
 from ..profile.schema import load_schema, validate_user_values
 from ..repository.pbtxt import parse_model_config
+from .layouts import WHISPER_PARAMETERS as LAYOUT_PARAMETERS
 from .options import RenderOptions
 from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 
 BLS = "whisper_bls"
 ENGINE = "tensorrt_llm"
-#: The parameters of this layout (model_templates/parameters.yaml, models [whisper_bls]).
-LAYOUT_PARAMETERS = ("whisper_max_tokens", "whisper_max_batch_size", "whisper_bls_count", "whisper_max_audio_seconds")
 _PROFILES = ("trtllm-1.2",)
 #: Checkpoint files the reference engine loads (weights: any of the safetensors / bin names).
 _MODEL_FILES = ("config.json", "generation_config.json")

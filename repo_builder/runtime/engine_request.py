@@ -248,6 +248,8 @@ def _present(tensors: Mapping[str, np.ndarray], name: str) -> bool:
     return True
 
 
+# Over 80 lines on purpose: one pass over a request's tensors per batch row, each field checked where it is read
+# (RequestError naming it); split, the parts would hand the row's dozen parsed values back and forth.
 def parse_request(
     tensors: Mapping[str, np.ndarray], io: ModelIO, limits: EngineLimits, *, request_id: str = ""
 ) -> ParsedRequest:

@@ -41,8 +41,6 @@ client that sends the same long list with every request pays the encoding once.
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 import threading
 from array import array
@@ -54,13 +52,19 @@ from typing import Any
 import numpy as np
 
 from .triton_io import RequestError
+from .word_indexes import (  # noqa: F401  (re-exported: moved from this module)
+    BadWordIndex,
+    StopWordIndex,
+)
+from .word_rows import (  # noqa: F401  (re-exported: moved from this module)
+    MAX_WORD_BYTES,
+    MAX_WORDS,
+    check_word_row,
+    parse_token_ids,
+)
 
 _ANCHOR = "\n"
 
-#: Most elements one batch row of ``stop_words``/``bad_words``/``embedding_bias_words`` may hold.
-MAX_WORDS = 65_536
-#: Most UTF-8 bytes of text one batch row of those fields may hold (all elements together), 4 MiB.
-MAX_WORD_BYTES = 4 * 1024 * 1024
 #: Anchored texts joined into one text for one Rust encode (see the module docstring).
 JOIN_SEGMENTS = 128
 #: Distinct words whose encodings a :class:`WordEncoder` keeps (least recently used dropped first).
@@ -90,58 +94,6 @@ _PROBE_BODIES = (
     "stopword1 phrase",
     "\u0130",
 )
-_IDS_RE = re.compile(r"^\s*\[.*\]\s*$", re.S)
-
-
-def parse_token_ids(word: str, vocab_size: int, field: str) -> list[int] | None:
-    """Raw token ids when ``word`` is a JSON list of integers (``"[13]"``), else None (it is text).
-
-    Raises:
-        RequestError: a JSON list that is empty, holds non-integers, or ids outside ``[0, vocab_size)``.
-    """
-    if not _IDS_RE.match(word):
-        return None
-    try:
-        value = json.loads(word)
-    except ValueError:
-        return None  # e.g. "[INST]": plain text that happens to use brackets
-    if not isinstance(value, list):
-        return None
-    if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise RequestError(
-            field,
-            f"element {word!r} looks like a token-id list but is not a non-empty list of integers",
-            'write token ids as "[13]" or "[29871, 13]"',
-        )
-    bad = [v for v in value if not 0 <= v < vocab_size]
-    if bad:
-        raise RequestError(field, f"token ids {bad} in {word!r} are outside the vocabulary [0, {vocab_size})")
-    return [int(v) for v in value]
-
-
-def check_word_row(words: Sequence[str], field: str) -> None:
-    """Refuse a word-list row over the documented size limits (:data:`MAX_WORDS` elements,
-    :data:`MAX_WORD_BYTES` UTF-8 bytes in all), naming the field; the limits keep one request's
-    encoding work bounded (docs/performance.md, "Word lists").
-
-    Raises:
-        RequestError: the row holds too many elements or too many bytes.
-    """
-    if len(words) > MAX_WORDS:
-        raise RequestError(
-            field,
-            f"holds {len(words)} elements in one batch row; the limit is {MAX_WORDS}",
-            "send fewer words (each element is one word or phrase)",
-        )
-    size = sum(map(len, words))  # characters <= bytes: cheap first test
-    if size * 4 > MAX_WORD_BYTES:
-        size = sum(len(w.encode("utf-8")) for w in words)
-    if size > MAX_WORD_BYTES:
-        raise RequestError(
-            field,
-            f"holds {size} bytes of text in one batch row; the limit is {MAX_WORD_BYTES} bytes",
-            "send fewer or shorter words",
-        )
 
 
 #: The token-id sequences of one word as :meth:`WordEncoder.sequences_many` returns them: a tuple of tuples.
@@ -544,81 +496,3 @@ class WordEncoder:
         if not any_word:
             return np.zeros((batch, 0), dtype=np.float32)
         return bias
-
-
-class StopWordIndex:
-    """Which token-id sequences a generated token sequence ends with, in time independent of their number.
-
-    The sequences are bucketed by their last id, so a new token is compared only with the sequences that end
-    with it (the engine's per-token stop-word test; 10,000 stop words cost what 10 do).
-
-    Args:
-        words: token-id sequences (``stop_words_list`` decoded: lists of ints, kept, not copied); empty ones
-            are ignored.
-    """
-
-    def __init__(self, words: Iterable[Sequence[int]]) -> None:
-        self._by_last: dict[int, list[list[int]]] = {}
-        by_last = self._by_last
-        for word in words:
-            if len(word):
-                seq = word if type(word) is list else list(word)
-                bucket = by_last.get(seq[-1])
-                if bucket is None:
-                    by_last[seq[-1]] = [seq]
-                else:
-                    bucket.append(seq)
-
-    def __bool__(self) -> bool:
-        return bool(self._by_last)
-
-    def ends_with_any(self, tokens: list[int]) -> bool:
-        """True when ``tokens`` (the generated ids so far, a list) ends with one of the sequences."""
-        if not tokens:
-            return False
-        bucket = self._by_last.get(tokens[-1])
-        if bucket is None:
-            return False
-        n_tokens = len(tokens)
-        for word in bucket:
-            n = len(word)
-            if n <= n_tokens and (n == 1 or tokens[-n:] == word):
-                return True
-        return False
-
-
-class BadWordIndex:
-    """The ids to ban at the next step for TensorRT-LLM bad words, in time independent of their number.
-
-    A bad word ``[..., p, t]`` bans ``t`` when the history ends with its prefix ``[..., p]``; a one-token word
-    bans its token always. Prefixes are bucketed by their last id.
-
-    Args:
-        words: token-id sequences (``bad_words_list`` decoded); empty ones are ignored.
-    """
-
-    def __init__(self, words: Iterable[Sequence[int]]) -> None:
-        self.always: list[int] = []
-        self._by_last: dict[int, list[tuple[list[int], int]]] = {}
-        for word in words:
-            if not len(word):
-                continue
-            ids = [int(t) for t in word]
-            if len(ids) == 1:
-                self.always.append(ids[0])
-            else:
-                self._by_last.setdefault(ids[-2], []).append((ids[:-1], ids[-1]))
-
-    def __bool__(self) -> bool:
-        return bool(self.always or self._by_last)
-
-    def banned(self, history: Sequence[int]) -> list[int]:
-        """Ids the next token must not be, given ``history`` (prompt + generated ids)."""
-        out = list(self.always)
-        if history:
-            n_hist = len(history)
-            for prefix, token in self._by_last.get(history[-1], ()):
-                n = len(prefix)
-                if n <= n_hist and (n == 1 or list(history[-n:]) == prefix):
-                    out.append(token)
-        return out

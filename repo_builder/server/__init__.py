@@ -35,8 +35,8 @@ _EXPORTS = {
     "resolve_plan": "config",
     "scan_repository": "config",
     "TritonServer": "process",
-    "LaunchInterrupted": "process",
-    "default_pid_file": "process",
+    "LaunchInterrupted": "launch_state",
+    "default_pid_file": "launch_state",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .binary import TritonBinary, find_tritonserver
     from .command import launch_argv, rank_argv, shm_prefix
     from .config import LaunchConfig, LaunchPlan, ModelEntry, RepositoryInfo, resolve_plan, scan_repository
-    from .process import LaunchInterrupted, TritonServer, default_pid_file
+    from .launch_state import LaunchInterrupted, default_pid_file
+    from .process import TritonServer
 
 
 def __getattr__(name: str) -> Any:

@@ -241,6 +241,8 @@ class LaunchPlan:
     rank_hosts: list[str] | None = None
 
 
+# Over 80 lines on purpose: one chain of launch decisions (world size, model names, hosts, mpirun), each refusing
+# with its own case; the parts share the repository scan and the config.
 def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, have_mpirun: bool) -> LaunchPlan:
     """Decide world size, rank > 0 models and mpirun use from the options and the repository.
 

@@ -15,9 +15,7 @@ import math
 import os
 import secrets
 import shutil
-import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,38 +27,10 @@ from .binary import TritonBinary, find_tritonserver
 from .command import launch_argv, rank_argv, shm_prefix
 from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan_repository
 from .launch_processes import MODEL_POLL_S, POLL_S, LaunchProcesses, StopReport
+from .launch_state import LaunchInterrupted, default_pid_file, state_dir  # noqa: F401  (default_pid_file: re-exported)
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
 from .probe import connect_host, is_ready, model_states
 from .server_log import TAIL_LINES, ServerLog
-
-
-class LaunchInterrupted(LaunchError):
-    """A signal arrived while waiting for the server; everything started was stopped.
-
-    ``exit_code`` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM), the shell's convention.
-    """
-
-    exit_code = 128 + signal.SIGINT
-
-    def __init__(self, message: str, *, signum: int = signal.SIGINT, **kwargs: Any) -> None:
-        super().__init__(message, **kwargs)
-        self.signum = int(signum)
-        self.exit_code = 128 + self.signum
-
-
-def state_dir(kind: str) -> Path:
-    """``<tmp>/repo-builder/<kind>`` (``logs`` or ``run``), created if needed."""
-    path = Path(tempfile.gettempdir()) / "repo-builder" / kind
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def default_pid_file(model_repo: Path) -> Path:
-    """Where ``--detach`` writes its pid file for ``model_repo`` when ``--pid-file`` is not given."""
-    import hashlib
-
-    digest = hashlib.sha256(os.path.realpath(model_repo).encode()).hexdigest()[:16]
-    return state_dir("run") / f"tritonserver-{digest}.json"
 
 
 class TritonServer:

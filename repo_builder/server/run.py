@@ -20,8 +20,9 @@ from pathlib import Path
 
 from ..errors import LaunchError
 from .config import LaunchConfig
+from .launch_state import LaunchInterrupted, default_pid_file
 from .preflight import servers_on_repository
-from .process import LaunchInterrupted, TritonServer, default_pid_file
+from .process import TritonServer
 from .server_log import log_follower
 
 
