@@ -478,3 +478,73 @@ def test_client_cancellation_polled_by_count_and_time(monkeypatch):
     polls.clear()
     make_core(FakeModels()).run(request("abc", 40, stream=True), lambda o, f: None, cancelled=cancelled)
     assert polls == []
+
+
+def test_non_streaming_request_of_a_client_gone_stops_the_engine():
+    """The engine answers a non-streaming request once, at its end, so nothing polled the client before:
+    the engine generated for nobody. The watcher polls every watched request's client and cancels the
+    engine request of one that is gone; a request that is done leaves the watch."""
+    from repo_builder.runtime.bls import CancelWatch
+    from repo_builder.runtime.metrics import ModelMetrics
+
+    watch = CancelWatch(period_s=1e9)  # polled by hand here
+    metrics = ModelMetrics(None, "tensorrt_llm_bls", "1", "tensorrt_llm_bls")
+    gone, here = FakeStream([], FakeModels()), FakeStream([], FakeModels())
+    a = watch.add(lambda: True, gone, metrics)
+    watch.add(lambda: False, here, metrics)
+    assert watch.poll() == 1 and gone.cancelled and not here.cancelled
+    assert metrics.value("repo_builder_streams_cancelled_total") == 1
+    assert watch.poll() == 0  # cancelled once, then no longer watched
+    watch.remove(a)
+
+
+def test_non_streaming_requests_are_watched_only_while_the_engine_works(monkeypatch):
+    from repo_builder.runtime import bls
+
+    seen = []
+
+    class Watch(bls.CancelWatch):
+        def add(self, cancelled, stream, metrics):
+            seen.append(stream)
+            return super().add(cancelled, stream, metrics)
+
+    w = Watch(period_s=1e9)
+    monkeypatch.setattr(bls, "_CANCEL_WATCH", w)
+    models = FakeModels()
+    sent = []
+    make_core(models).run(request("abc", 6, stream=False), lambda o, f: sent.append((o, f)), cancelled=lambda: False)
+    assert [t.stream for t in seen] == models.streams and w._entries == {}
+    assert "".join(texts(sent)) == "abcabc"
+    # python_backend's exec(decoupled=True) returns only with the engine's first response, which for a
+    # non-streaming request is its last: a client gone before then gets the engine a stop request by id
+    stops = []
+
+    class Stopping(FakeModels):
+        def stop_request(self, model, inputs, request_id):
+            stops.append((model, request_id))
+
+    target = bls._PendingCancel(Stopping(), "tensorrt_llm", {}, "rid-1")
+    target.cancel()
+    assert stops == [("tensorrt_llm", "rid-1")]
+
+
+def test_every_engine_request_of_the_bls_ends_its_postprocessing_state():
+    """However a row's engine request ends (its last response, a stop string, an error), the caller's
+    end_request is called with its id: the BLS's in-process postprocessing then drops that stream's state
+    (before, every engine request left one until the LRU bound evicted it)."""
+
+    class Ending(FakeModels):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.ended = []
+
+        def end_request(self, request_id):
+            self.ended.append(request_id)
+
+    ok = Ending()
+    make_core(ok).run(request("abc", 4, stream=True), lambda o, f: None)
+    assert ok.ended == ok.request_ids and len(ok.ended) == 1
+    failing = Ending(fail="postprocessing")
+    with pytest.raises(BLSStepError):
+        make_core(failing).run(request("abc", 4, stream=True), lambda o, f: None)
+    assert failing.ended == failing.request_ids and len(failing.ended) == 1

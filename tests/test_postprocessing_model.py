@@ -240,3 +240,22 @@ def test_one_sequence_fast_path_equals_the_general_path(name, monkeypatch):
     for p in (fast, slow):
         with pytest.raises(RequestError, match="SEQUENCE_LENGTH"):
             p.process(dict(wrong), "r-y")
+
+
+@pytest.mark.parametrize("profile", ["trtllm-1.2", "trtllm-0.5"])
+def test_ids_past_the_tokenizer_decode_as_nothing_on_both_profiles(profile):
+    """Issue 28 on both profiles: trtllm-0.5's postprocessing has no SEQUENCE_LENGTH (the whole row is
+    decoded, v0.5.0's engine returns the prompt), and an id of a padded engine vocabulary there decodes as
+    nothing too, logged once, instead of failing the request."""
+    o = post(profile=profile)
+    logged = []
+    o.log = logged.append
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode("Paris is nice", add_special_tokens=False)
+    vocab = len(llama)
+    inputs = {"TOKENS_BATCH": np.array([[[ids[0], vocab, *ids[1:], vocab + 63]]], np.int32)}
+    if profile == "trtllm-1.2":
+        inputs["SEQUENCE_LENGTH"] = np.array([[len(ids) + 2]], np.int32)
+    for _ in range(2):
+        assert text(o.process(inputs)) == [llama.decode(ids)]
+    assert len(logged) == 1 and f"token id {vocab} (2 id(s) in this sequence)" in logged[0]

@@ -699,3 +699,19 @@ def test_speculative_parameters_that_fit_the_engine_pass(tmp_path, tok, sections
     repo = tmp_path / "repo"
     render_repository(engine, tok, repo, user_values={k: str(v) for k, v in values.items()})
     assert [str(p) for p in validate_repository(repo, engine_dir=engine, warnings=True)] == []
+
+
+@pytest.mark.parametrize("profile", ["trtllm-1.2", "trtllm-0.5"])
+def test_kv_cache_capacity_is_checked_on_both_profiles(tmp_path, tok, profile):
+    """The KV-cache capacity rule (issue 28) reads engine facts both profiles render from; the 0.5 profile
+    has max_tokens_in_paged_kv_cache and max_beam_width too, so a budget that cannot hold one full sequence
+    is refused there alike, naming the minimum that works (attention windows, LoRA and GPU placement are
+    1.2-only parameters)."""
+    from repo_builder.render import render_repository as render
+
+    engine = write_engine(tmp_path / "engine", config("new", **BEAM))
+    values = {"max_beam_width": "4", "max_tokens_in_paged_kv_cache": "8200"}
+    with pytest.raises(RepoBuilderError) as err:
+        render(engine, tok, tmp_path / "dry", profile=profile, user_values=values, dry_run=True)
+    assert "max_tokens_in_paged_kv_cache: 8200 tokens cannot hold one full sequence" in str(err.value)
+    assert "the minimum that works is 8320" in str(err.value)

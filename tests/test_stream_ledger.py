@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 from _text_support import tokenizer as load
 from test_postprocessing_model import post, text
-from test_preprocessing_model import pre, q
+from test_preprocessing_model import pre, q, words
 
 from repo_builder.profile.contract import load_contract
 from repo_builder.runtime import stream_ledger
 from repo_builder.runtime.preprocessing import EnsembleStreamKeys
 from repo_builder.runtime.stream_ledger import StreamLedger, id_hash, ledger_path
+from repo_builder.runtime.triton_io import RequestError
 
 SENTENCE = "Deep learning is a subset of machine learning"
 
@@ -52,12 +53,14 @@ ENSEMBLE_OUTPUTS = [
 ][0].output_map.keys()
 
 
-def ask(p, request_id, max_tokens, requested=ENSEMBLE_OUTPUTS, stream=True):
+def ask(p, request_id, max_tokens, requested=ENSEMBLE_OUTPUTS, stream=True, stop_words=None):
     inputs = {
         "QUERY": q(SENTENCE),
         "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], np.int32),
         "STREAM": np.array([[stream]], bool),
     }
+    if stop_words is not None:
+        inputs["STOP_WORDS_DICT"] = words(stop_words)
     return bool(p.process(inputs, request_id, requested)["OUT_RETURN_PERF_METRICS"].reshape(-1)[0])
 
 
@@ -110,6 +113,67 @@ def test_a_stream_ended_by_a_response_without_tokens_frees_its_id(pair):
         deltas += text(o.process(empty, request_id="Y"))
         assert "".join(deltas) == llama.decode(ids[:4]) and deltas[0] == "Deep"
     assert len(o.streams) == 0
+
+
+def test_a_stream_the_engine_ended_on_a_stop_word_frees_its_id(pair):
+    """Preprocessing records the request's stop sequences with its registration; the response whose
+    generated ids end with one of them is the stream's last (the engine stops there), so it ends the stream
+    although max_tokens is not used up. Before, the id stayed registered and every later request with it
+    asked the engine for perf metrics. A prefix of a two-token stop word ends nothing."""
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    word = llama.decode(ids[4:6])  # two tokens, matched across two responses
+    assert llama.encode(word, add_special_tokens=False) == ids[4:6]
+    for _round in range(3):
+        assert ask(p, "W", 100, stop_words=[word]) is False  # the earlier round's stop freed the id
+        deltas = stream(o, "W", ids[:5])
+        assert ask(p, "W", 100) is True and o.ledger.registered() == 1  # ids[4] alone is no stop: in flight
+        deltas += stream(o, "W", ids[5:6])  # the engine's last response: the stop word's last token
+        assert "".join(deltas) == llama.decode(ids[:6]) and deltas[0] == "Deep"
+        assert o.ledger.registered() == 0 and len(o.streams) == 0
+
+
+def test_stop_words_that_do_not_fit_the_record_leave_the_stream_to_its_budget(pair):
+    """Only what fits a slot's record (stream_ledger.STOP_INTS) is recorded; a stream whose stop words were
+    not recorded is never ended by a guess (it stays registered: later requests with its id only cost perf
+    metrics)."""
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    many = [llama.decode(ids[4:5])] + [f"zebra{i} quagga{i}" for i in range(12)]
+    assert ask(p, "V", 100, stop_words=many) is False
+    stream(o, "V", ids[:5])
+    assert ask(p, "V", 100) is True
+
+
+def test_a_refused_response_ends_its_counted_stream(pair):
+    """Postprocessing refusing a response (a negative token id) fails the ensemble request, which then runs
+    no further step: the stream's state and slot are freed with it."""
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    assert ask(p, "E", 100) is False
+    stream(o, "E", ids[:3])
+    bad = {"TOKENS_BATCH": np.array([[[-5]]], np.int32), "SEQUENCE_LENGTH": np.array([[1]], np.int32)}
+    with pytest.raises(RequestError, match="TOKENS_BATCH"):
+        o.process(bad, request_id="E")
+    assert o.ledger.registered() == 0 and len(o.streams) == 0
+    assert ask(p, "E", 100) is False
+
+
+def test_postprocessing_gauges_count_states_and_registered_streams(pair):
+    p, o = pair
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    assert ask(p, "G", len(ids)) is False
+    stream(o, "G", ids[:2])
+    assert o.gauges() == {
+        ("repo_builder_detokenizer_streams", None): 1,
+        ("repo_builder_stream_ledger_streams", None): 1,
+    }
+    stream(o, "G", ids[2:])
+    assert set(o.gauges().values()) == {0}
 
 
 def test_a_non_streaming_request_is_ended_by_its_only_response(pair):
@@ -264,3 +328,15 @@ def test_ledger_file_names_pair_models_by_name_and_repository(tmp_path):
     assert a != ledger_path("llama_preprocessing", str(tmp_path / "r" / "llama_preprocessing"), server_pid=2)
     assert ledger_path("my_tokenizer", str(tmp_path / "r" / "my_tokenizer")) is None
     assert a is not None and a.name.startswith("repo-builder-streams-1-")
+
+
+def test_end_request_drops_the_states_of_one_request_id():
+    """What the BLS calls when one of its engine requests ended: only that id's states go."""
+    o = post()
+    llama = load("mistral_v1_tokenizer")
+    ids = llama.encode(SENTENCE, add_special_tokens=False)
+    stream(o, "r1", ids[:2])
+    stream(o, "r2", ids[:2])
+    assert len(o.streams) == 2
+    assert o.end_request("r1") == 1 and len(o.streams) == 1
+    assert "".join(stream(o, "r2", ids[2:])) == llama.decode(ids)[len(llama.decode(ids[:2])) :]

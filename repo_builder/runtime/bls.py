@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -114,6 +115,9 @@ CANCEL_POLL_EVERY = 16
 #: ... and not more often than this (seconds): with a fast engine 16 responses take a few ms, and a
 #: client's cancellation is still noticed within this time.
 CANCEL_POLL_SECONDS = 0.05
+#: How often the client of a non-streaming request is polled while the engine works (TensorRT-LLM's own
+#: ``cancellation_check_period_ms`` default is 100 ms; one IPC round trip per request and poll).
+NON_STREAM_CANCEL_POLL_SECONDS = 0.2
 
 
 #: A step model failed; the message starts with the step model's name.
@@ -157,10 +161,84 @@ class StepCaller(Protocol):
 #: ``send(outputs, final)``: one BLS response; ``outputs`` None means "no tensors, only the flag".
 Sender = Callable[[Mapping[str, np.ndarray] | None, bool], None]
 
+
+class CancelWatch:
+    """One daemon thread that polls the clients of the BLS's non-streaming requests while their engine
+    works (it answers once, at its end, so nothing else runs meanwhile) and cancels the engine request of
+    a client that is gone (``stream.cancel()``: the engine's stop request).
+
+    Args:
+        period_s: seconds between polls (each poll of ``is_cancelled`` is an IPC round trip per request).
+    """
+
+    def __init__(self, period_s: float = NON_STREAM_CANCEL_POLL_SECONDS) -> None:
+        self.period_s = period_s
+        self._lock = threading.Lock()
+        self._entries: dict[int, tuple[Callable[[], bool], Any, Metrics]] = {}
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+
+    def add(self, cancelled: Callable[[], bool], stream: Any, metrics: Metrics) -> int:
+        """Watch ``cancelled`` until :meth:`remove`; returns the entry's id."""
+        with self._lock:
+            token = next(self._ids)
+            self._entries[token] = (cancelled, stream, metrics)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="bls-cancel-watch", daemon=True)
+                self._thread.start()
+        return token
+
+    def remove(self, token: int) -> None:
+        with self._lock:
+            self._entries.pop(token, None)
+
+    def poll(self) -> int:
+        """One round over the watched requests; returns how many were cancelled (removed from the watch)."""
+        with self._lock:
+            entries = list(self._entries.items())
+        gone = 0
+        for token, (cancelled, stream, metrics) in entries:
+            try:
+                is_gone = bool(cancelled())
+            except Exception:  # noqa: BLE001 - a request that cannot be asked is left to finish
+                is_gone = False
+            if is_gone:
+                self.remove(token)
+                metrics.inc("repo_builder_streams_cancelled_total")
+                stream.cancel()
+                gone += 1
+        return gone
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.period_s)
+            self.poll()
+
+
+class _PendingCancel:
+    """What :class:`CancelWatch` cancels for a non-streaming request: its engine stream once the engine
+    answered, else (``exec`` has not returned yet) a stop request for ``request_id`` through the caller's
+    ``stop_request(model, inputs, request_id)``, when it has one."""
+
+    def __init__(self, caller: Any, model: str, inputs: Mapping[str, np.ndarray], request_id: str) -> None:
+        self.caller, self.model, self.inputs, self.request_id = caller, model, inputs, request_id
+        self.stream: Any = None
+
+    def cancel(self) -> None:
+        if self.stream is not None:
+            self.stream.cancel()
+            return
+        stop = getattr(self.caller, "stop_request", None)
+        if stop is not None:
+            stop(self.model, self.inputs, self.request_id)
+
+
 _request_ids = itertools.count(1)
 #: Makes the BLS's engine/postprocessing request ids unique across processes (several BLS instances share
 #: one postprocessing model when ``bls_local_postprocessing`` is off, and its stream state is keyed by the id).
 _PROCESS_TAG = os.urandom(4).hex()
+#: The watcher of every non-streaming request of this process (:class:`CancelWatch`).
+_CANCEL_WATCH = CancelWatch()
 
 #: Ensemble tensors that postprocessing reads only to tell streams apart (``postprocessing.py``: the
 #: ensemble key is request id + ``arrival_time_ns``, rows by ``batch_index``, sequences by
@@ -309,6 +387,25 @@ class BLSCore:
         rid: str,
         cancelled: Callable[[], bool] | None,
     ) -> None:
+        """One row's engine request ``rid``, however it ends (last response, stop string, cancellation,
+        an error): then the caller's ``end_request(rid)``, if it has one, frees the postprocessing state of
+        ``rid`` (each engine request has its own id, so nothing else holds it)."""
+        try:
+            self._serve_row(inputs, plan, names, send, rid, cancelled)
+        finally:
+            end = getattr(self.caller, "end_request", None)
+            if end is not None:
+                end(rid)
+
+    def _serve_row(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        plan: RequestPlan,
+        names: tuple[str, ...],
+        send: Sender,
+        rid: str,
+        cancelled: Callable[[], bool] | None,
+    ) -> None:
         env: dict[str, Any] = dict(inputs)
         for step, outputs in self._pre:
             step.scatter(self.caller.call(step.model, step.gather(env), outputs, rid), env)
@@ -349,19 +446,29 @@ class BLSCore:
             send(assemble(penv), True)
             return
 
-        stream = spec or self.caller.stream(model, engine_inputs, engine_outputs, rid)
         if not plan.stream:
             cut_all = bool(plan.stop_words)
-            for resp in stream:
-                penv = postprocess(resp)
-                if plan.stop_words:
-                    cut_all = self._trim_final(penv, text_names, plan, protected) and cut_all
-                send(assemble(penv), False)
+            # The engine answers once, at its end (and python_backend's exec(decoupled=True) returns only
+            # with the first response): a watcher polls the client meanwhile and stops the engine request
+            # when the client is gone (the engine then answers with what it has, which nobody reads).
+            target = _PendingCancel(self.caller, model, engine_inputs, rid)
+            watch = _CANCEL_WATCH.add(cancelled, target, self.metrics) if cancelled is not None else None
+            try:
+                target.stream = stream_once = spec or self.caller.stream(model, engine_inputs, engine_outputs, rid)
+                for resp in stream_once:
+                    penv = postprocess(resp)
+                    if plan.stop_words:
+                        cut_all = self._trim_final(penv, text_names, plan, protected) and cut_all
+                    send(assemble(penv), False)
+            finally:
+                if watch is not None:
+                    _CANCEL_WATCH.remove(watch)
             if cut_all:  # every sequence ended at a stop string: counted as a stopped stream is
                 self.metrics.inc("repo_builder_stop_strings_hit_total")
             return
 
         # Streaming.
+        stream = spec or self.caller.stream(model, engine_inputs, engine_outputs, rid)
         accumulate = self.settings.accumulate_tokens
         coalesce = self.settings.coalesce and can_merge(engine_outputs)
         stopped_all = False

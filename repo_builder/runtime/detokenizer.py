@@ -312,6 +312,14 @@ class DetokenizerCache:
                 self._states.move_to_end(key)
             return state.add(new_ids)
 
+    def drop(self, where: Callable[[Hashable], bool]) -> int:
+        """Forget every state whose key ``where`` accepts (held text included). Returns how many."""
+        with self._lock:
+            gone = [k for k in self._states if where(k)]
+            for k in gone:
+                del self._states[k]
+        return len(gone)
+
     def finish(self, key: Hashable) -> str:
         """End the stream ``key``: return its held tail (``flush(drop_partial=True)``: no U+FFFD for a
         character the end cut inside) and drop its state."""

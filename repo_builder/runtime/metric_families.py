@@ -232,6 +232,23 @@ FAMILIES: tuple[Family, ...] = (
         unit="tokens",
     ),
     Family(
+        "repo_builder_detokenizer_streams",
+        GAUGE,
+        "Streams whose incremental detokenizer state this model holds (a stream's state is dropped when it "
+        "ends; in the ensemble only the streams the stream ledger counts, others wait for the LRU bound "
+        "detokenizer_max_streams)",
+        (POST, BLS),
+        unit="streams",
+    ),
+    Family(
+        "repo_builder_stream_ledger_streams",
+        GAUGE,
+        "Ensemble streams registered in the stream ledger and not yet ended (each keyed by its request id "
+        "alone; an id registered here costs later requests with it the engine's perf metrics)",
+        (POST,),
+        unit="streams",
+    ),
+    Family(
         "repo_builder_streams_cancelled_total",
         COUNTER,
         "Streaming requests the client cancelled while the BLS served them",

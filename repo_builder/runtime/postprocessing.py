@@ -62,9 +62,10 @@ from .detokenizer import REPLACEMENT_CHAR, DetokenizerCache, DetokenizerFactory
 from .limits import check_token_ids
 from .metrics import NULL_METRICS, Metrics
 from .params import ModelParams
-from .stream_ledger import StreamLedger
+from .stream_ledger import STOP_INTS, StreamLedger
 from .text import tokenizer_from_params
 from .triton_io import RequestError
+from .wordlists import StopWordIndex
 
 
 def _stderr(message: str) -> None:
@@ -111,8 +112,9 @@ class Postprocessor:
         #: warning sink (model.py sets ``pb_utils.Logger.log_warn``; default: stderr, in Triton's log)
         self.log: Callable[[str], None] = _stderr
         self._undecodable_logged = False
-        #: stream key -> [ledger slot, slot key, tokens left] of the streams counted against their budget
-        self._budgets: OrderedDict[tuple, list[int]] = OrderedDict()
+        #: stream key -> [ledger slot, slot key, tokens left, StopWordIndex or None, last generated ids] of the
+        #: streams counted against their budget
+        self._budgets: OrderedDict[tuple, list[Any]] = OrderedDict()
         #: where detokenize times go (set by the model hosting this code: postprocessing, or the BLS)
         self.metrics: Metrics = NULL_METRICS
 
@@ -132,7 +134,26 @@ class Postprocessor:
         (detokenizer.py edge 1), so no front door ever sends the client U+FFFD for it."""
         return self.factory.decode(ids).rstrip(REPLACEMENT_CHAR)
 
+    def gauges(self) -> dict[tuple[str, str | None], float]:
+        """The gauges of :data:`.metrics.FAMILIES` this object knows (a metrics collector): detokenizer
+        states held and, with a ledger, the ensemble streams registered there."""
+        got: dict[tuple[str, str | None], float] = {("repo_builder_detokenizer_streams", None): len(self.streams)}
+        if self.ledger is not None:
+            got[("repo_builder_stream_ledger_streams", None)] = self.ledger.registered()
+        return got
+
     def process(
+        self, inputs: Mapping[str, np.ndarray | None], request_id: str = "", correlation_id: int | str = 0
+    ) -> dict[str, np.ndarray]:
+        """:meth:`_process`; a request it refuses also ends the counted ensemble stream it belongs to
+        (:meth:`end_failed`): the ensemble runs no further step of a request one step failed."""
+        try:
+            return self._process(inputs, request_id, correlation_id)
+        except RequestError:
+            self.end_failed(request_id, correlation_id)
+            raise
+
+    def _process(
         self, inputs: Mapping[str, np.ndarray | None], request_id: str = "", correlation_id: int | str = 0
     ) -> dict[str, np.ndarray]:
         """One request: input arrays by name -> ``{"OUTPUT": object array of UTF-8 bytes}``.
@@ -207,7 +228,8 @@ class Postprocessor:
                 elif counted and self._empty_id_registered():
                     stream_key = ("ens", "", 0, 0)  # an empty id is keyed alone only while registered
                 if stream_key is not None and counted:
-                    texts[0, 0] = self._counted(stream_key, request_id, row_ids[0][0]).encode("utf-8")
+                    raw = t[0, 0, : max(0, min(int(seq_lens[0][0]), length))].tolist()
+                    texts[0, 0] = self._counted(stream_key, request_id, row_ids[0][0], raw).encode("utf-8")
                     continue
             index = int(_flag(seq_index, b) or 0)
             row = _flag(batch_index, b)
@@ -305,10 +327,13 @@ class Postprocessor:
         assert self.ledger is not None
         return ("ens", "", 0, 0, 0, 0, 0) in self._budgets or self.ledger.lookup("") is not None
 
-    def _counted(self, stream_key: tuple, request_id: str, ids: list[int]) -> str:
+    def _counted(self, stream_key: tuple, request_id: str, ids: list[int], raw: list[int]) -> str:
         """The delta of a stream that preprocessing may have registered in the ledger: counted against
-        the request's ``max_tokens``; the response that uses it up ends the stream (held tail emitted,
-        state dropped, id marked ended)."""
+        the request's ``max_tokens``; the response that uses it up, the one that holds no new token, and
+        the one whose generated ids end with one of the request's stop sequences (recorded in the ledger:
+        the engine stops there) end the stream (held tail emitted, state dropped, id marked ended).
+        ``ids``: the ids to decode; ``raw``: the engine's ids of this response (padded-vocabulary ids
+        included), which are what is counted and matched."""
         assert self.ledger is not None
         key = (*stream_key, 0, 0, 0)
         budgets = self._budgets
@@ -319,13 +344,44 @@ class Postprocessor:
             found = self.ledger.lookup(request_id)
             if found is None:
                 return self.streams.add(key, ids)
-            left = budgets[key] = list(found)
+            stops = self.ledger.stop_sequences(found[0], found[1])
+            index = StopWordIndex(stops) if stops else None
+            left = budgets[key] = [*found, index, []]
             while len(budgets) > self.max_streams:  # streams that stopped short of their budget
                 budgets.popitem(last=False)
         text = self.streams.add(key, ids)
-        left[2] -= len(ids)
-        if left[2] <= 0 or not ids:  # the budget is used up, or the stream's last response (no new token)
+        left[2] -= len(raw)
+        index = left[3]
+        stopped = False
+        if index is not None and raw:
+            tail = left[4]
+            tail.extend(raw)
+            del tail[: max(0, len(tail) - self._STOP_TAIL)]
+            stopped = index.ends_with_any(tail)
+        if left[2] <= 0 or not raw or stopped:  # budget used up, the stream's last (empty) response, a stop
             text += self.streams.finish(key)
             del budgets[key]
             self.ledger.end(left[0], left[1])
         return text
+
+    #: generated ids kept per counted stream for the stop-sequence match (a recorded sequence is shorter)
+    _STOP_TAIL = STOP_INTS
+
+    def end_failed(self, request_id: str, correlation_id: int | str = 0) -> None:
+        """Free what a counted ensemble stream of ``request_id`` holds after this model failed one of its
+        responses (the ensemble then runs no further step of that request): its state and its ledger slot."""
+        if self.ledger is None:
+            return
+        key = ("ens", request_id, correlation_id, 0, 0, 0, 0)
+        left = self._budgets.pop(key, None)
+        if left is None and key in self.streams:
+            found = self.ledger.lookup(request_id)
+            left = list(found) if found is not None else None
+        self.streams.finish(key)
+        if left is not None:
+            self.ledger.end(left[0], left[1])
+
+    def end_request(self, request_id: str) -> int:
+        """Drop every detokenizer state of ``request_id``'s streams (the BLS, which knows when each of its
+        engine requests ended, however it ended). Returns how many were dropped."""
+        return self.streams.drop(lambda k: type(k) is tuple and len(k) > 1 and k[1] == request_id)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -155,18 +155,21 @@ class EnsembleStreamKeys:
         self.ledger = None if response_parameters else ledger
         self._seen = FirstUseIds() if instances == 1 and not response_parameters and self.ledger is None else None
 
-    def perf_metrics_needed(self, request_id: str | None, budget: int | None = None) -> bool:
+    def perf_metrics_needed(
+        self, request_id: str | None, budget: int | None = None, stops: Sequence[Sequence[int]] = ()
+    ) -> bool:
         """True when the engine must send ``arrival_time_ns`` for postprocessing to key this request.
 
         ``budget``: the request's ``max_tokens`` when it has one batch row (postprocessing counts only such
-        streams), None for several rows (registered with no end).
+        streams), None for several rows (registered with no end). ``stops``: the row's stop sequences (token
+        ids), recorded in the ledger so postprocessing ends a stream that the engine ended on one of them.
         """
         if self.response_parameters:
             return False
         if request_id is None:
             return True
         if self.ledger is not None:
-            return not self.ledger.begin(request_id, NO_END if budget is None else budget)
+            return not self.ledger.begin(request_id, NO_END if budget is None else budget, stops)
         if request_id == "" or self._seen is None:
             return True
         return not self._seen.claim(request_id)
@@ -197,6 +200,20 @@ def is_ensemble_step(requested_outputs: Collection[str] | None) -> bool:
         and ENSEMBLE_ONLY_OUTPUT in requested_outputs
         and DIRECT_ONLY_OUTPUT not in requested_outputs
     )
+
+
+def _sequences(words: np.ndarray) -> list[list[int]]:
+    """Row 0's token-id sequences of a ``[batch, 2, N]`` word list (ids, end offsets padded with -1)."""
+    if words.shape[-1] == 0:
+        return []
+    ids, ends = words[0, 0].tolist(), words[0, 1].tolist()
+    out, start = [], 0
+    for end in ends:
+        if end < 0:
+            break
+        out.append(ids[start:end])
+        start = end
+    return out
 
 
 def instance_count(config: Mapping[str, Any]) -> int:
@@ -463,7 +480,8 @@ class Preprocessor:
             budget: int | None = max_tokens[0] if batch == 1 else None
             if budget is not None and self._one_response(inputs.get("STREAM")):
                 budget = 1  # the engine's only response ends it, however many tokens it holds
-            perf = self.stream_keys.perf_metrics_needed(request_id, budget)
+            stops = _sequences(stop_words) if budget is not None and budget > 1 else []
+            perf = self.stream_keys.perf_metrics_needed(request_id, budget, stops)
         if self.stream_keys.response_parameters:
             # a string: no integer range to respect (python_backend sends parameters as JSON)
             self.response_parameters = {"sequence_id": f"rb-{keys[0]:016x}"}

@@ -190,6 +190,33 @@ def test_signal_with_a_stream_in_flight(repo, tmp_path, sig):
     assert_all_gone(repo, prefixes)
 
 
+def test_stop_with_an_ensemble_request_whose_client_left(repo, tmp_path):
+    """Issue 28: the client of a 1,500-token ensemble stream goes away (cancels its gRPC stream). Triton 2.51
+    does not pass that on to the engine step (tests/e2e/test_cancel.py pins it), so the engine generates on
+    and tritonserver counts the ensemble request in flight: the stop must still end within --exit-timeout
+    (then tritonserver is killed and says so), exit 143, and leave no process, /dev/shm region or stream
+    ledger behind (the killed server's models could not remove theirs)."""
+    from repo_builder.runtime.stream_ledger import stale_ledgers
+
+    launch = Launch(repo, tmp_path, "--stop-timeout", "600")
+    try:
+        launch.wait_ready()
+        prefixes = launch.prefixes()
+        servers = servers_on_repository(repo)
+        stream = LongStream(launch)
+        stream.close()  # the client leaves; the engine does not hear of it
+        time.sleep(0.5)
+        assert stale_ledgers(servers[0]), "the ensemble's stream ledger should exist while the server runs"
+        launch.proc.send_signal(signal.SIGTERM)
+        code = launch.wait()
+    finally:
+        launch.kill()
+    assert code == 128 + signal.SIGTERM, launch.text()
+    assert "in-flight requests did not finish within --exit-timeout 5 s" in launch.text()
+    assert_all_gone(repo, prefixes)
+    assert [p for pid in servers for p in stale_ledgers(pid)] == []
+
+
 def test_sigterm_while_a_model_loads(tmp_path):
     repo = tmp_path / "slow_load"
     shutil.copytree(FIXTURES / "slow_load", repo)

@@ -509,6 +509,33 @@ def test_every_stream_end_is_flagged_final_without_empty_final_response(default_
         assert got and got[-1][1] is True and len(finals) == 1 and len(got) < 480, (empty, got[-3:])
 
 
+def test_every_stream_end_is_flagged_final_without_empty_final_response_v05(default_05):
+    """The same promise on the trtllm-0.5 render (v0.5.0 request shapes: UINT32 max_tokens and beam_width,
+    bad/stop words always sent): length and stop word end with a response flagged final, once, with or
+    without enable_empty_final_response; an error is the stream's only event. Ensemble and BLS."""
+
+    def v05(max_tokens: int, stop: str = "", beam: int = 1) -> list[Any]:
+        return [
+            tensor(grpcclient, "text_input", np.array([[PROMPT]], dtype=object)),
+            tensor(grpcclient, "max_tokens", np.array([[max_tokens]], np.uint32)),
+            tensor(grpcclient, "bad_words", np.array([[""]], dtype=object)),
+            tensor(grpcclient, "stop_words", np.array([[stop]], dtype=object)),
+            tensor(grpcclient, "beam_width", np.array([[beam]], np.uint32)),
+            tensor(grpcclient, "stream", np.array([[True]], dtype=bool)),
+        ]
+
+    (whole,) = stream_collect(default_05, "ensemble", v05(6)[:-1] + [tensor(grpcclient, "stream", np.array([[False]]))])
+    words = decode_like_nvidia(whole)[len(PROMPT) :].split()
+    for model in ("ensemble", "tensorrt_llm_bls"):
+        for how, inputs in {"length": v05(6), "stop_word": v05(6, stop=words[1])}.items():
+            for empty in (False, True):
+                got = _stream_events(default_05, model, inputs, empty_final=empty, rid=f"05-{model}-{how}-{empty}")
+                finals = [g for g in got if g[1] is True]
+                assert got and got[-1][1] is True and len(finals) == 1, (model, how, empty, got)
+        got = _stream_events(default_05, model, v05(6, beam=2), empty_final=False, rid=f"05-{model}-error")
+        assert len(got) == 1 and got[0][0] == "ERROR", (model, got)
+
+
 # --------------------------------------------------------------------------- item 10: one BOS only
 def test_prompt_already_starting_with_bos_gets_no_second_bos(unary_12, tok):
     c = httpclient.InferenceServerClient(unary_12.http_hostport)

@@ -39,6 +39,7 @@ class TritonPythonModel:
             self.ledger = StreamLedger.open_for(args.get("model_name", ""), args.get("model_repository", ""))
         self.core.use_ledger(self.ledger)
         self.core.metrics = self.metrics = for_model(pb_utils, args, self.core.params, POST)
+        self.metrics.add_collector(self.core.gauges)
 
     def execute(self, requests):
         return respond_each(

@@ -133,27 +133,7 @@ class _EngineStream:
         if cancel is not None:
             cancel()
             return
-        if self._caller.stop_supported is False:
-            return
-        inputs = dict(self._inputs)
-        inputs[_STOP_INPUT] = np.ones((1, 1), dtype=np.bool_)
-        try:
-            req = pb_utils.InferenceRequest(
-                model_name=self._model,
-                inputs=self._caller.tensors(inputs),
-                requested_output_names=[],
-                request_id=self._request_id,
-            )
-            for resp in req.exec(decoupled=True):
-                if resp.has_error():
-                    self._caller.stop_supported = False
-                    pb_utils.Logger.log_warn(
-                        f"tensorrt_llm_bls: model '{self._model}' refused the stop request "
-                        f"({resp.error().message()}); stopped requests run to completion in the engine"
-                    )
-        except Exception as exc:  # noqa: BLE001 - best effort: cancellation must not fail the request
-            self._caller.stop_supported = False
-            pb_utils.Logger.log_warn(f"tensorrt_llm_bls: stop request to '{self._model}' failed: {exc}")
+        self._caller.stop_request(self._model, self._inputs, self._request_id)
 
 
 class _Caller:
@@ -194,6 +174,33 @@ class _Caller:
         self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str], request_id: str
     ) -> _EngineStream:
         return _EngineStream(self, model, inputs, outputs, request_id)
+
+    def stop_request(self, model: str, inputs: Mapping[str, np.ndarray], request_id: str) -> None:
+        """Send ``model`` a stop request for the in-flight request ``request_id`` (NVIDIA's ``stop`` input:
+        the engine ends it with the tokens it has). Best effort: a model that refuses it is not asked again."""
+        if self.stop_supported is False:
+            return
+        inputs = dict(inputs)
+        inputs[_STOP_INPUT] = np.ones((1, 1), dtype=np.bool_)
+        try:
+            req = pb_utils.InferenceRequest(
+                model_name=model, inputs=self.tensors(inputs), requested_output_names=[], request_id=request_id
+            )
+            for resp in req.exec(decoupled=True):
+                if resp.has_error():
+                    self.stop_supported = False
+                    pb_utils.Logger.log_warn(
+                        f"tensorrt_llm_bls: model '{model}' refused the stop request "
+                        f"({resp.error().message()}); stopped requests run to completion in the engine"
+                    )
+        except Exception as exc:  # noqa: BLE001 - best effort: cancellation must not fail the request
+            self.stop_supported = False
+            pb_utils.Logger.log_warn(f"tensorrt_llm_bls: stop request to '{model}' failed: {exc}")
+
+    def end_request(self, request_id: str) -> None:
+        """The engine request ``request_id`` ended (however): its local postprocessing state goes."""
+        for core in self.local.values():
+            core.end_request(request_id)
 
 
 def _response(outputs: Mapping[str, np.ndarray]):
@@ -258,6 +265,7 @@ class TritonPythonModel:
         self.metrics = for_model(pb_utils, args, params, BLS)
         for post in local.values():
             post.metrics = self.metrics
+            self.metrics.add_collector(post.gauges)
         self.core = BLSCore(wiring, self.settings, _Caller(local))
         self.core.metrics = self.metrics
         workers = int(params.int("bls_worker_threads", 256) or 256)
