@@ -4,7 +4,8 @@ Inputs (contract.yaml ``postprocessing``): ``TOKENS_BATCH`` int32 ``[batch, beam
 ``SEQUENCE_LENGTH`` int32 ``[batch, beam]`` (absent in trtllm-0.5: the whole row is decoded), and
 repo-builder's optional ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``, ``STREAM`` bool ``[batch, 1]``,
 ``SEQUENCE_INDEX`` int32 ``[batch, 1]``, ``ARRIVAL_TIME_NS`` int64 ``[batch, 1]``, ``BATCH_INDEX`` int32
-``[batch, 1]`` (the engine's batch_index: which row of a batched client request a response row is).
+``[batch, 1]`` (the engine's batch_index: which row of a batched client request a response row is),
+``TOKEN_OFFSET`` int32 ``[batch, 1]`` (the engine's token_offset: generated tokens earlier responses carried).
 
 Output ``OUTPUT`` (TYPE_STRING, UTF-8 bytes): always 1-D ``[batch * beam]`` per request, whatever the
 config's dims, which is what NVIDIA's postprocessing returns in every version (v0.5.0 builds it from a
@@ -42,6 +43,11 @@ End of an ensemble stream: where preprocessing registered the request in the sha
 alone (one row, one beam, one sequence) counts its tokens against the request's ``max_tokens``; the
 response that uses the budget up also emits the held tail, drops the state and marks the id ended, so the
 next request with that id needs no perf metrics.
+
+Several instances in a streaming repository (:attr:`Postprocessor.wants_shared_states`): a streamed response
+of one sequence that carries the engine's ``TOKEN_OFFSET`` (INT32 ``[batch, 1]``, repo-builder's engines)
+is served from the state every instance shares (:mod:`.stream_state`), in offset order; the model sends
+each response and then calls :meth:`Postprocessor.commit`, which lets the stream's next response go.
 
 Incremental states live in an LRU of ``detokenizer_max_streams`` streams; ``OUTPUT`` is the text delta
 (B24, B25). Decoding uses ``skip_special_tokens`` (parameter, default true: no ``<s>``/``</s>``/``<|im_end|>``
