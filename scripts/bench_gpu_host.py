@@ -14,9 +14,10 @@ Each writes ``DIR/<name>.json`` (everything measured, with the machine and the c
   token ids go straight to ``tensorrt_llm`` over gRPC streaming, one at a time and then all at once (the
   batched prefill/decode path), and each answer is compared token for token with transformers'
   ``generate(do_sample=False)`` of the same checkpoint on the same GPU and dtype (one prompt per call).
-* ``scaling``: the zero-cost synthetic engine behind our default streaming render with preprocessing and BLS
-  instances N = 1/2/4/8 (postprocessing stays at 1: the streaming render refuses more, see
-  docs/performance.md), ``scripts/bench_server_cpu.py`` at each concurrency: server CPU per token around the
+* ``scaling``: the zero-cost synthetic engine behind our default streaming render with the instance counts
+  that ``--scale`` names (default preprocessing and BLS; ``post`` too: several postprocessing instances share
+  the stream states, runtime/stream_state.py) at N = 1/2/4/8, ``scripts/bench_server_cpu.py`` at each
+  concurrency: server CPU per token around the
   engine and tokens/s for ``ensemble``, ``tensorrt_llm_bls`` and ``tensorrt_llm`` alone.
 * ``llama1b``: a random-weight LLaMA of 1.1B parameters (hidden 2048, 16 layers, 32 heads / 8 KV heads,
   intermediate 8192, vocabulary of ``--tokenizer-dir``) built on the GPU from a config, served by the
@@ -245,16 +246,22 @@ HEADER = (
 )
 
 
+#: ``scaling --scale`` names -> the render parameters ``<name>_instance_count`` set to N
+SCALED = {"pre": "preprocessing", "post": "postprocessing", "bls": "bls"}
+
+
 def cmd_scaling(args: argparse.Namespace) -> int:
     out = Path(args.out)
     results: dict[str, Any] = {"machine": machine(), "levels": {}}
     rows = []
     for n in [int(x) for x in args.instances.split(",") if x]:
-        sets = ["--set", f"preprocessing_instance_count={n}", "--set", f"bls_instance_count={n}"]
+        keys = [SCALED[k] for k in args.scale.split(",") if k]
+        sets = [a for k in keys for a in ("--set", f"{k}_instance_count={n}")]
         extra = ["--models", args.models, "--engine-max-batch-size", "256", *sets]
         report = bench_cpu(args, out / f"scaling_x{n}_raw.json", extra)
         results["levels"][str(n)] = report["summary"]
-        rows += summary_rows(report, f"pre/BLS x{n}, post x1")
+        post = "" if "postprocessing" in keys else ", post x1"
+        rows += summary_rows(report, "/".join(k[:4] for k in keys) + f" x{n}{post}")
     table = "Zero-cost synthetic engine, gRPC streaming, our default streaming render\n\n" + HEADER + "\n"
     write(out, "scaling", results, table + "\n".join(rows))
     return 0
@@ -363,6 +370,11 @@ def main() -> int:
         p.add_argument("--models", default=models)
         p.add_argument("--set", action="append", default=[], help="KEY=VALUE for render")
     sub.choices["scaling"].add_argument("--instances", default="1,2,4,8")
+    sub.choices["scaling"].add_argument(
+        "--scale",
+        default="pre,bls",
+        help="which instance counts are N: pre, post, bls (post > 1 streams through the shared stream state)",
+    )
     sub.choices["llama1b"].add_argument(
         "--openai-concurrency", default="", help="e.g. 64: also through the OpenAI front end (bench_openai.py)"
     )

@@ -121,7 +121,9 @@ def test_every_output_nvidia_sends_when_asked_is_sent_with_its_dtype(profile):
     outputs = sink.responses[-1][0]
     # never sent by the CPU engine: logits (asking is an error), sequence_index (n > 1 is refused),
     # batch_index (one row), context_phase_params (no context-only requests)
+    # token_offset (ours) goes with streamed responses only
     never = {"context_logits", "generation_logits", "sequence_index", "batch_index", "context_phase_params"}
+    never.add("token_offset")
     assert set(outputs) == {o["name"] for o in cfg["output"]} - never
     for o in cfg["output"]:
         if o["name"] in never:
@@ -202,6 +204,17 @@ def test_streaming_sends_only_new_tokens_then_final():
     # flag is dropped by Triton's gRPC front end unless the client set enable_empty_final_response)
     assert data == [([10], False), ([11], False), ([12], False), ([], True)]
     assert sink.responses[-1][0]["sequence_length"].tolist() == [[0]]
+
+
+def test_streamed_responses_carry_their_token_offset_and_whole_ones_do_not():
+    """token_offset = the generated tokens earlier responses of the sequence carried (stream_state.py orders
+    a stream's responses across postprocessing instances by it); the empty final one follows the last token."""
+    backend = ScriptedBackend({1: [10, 11, 12, 2]})
+    (sink,) = run(backend, req_inputs([1, 9], 8, end_id=[2], streaming=[True]))
+    assert [o["token_offset"].tolist() for o, _f, _ in sink.responses] == [[[0]], [[1]], [[2]], [[3]]]
+    assert sink.responses[0][0]["token_offset"].dtype == np.int32
+    (whole,) = run(ScriptedBackend({1: [10, 11]}), req_inputs([1], 2))
+    assert "token_offset" not in whole.responses[-1][0]
 
 
 def test_streaming_last_token_carries_the_final_flag():

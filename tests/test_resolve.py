@@ -144,6 +144,16 @@ def test_postprocessing_instances_with_streaming(engine_copy, sp_tok):
     )
 
 
+def test_streaming_postprocessing_instances_with_a_python_engine(tmp_path, sp_tok):
+    """repo-builder's Python engines send token_offset, so several streaming postprocessing instances can
+    share their streams' states (runtime/stream_state.py); TensorRT-LLM engines are refused (test above)."""
+    (tmp_path / "synthetic_engine.json").write_text('{"max_batch_size": 4}')
+    res = resolve(
+        "trtllm-1.2", inspect_engine(tmp_path), sp_tok, {"postprocessing_instance_count": "4"}, streaming=True
+    )
+    assert res["postprocessing_instance_count"] == 4
+
+
 def test_chunked_context_needs_paged_context_fmha(engine_copy, sp_tok):
     eng = inspect_engine(engine_copy("v0.8-mistral-7b-dolphin"))
     with pytest.raises(EngineError, match="enable_chunked_context: .*--use_paged_context_fmha enable"):

@@ -246,6 +246,10 @@ _CANCEL_WATCH = CancelWatch()
 #: engine for them only when the client requests them, or ``sequence_index`` when several sequences share
 #: the call (``num_return_sequences`` > 1). Each one less is a tensor less in every engine response.
 _STREAM_HINTS = (ARRIVAL_TIME_NS, BATCH_INDEX, SEQUENCE_INDEX)
+#: The ensemble tensor of the engine's ``token_offset``, which orders a stream's responses across several
+#: postprocessing instances (stream_state.py): asked for only where the post steps run as models, not in
+#: this process (``bls_local_postprocessing``), where one state per stream lives here anyway.
+TOKEN_OFFSET_TENSOR = "_TOKEN_OFFSET"
 
 
 def _encode_like(texts: Sequence[str], like: np.ndarray) -> np.ndarray:
@@ -285,6 +289,10 @@ class BLSCore:
         src = engine.input_map.get(RETURN_PERF_METRICS)
         self._perf_source = src if src is not None and src not in wiring.inputs else None
         self._pre = [(s, [o for o, ens in s.output_map.items() if ens != self._perf_source]) for s in wiring.pre_steps]
+        # model name -> in-process core (model.py's _Caller); a caller without that map (unit-test fakes)
+        # counts as running the post steps itself
+        local = getattr(caller, "local", None)
+        self._post_in_process = not isinstance(local, Mapping) or all(s.model in local for s in wiring.post_steps)
         #: counts cancelled streams and stop-string hits (model.py sets :func:`.metrics.for_model`'s)
         self.metrics: Metrics = NULL_METRICS
 
@@ -298,6 +306,8 @@ class BLSCore:
         got = self._engine_outputs_cache.get(key)
         if got is None:
             skip = {h for h in _STREAM_HINTS if h not in wanted}
+            if self._post_in_process or not self.wiring.post_steps:
+                skip.add(TOKEN_OFFSET_TENSOR)
             if several_sequences:
                 skip.discard(SEQUENCE_INDEX)
             omap = self.wiring.engine_step.output_map

@@ -126,6 +126,7 @@ _GATES = {
     "acceptance_rate": "perf",
     "total_accepted_draft_tokens": "perf",
     "total_draft_tokens": "perf",
+    "token_offset": "streamed",  # repo-builder's: ordering across postprocessing instances (stream_state.py)
 }
 #: outputs computed here; the other gated ones (kv-cache and speculative-decoding stats) are zeros
 _COMPUTED = {
@@ -140,6 +141,7 @@ _COMPUTED = {
     "first_scheduled_time_ns",
     "first_token_time_ns",
     "last_token_time_ns",
+    "token_offset",
 }
 _PLANS: dict[int, tuple[ModelIO, list[tuple[str, str, Any, np.ndarray | None]]]] = {}
 
@@ -182,6 +184,8 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool, arrival_
     Otherwise: all generated tokens, after the prompt when ``exclude_input_in_output`` is false.
     Shapes: ``output_ids`` ``[B, 1, T]`` (padded with pad_id, else end_id, else 0), ``sequence_length``
     ``[B, 1]``, ``cum_log_probs`` ``[B, 1]``, ``output_log_probs`` ``[B, 1, T_gen]``;
+    ``token_offset`` ``[B, 1]`` only when streaming (each sequence's generated tokens sent before this
+    response: 0, 1, 2, ... for one token per response; ours, read by postprocessing's shared stream state),
     ``batch_index``/``num_*_tokens``/``*_time_ns`` ``[B, 1]`` (``num_output_tokens`` counts the generated
     tokens of this response when streaming, all of them otherwise, so a client summing a stream's values
     gets the total -- the OpenAI frontend does); kv-cache and speculative-decoding stats are zeros
@@ -202,7 +206,10 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool, arrival_
     batch = len(seqs)
     out: dict[str, np.ndarray] = {}
     for name, gate, dt, filler in _plan(io):
-        if gate != "always" and not any(_gate_open(gate, s.req) for s in seqs):
+        if gate == "streamed":
+            if not streaming:
+                continue
+        elif gate != "always" and not any(_gate_open(gate, s.req) for s in seqs):
             continue
         if filler is not None:
             out[name] = filler if batch == 1 else _filler(io.outputs[name], batch)
@@ -236,6 +243,8 @@ def build_outputs(io: ModelIO, seqs: Seq[Sequence], *, streaming: bool, arrival_
                 col = [len(s.req.prompt) for s in seqs]
             elif name == "num_output_tokens":  # per response, like NVIDIA's: a stream's values add up
                 col = [len(r) for r in token_rows] if streaming else [len(s.tokens) for s in seqs]
+            elif name == "token_offset":  # generated tokens of the sequence sent in earlier responses
+                col = [s.sent for s in seqs]
             elif name == "arrival_time_ns":
                 col = [arrival_ns] * batch
             elif name == "first_scheduled_time_ns":

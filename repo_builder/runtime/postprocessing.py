@@ -4,7 +4,8 @@ Inputs (contract.yaml ``postprocessing``): ``TOKENS_BATCH`` int32 ``[batch, beam
 ``SEQUENCE_LENGTH`` int32 ``[batch, beam]`` (absent in trtllm-0.5: the whole row is decoded), and
 repo-builder's optional ``DETOKENIZER_KEY`` uint64 ``[batch, 1]``, ``STREAM`` bool ``[batch, 1]``,
 ``SEQUENCE_INDEX`` int32 ``[batch, 1]``, ``ARRIVAL_TIME_NS`` int64 ``[batch, 1]``, ``BATCH_INDEX`` int32
-``[batch, 1]`` (the engine's batch_index: which row of a batched client request a response row is).
+``[batch, 1]`` (the engine's batch_index: which row of a batched client request a response row is),
+``TOKEN_OFFSET`` int32 ``[batch, 1]`` (the engine's token_offset: generated tokens earlier responses carried).
 
 Output ``OUTPUT`` (TYPE_STRING, UTF-8 bytes): always 1-D ``[batch * beam]`` per request, whatever the
 config's dims, which is what NVIDIA's postprocessing returns in every version (v0.5.0 builds it from a
@@ -43,6 +44,11 @@ alone (one row, one beam, one sequence) counts its tokens against the request's 
 response that uses the budget up also emits the held tail, drops the state and marks the id ended, so the
 next request with that id needs no perf metrics.
 
+Several instances in a streaming repository (:attr:`Postprocessor.wants_shared_states`): a streamed response
+of one sequence that carries the engine's ``TOKEN_OFFSET`` (INT32 ``[batch, 1]``, repo-builder's engines)
+is served from the state every instance shares (:mod:`.stream_state`), in offset order; the model sends
+each response and then calls :meth:`Postprocessor.commit`, which lets the stream's next response go.
+
 Incremental states live in an LRU of ``detokenizer_max_streams`` streams; ``OUTPUT`` is the text delta
 (B24, B25). Decoding uses ``skip_special_tokens`` (parameter, default true: no ``<s>``/``</s>``/``<|im_end|>``
 in the text, B27).
@@ -63,6 +69,7 @@ from .limits import check_token_ids
 from .metrics import NULL_METRICS, Metrics
 from .params import ModelParams
 from .stream_ledger import STOP_INTS, StreamLedger
+from .stream_state import WINDOW, StreamOrderError, StreamStates, stream_hash
 from .text import tokenizer_from_params
 from .triton_io import RequestError
 from .wordlists import StopWordIndex
@@ -117,12 +124,40 @@ class Postprocessor:
         self._budgets: OrderedDict[tuple, list[Any]] = OrderedDict()
         #: where detokenize times go (set by the model hosting this code: postprocessing, or the BLS)
         self.metrics: Metrics = NULL_METRICS
+        #: states shared with the other instances (several instances, streaming: :meth:`use_shared_states`)
+        self.shared: StreamStates | None = None
+        self._shared_factory = DetokenizerFactory(tokenizer, self.skip_special_tokens, max_window_tokens=WINDOW)
+        #: (slot, next offset, ended) of the response :meth:`process` just served from a shared state, which
+        #: :meth:`commit` publishes once that response was sent
+        self._pending: tuple[int, int, bool] | None = None
+        self._no_offset_logged = False
 
     @property
     def keys_ensemble_streams(self) -> bool:
         """True when ensemble streams are keyed by request id and ``ARRIVAL_TIME_NS`` (a ledger helps)."""
         declared = {i.get("name") for i in self.params.config.get("input") or []}
         return self.engine_streams and "ARRIVAL_TIME_NS" in declared
+
+    @property
+    def wants_shared_states(self) -> bool:
+        """True for a streaming repository's postprocessing with more than one instance that declares
+        ``TOKEN_OFFSET``: its streams' detokenizer states go to :class:`~.stream_state.StreamStates`."""
+        declared = {i.get("name") for i in self.params.config.get("input") or []}
+        groups = self.params.config.get("instance_group") or []
+        count = sum(int(g.get("count") or 1) for g in groups) if groups else 1
+        return self.engine_streams and count > 1 and "TOKEN_OFFSET" in declared
+
+    def use_shared_states(self, shared: StreamStates | None) -> None:
+        """Serve streamed responses that carry ``TOKEN_OFFSET`` from ``shared`` (see stream_state.py); the
+        caller sends each response, then calls :meth:`commit`."""
+        self.shared = shared
+
+    def commit(self) -> None:
+        """After the response :meth:`process` returned (or the error it raised) was sent: let the stream's
+        next response go (a no-op unless that response came from a shared state)."""
+        pending, self._pending = self._pending, None
+        if pending is not None and self.shared is not None:
+            self.shared.publish(*pending)
 
     def use_ledger(self, ledger: StreamLedger | None) -> None:
         """Count registered ensemble streams against their budget (see the module docstring)."""
@@ -170,6 +205,10 @@ class Postprocessor:
         tokens = inputs.get("TOKENS_BATCH")
         if tokens is None:
             raise RequestError("TOKENS_BATCH", "is missing")
+        if self.shared is not None and type(tokens) is np.ndarray and tokens.shape[:-1] in _ONE_SEQUENCE:
+            shared = self._shared_sequence(inputs, tokens, request_id, correlation_id)
+            if shared is not None:
+                return shared
         if type(tokens) is np.ndarray and tokens.shape[:-1] in _ONE_SEQUENCE:
             one = self._one_sequence(inputs, tokens, request_id, correlation_id)
             if one is not None:
@@ -291,6 +330,102 @@ class Postprocessor:
         text = self.streams.add(full_key, ids)
         if bool(_flag(inputs.get("FLUSH"), 0)):  # the caller's last response: emit the held tail, free the state
             text += self.streams.finish(full_key)
+        out = np.empty(1, dtype=object)
+        out[0] = text.encode("utf-8")
+        metrics = self.metrics
+        if metrics.enabled:
+            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
+            metrics.inc("repo_builder_detokenize_tokens_total", len(ids))
+        return {"OUTPUT": out}
+
+    def _shared_sequence(
+        self, inputs: Mapping[str, np.ndarray | None], tokens: np.ndarray, request_id: str, correlation_id: int | str
+    ) -> dict[str, np.ndarray] | None:
+        """A streamed response of one sequence served from the state shared by every instance (several
+        instances: stream_state.py), or None where the response carries no ``TOKEN_OFFSET`` (an engine that
+        does not send it: the in-process state then, logged once) or no stream key. Same stream keys, same
+        checks of the ids, same text as the one-instance paths (:meth:`_one_sequence`, :meth:`_counted`).
+
+        Raises:
+            RequestError: ``TOKEN_OFFSET`` names an order this stream's responses never reached within
+                ``stream_state.WAIT_S`` (the later ones then go on), or the checks of the ids.
+        """
+        assert self.shared is not None
+        offset_in = inputs.get("TOKEN_OFFSET")
+        if offset_in is None:
+            if not self._no_offset_logged:
+                self._no_offset_logged = True
+                self.log(
+                    "postprocessing: several instances share streams, but the engine sent no token_offset "
+                    "(NVIDIA's backend does not): responses are detokenized with this instance's state, so a "
+                    "stream's text can be wrong; set postprocessing_instance_count to 1. Logged once."
+                )
+            return None
+        key = _flag(inputs.get("DETOKENIZER_KEY"), 0)
+        seq_index, batch_index = inputs.get("SEQUENCE_INDEX"), inputs.get("BATCH_INDEX")
+        countable = False
+        stream_key: tuple
+        if key is not None and int(key) != 0:
+            if not bool(_flag(inputs.get("STREAM"), 0)):
+                return None
+            stream_key = ("bls", int(key))
+        else:
+            arrived = int(_flag(inputs.get("ARRIVAL_TIME_NS"), 0) or 0)
+            countable = self.ledger is not None and not arrived and seq_index is None and batch_index is None
+            if request_id or arrived or correlation_id:
+                stream_key = ("ens", request_id, correlation_id, arrived)
+            elif countable and self.ledger is not None and self.ledger.lookup("") is not None:
+                stream_key = ("ens", "", 0, 0)  # an empty id is keyed alone only while registered
+            else:
+                return None
+        lengths = inputs.get("SEQUENCE_LENGTH")
+        flat = tokens.reshape(-1)
+        if lengths is not None:
+            if np.size(lengths) != 1:
+                raise RequestError("SEQUENCE_LENGTH", f"has {np.size(lengths)} values for 1 x 1 sequences")
+            flat = flat[: max(0, int(np.asarray(lengths).reshape(-1)[0]))]
+        ids = flat.tolist()
+        sent = len(ids)  # what the engine counts in token_offset, before undecodable ids are dropped
+        if ids and min(ids) < 0:
+            check_token_ids("TOKENS_BATCH", flat, None)  # raises, naming the id
+        if ids and max(ids) >= self.vocab_size:
+            ids = self._drop_undecodable(ids)
+        row = _flag(batch_index, 0)
+        full_key = (*stream_key, 0 if row is None else int(row), int(_flag(seq_index, 0) or 0), 0)
+        h = stream_hash(full_key)
+        offset = int(_flag(offset_in, 0) or 0)
+        shared = self.shared
+        t0 = time.perf_counter()
+        try:
+            slot = shared.acquire(h, offset)
+        except StreamOrderError as exc:
+            shared.skip_to(h, offset + sent)
+            raise RequestError("TOKEN_OFFSET", str(exc)) from None
+        self._pending = (slot, offset + sent, False)  # published by commit() even if decoding fails
+        det = shared.load(slot, self._shared_factory())
+        left, ledger_slot, ledger_key = shared.budget(slot)
+        if offset == 0 and countable:
+            assert self.ledger is not None
+            found = self.ledger.lookup(request_id)
+            if found is not None:
+                ledger_slot, ledger_key, left = found
+        text = det.add(ids)
+        ended = False
+        if left > 0:  # counted against the request's max_tokens, as _counted does with one instance
+            left -= sent
+            if left <= 0 or not ids:
+                text += det.flush(drop_partial=True)
+                ended = True
+                assert self.ledger is not None
+                self.ledger.end(ledger_slot, ledger_key)
+            shared.set_budget(slot, max(left, 0), ledger_slot, ledger_key)
+        elif not ids:
+            ended = True  # only a stream's last response carries no token
+        if bool(_flag(inputs.get("FLUSH"), 0)):
+            text += det.flush(drop_partial=True)
+            ended = True
+        shared.store(slot, det)
+        self._pending = (slot, offset + sent, ended)
         out = np.empty(1, dtype=object)
         out[0] = text.encode("utf-8")
         metrics = self.metrics

@@ -290,3 +290,37 @@ def respond_each(
         except Exception as exc:  # noqa: BLE001 - reported to the client, the other requests go on
             responses.append(error_response(pb, RuntimeError(f"{model} failed: {type(exc).__name__}: {exc}")))
     return responses
+
+
+def send_each(
+    pb: Any,
+    requests: Any,
+    input_names: tuple[str, ...],
+    process: Any,
+    model: str,
+    after_send: Any,
+    metrics: Any = None,
+) -> None:
+    """As :func:`respond_each`, but each response goes out through the request's response sender (final
+    flag) before the next request is served, and ``after_send()`` runs once it went, whether it carried
+    outputs or an error. The sender returns once the server took the response (python_backend: the stub
+    waits for its parent to pass it on), so what ``after_send`` releases comes after it. ``execute`` then
+    returns None (the Python backend allows a response sender in a non-decoupled model when every request
+    gets exactly one final response).
+    """
+    final = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    for request in requests:
+        try:
+            inputs = get_inputs(pb, request, input_names)
+            outputs = process(inputs, request)
+            response = pb.InferenceResponse(output_tensors=[pb.Tensor(name, a) for name, a in outputs.items()])
+        except RequestError as exc:
+            if metrics is not None:
+                metrics.refused(exc.field)
+            response = error_response(pb, exc)
+        except Exception as exc:  # noqa: BLE001 - reported to the client, the other requests go on
+            response = error_response(pb, RuntimeError(f"{model} failed: {type(exc).__name__}: {exc}"))
+        try:
+            request.get_response_sender().send(response, flags=final)
+        finally:
+            after_send()

@@ -30,12 +30,14 @@ def streaming_beam(ctx: RuleContext) -> Iterator[Finding]:
 
 
 def postprocessing_state(ctx: RuleContext) -> Iterator[Finding]:
-    """The per-request incremental detokenizer lives in one postprocessing process."""
+    """Several streaming postprocessing instances share their streams' detokenizer states in the order of
+    the engine's ``token_offset`` (runtime/stream_state.py), which only repo-builder's Python engines send."""
     post = ctx.v("postprocessing_instance_count")
-    if ctx.v("decoupled_mode") and isinstance(post, int) and post > 1:
+    if ctx.v("decoupled_mode") and isinstance(post, int) and post > 1 and ctx.is_trt:
         yield Finding(
             "postprocessing_instance_count",
-            f"{post} with streaming: the per-request incremental detokenizer state lives in one process; use 1",
+            f"{post} with streaming: the instances share a stream's detokenizer state in the order of the "
+            "engine's token_offset output, which TensorRT-LLM's backend does not send; use 1",
         )
 
 
