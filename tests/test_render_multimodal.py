@@ -18,6 +18,7 @@ from repo_builder.cli import app
 from repo_builder.errors import EngineError, ParameterError, RenderError, TokenizerError
 from repo_builder.render import RenderOptions, render_repository
 from repo_builder.render.multimodal import multimodal_facts, render_multimodal_repository
+from repo_builder.repository.lockfile import LOCK_NAME
 from repo_builder.repository.pbtxt import parse_model_config, string_parameters
 from repo_builder.runtime.errors import RequestError
 from repo_builder.runtime.images import decode_data_uri, images_from_pixels
@@ -70,7 +71,7 @@ def test_the_repository_has_five_models_and_the_table_size(repo):
     assert engine["max_prompt_embedding_table_size"] == "256"
     enc = string_parameters(parse_model_config((repo / "multimodal_encoders" / "config.pbtxt").read_text()))
     assert enc["max_prompt_table_rows"] == "32"
-    lock = json.loads((repo / "repo-builder.multimodal.json").read_text())
+    lock = json.loads((repo / LOCK_NAME).read_text())
     assert lock["values"]["multimodal_max_prompt_table_size"] == {"value": 256, "origin": "checkpoint"}
 
 

@@ -1,7 +1,7 @@
 """OpenAI's ``POST /v1/chat/completions`` with ``image_url`` parts for a repository of layout multimodal.
 
 :func:`create_vision_app` is what :func:`repo_builder.openai.app.create_app` returns for a repository whose root
-holds ``repo-builder.multimodal.json`` (``render --layout multimodal``). Routes: ``GET /health``, ``GET
+holds a lock file with ``"layout": "multimodal"`` (``render --layout multimodal``). Routes: ``GET /health``, ``GET
 /v1/models`` (one model, id ``--served-model-name`` or ``llava``), ``POST /v1/chat/completions``.
 
 A chat's content parts become the prompt and ``image_url_input`` (:func:`repo_builder.openai.images.image_chat`);
@@ -30,7 +30,6 @@ from .images import image_chat
 from .protocol import APIError, ChatCompletionRequest, parse_request
 from .single_model import single_model_app
 
-MULTIMODAL_MARKER = "repo-builder.multimodal.json"
 #: Request fields this route honours; any other field that is set (not None / its neutral value) is refused.
 _HONOURED = {"model", "messages", "max_tokens", "max_completion_tokens", "user"}
 _NEUTRAL = {"stream": (False,), "n": (1,), "temperature": (0, 0.0)}

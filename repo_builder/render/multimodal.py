@@ -35,10 +35,18 @@ from typing import Any
 
 from ..errors import EngineError, ParameterError, TokenizerError
 from ..profile.schema import load_schema
+from ..repository.lockfile import LOCK_NAME
 from .options import RenderOptions
 from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
-from .whisper import _int_key, _read_json, _render_template, refuse_unsupported, write_checkpoint_repository
+from .whisper import (
+    _int_key,
+    _read_json,
+    _render_template,
+    checkpoint_lock,
+    refuse_unsupported,
+    write_checkpoint_repository,
+)
 
 ENGINE = "tensorrt_llm"
 ENCODERS = "multimodal_encoders"
@@ -62,7 +70,6 @@ _NOT_YET = {
     "llava_next": "LLaVA-NeXT (anyres tiling) is not built yet",
 }
 FACTS_FOLDER = "multimodal"
-LOCK_NAME = "repo-builder.multimodal.json"
 
 
 @dataclass(frozen=True)
@@ -240,12 +247,18 @@ class MultimodalRenderResult:
     facts: MultimodalFacts
     values: dict[str, tuple[Any, str]]
     files: list[str]
+    existed: bool = False
 
 
 def plan_multimodal_files(
-    checkpoint: Path, facts: MultimodalFacts, values: Mapping[str, tuple[Any, str]], serve_root: Path, profile: str
+    checkpoint: Path,
+    facts: MultimodalFacts,
+    values: Mapping[str, tuple[Any, str]],
+    serve_root: Path,
+    profile: str,
+    serve_path: str | Path | None = None,
 ) -> dict[str, bytes]:
-    """{repository-relative path: bytes} of every file except the checkpoint copy."""
+    """{repository-relative path: bytes} of every file except the checkpoint copy (the lock file included)."""
     v = {k: val for k, (val, _) in values.items()}
     engine_dir = serve_root / ENGINE / "1" / "engine"
     variables = {
@@ -271,14 +284,16 @@ def plan_multimodal_files(
         for name in (*_TOKENIZER_FILES, "preprocessor_config.json"):
             if (checkpoint / name).is_file():
                 files[f"{folder}/{name}"] = (checkpoint / name).read_bytes()
-    lock = {
-        "repo_builder_layout": "multimodal",
-        "checkpoint": str(checkpoint),
-        "values": {k: {"value": val, "origin": origin} for k, (val, origin) in values.items()},
-        "facts": asdict(facts),
-        "launch": {"world_size": 1, "tensorrt_llm_model_names": [ENGINE, ENCODERS]},
-    }
-    files[LOCK_NAME] = (json.dumps(lock, indent=2) + "\n").encode()
+    files[LOCK_NAME] = checkpoint_lock(
+        "multimodal",
+        checkpoint,
+        profile,
+        values,
+        files,
+        facts=asdict(facts),
+        tensorrt_llm_model_names=[ENGINE, ENCODERS],
+        serve_path=serve_path,
+    )
     return files
 
 
@@ -288,7 +303,8 @@ def render_multimodal_repository(
     """Render layout ``multimodal`` for a Hugging Face LLaVA checkpoint.
 
     The repository is written into a temp dir beside ``output`` and renamed into place; a failure leaves
-    nothing, and an existing ``output`` is never touched.
+    nothing; an existing ``output`` is replaced only with ``force`` when its lock file proves repo-builder
+    rendered it (:func:`refuse_unsupported`), and is left as it was when the render fails.
 
     Raises:
         EngineError / TokenizerError (:func:`multimodal_facts`), ParameterError
@@ -302,6 +318,6 @@ def render_multimodal_repository(
     facts = multimodal_facts(checkpoint)
     values = resolve_multimodal_values(facts, opts)
     serve_root = serve_root_of(opts, out)
-    files = plan_multimodal_files(checkpoint, facts, values, serve_root, opts.profile)
-    write_checkpoint_repository(out, files, checkpoint, empty_dirs=("ensemble/1",))
-    return MultimodalRenderResult(output=out, facts=facts, values=values, files=sorted(files))
+    files = plan_multimodal_files(checkpoint, facts, values, serve_root, opts.profile, opts.serve_path)
+    existed = write_checkpoint_repository(out, files, checkpoint, empty_dirs=("ensemble/1",))
+    return MultimodalRenderResult(output=out, facts=facts, values=values, files=sorted(files), existed=existed)

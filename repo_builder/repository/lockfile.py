@@ -49,6 +49,10 @@ from ..errors import RenderError, RepoBuilderError, field_problems, field_proble
 from .pbtxt import config_model
 
 LOCK_NAME = "repo-builder.lock.json"
+#: The files layouts whisper and multimodal wrote instead of :data:`LOCK_NAME` before they wrote a lock file
+#: (repo-builder 0.1.0 before 2026-12-04): {file name: layout}. Read only by :func:`repository_layout` (which
+#: front end serves such a repository); they are no lock file (``render --force`` refuses to replace them).
+LEGACY_LAYOUT_FILES = {"repo-builder.whisper.json": "whisper", "repo-builder.multimodal.json": "multimodal"}
 
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -78,7 +82,8 @@ class LockValue(_Open):
     """One entry of ``values``: the typed value (any JSON) and where it came from."""
 
     value: Any = None
-    origin: Literal["default", "engine", "tokenizer", "user"]
+    #: ``checkpoint``: read from the Hugging Face checkpoint of layout whisper / multimodal.
+    origin: Literal["default", "engine", "tokenizer", "user", "checkpoint"]
 
 
 _Name = Annotated[str, Field(min_length=1)]
@@ -384,6 +389,25 @@ def _load_json(repo: str | Path, *, error: type[RepoBuilderError]) -> tuple[Path
     if not isinstance(data, dict):
         raise error("malformed lock file: not a JSON object", path=path, hint=_REWRITE_HINT)
     return path, data
+
+
+def repository_layout(repo: str | Path) -> str | None:
+    """The layout of a rendered repository that is not served through the text ensemble: the lock file's
+    ``layout`` key (``whisper``, ``multimodal``; written by ``render --layout whisper|multimodal``), or the
+    layout of a :data:`LEGACY_LAYOUT_FILES` file for a repository rendered before those wrote a lock file.
+    None for every other repository (no lock file, no ``layout`` key, or a lock file that does not read).
+    """
+    try:
+        _, data = _load_json(repo, error=RenderError)
+    except RenderError:
+        data = None
+    if data is not None:
+        layout = data.get("layout")
+        return layout if isinstance(layout, str) and layout else None
+    for name, layout in LEGACY_LAYOUT_FILES.items():
+        if (Path(repo) / name).is_file():
+            return layout
+    return None
 
 
 def read_lock(repo: str | Path) -> LockFile | None:
