@@ -91,7 +91,7 @@ def test_a_prompt_table_too_small_for_batch_x_features_is_refused(tiny_llava, tm
 @pytest.mark.parametrize(
     ("edit", "error", "key"),
     [
-        (lambda c, t, p: c.update(model_type="qwen2_vl"), EngineError, "model_type"),
+        (lambda c, t, p: c.update(model_type="llava_next"), EngineError, "model_type"),
         (lambda c, t, p: c.update(model_type="llama"), EngineError, "model_type"),
         (lambda c, t, p: c.update(image_token_index=31999), TokenizerError, "image_token_index"),
         (lambda c, t, p: c.update(image_seq_length=576), EngineError, "image_seq_length"),

@@ -1,8 +1,9 @@
 """OpenAI's ``POST /v1/chat/completions`` with ``image_url`` parts for a repository of layout multimodal.
 
 :func:`create_vision_app` is what :func:`repo_builder.openai.app.create_app` returns for a repository whose root
-holds a lock file with ``"layout": "multimodal"`` (``render --layout multimodal``). Routes: ``GET /health``, ``GET
-/v1/models`` (one model, id ``--served-model-name`` or ``llava``), ``POST /v1/chat/completions``.
+holds a lock file with ``"layout": "multimodal"`` (``render --layout multimodal``). Routes: ``GET /health``,
+``GET /v1/models`` (one model, id ``--served-model-name`` or :func:`served_id`: ``llava``, ``qwen2-vl``),
+``POST /v1/chat/completions``.
 
 A chat's content parts become the prompt and ``image_url_input`` (:func:`repo_builder.openai.images.image_chat`);
 the prompt is the tokenizer's chat template over the conversation, or, for a tokenizer without one, the text of
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 
-from .images import image_chat
+from .images import IMAGE_MARKER, image_chat
 from .protocol import APIError, ChatCompletionRequest, parse_request
 from .single_model import single_model_app
 
@@ -34,6 +35,13 @@ from .single_model import single_model_app
 _HONOURED = {"model", "messages", "max_tokens", "max_completion_tokens", "user"}
 _NEUTRAL = {"stream": (False,), "n": (1,), "temperature": (0, 0.0)}
 DEFAULT_MAX_TOKENS = 64
+#: Where an image goes in a Qwen2-VL prompt (its chat template's image block; preprocessing expands the pad).
+QWEN2_VL_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def served_id(facts: dict[str, Any]) -> str:
+    """The default model id: the checkpoint's ``model_type`` with ``-`` for ``_`` (``llava``, ``qwen2-vl``)."""
+    return str(facts.get("model_type") or "llava").replace("_", "-")
 
 
 def create_vision_app(config: Any) -> Any:
@@ -53,8 +61,9 @@ def create_vision_app(config: Any) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:  # noqa: BLE001 - OSError, ValueError, the tokenizer's own errors
         raise RepoBuilderError(f"cannot read the multimodal facts / tokenizer: {exc}", path=folder) from exc
-    name = config.served_model_name or "llava"
+    name = config.served_model_name or served_id(facts)
     max_images = int(facts["max_num_images"])
+    marker = QWEN2_VL_MARKER if facts.get("model_type") == "qwen2_vl" else IMAGE_MARKER
     app, check_key, grpc = single_model_app(
         config, title="repo-builder OpenAI-compatible API (vision)", served_name=name, triton_model="ensemble"
     )
@@ -95,7 +104,7 @@ def create_vision_app(config: Any) -> Any:
                     param=field,
                     code="unsupported_parameter",
                 )
-        chat_in = image_chat(req.messages, max_images=max_images)
+        chat_in = image_chat(req.messages, max_images=max_images, marker=marker)
         prompt = prompt_of(chat_in.conversation)
         max_tokens = req.requested_max_tokens()[0] or DEFAULT_MAX_TOKENS
         arrays: list[tuple[str, Any, str]] = [
