@@ -311,6 +311,20 @@ def multimodal_facts(checkpoint: str | Path) -> MultimodalFacts:
     )
 
 
+#: The fields only Qwen2-VL sets (left out of a LLaVA repository's files, which stay as before Qwen2-VL).
+_QWEN2_VL_ONLY = ("spatial_merge_size", "head_dim", "mrope_section", "vision_start_id", "vision_end_id")
+
+
+def facts_dict(facts: MultimodalFacts) -> dict[str, Any]:
+    """The facts as written to ``multimodal.json`` and the lock file: every field for Qwen2-VL, LLaVA's only
+    for LLaVA."""
+    out = asdict(facts)
+    if facts.model_type != "qwen2_vl":
+        for key in _QWEN2_VL_ONLY:
+            del out[key]
+    return out
+
+
 def resolve_multimodal_values(facts: MultimodalFacts, options: RenderOptions) -> dict[str, tuple[Any, str]]:
     """{parameter: (typed value, origin)}: schema defaults, then ``--values``, then ``--set``; the prompt-table
     size defaults to (and must be at least) ``max_batch_size x features_per_image x max_num_images``.
@@ -387,7 +401,7 @@ def plan_multimodal_files(
         files[f"{model}/1/model.py"] = python_model_source(kind)
         for rel, data in runtime.items():
             files[f"{model}/1/{RUNTIME_FOLDER}/{rel}"] = data
-    facts_json = {**asdict(facts), "max_num_images": v["multimodal_max_num_images"]}
+    facts_json = {**facts_dict(facts), "max_num_images": v["multimodal_max_num_images"]}
     for model in ("preprocessing", "postprocessing"):
         folder = f"{model}/1/{FACTS_FOLDER}"
         files[f"{folder}/multimodal.json"] = (json.dumps(facts_json, indent=2) + "\n").encode()
@@ -400,7 +414,7 @@ def plan_multimodal_files(
         profile,
         values,
         files,
-        facts=asdict(facts),
+        facts=facts_dict(facts),
         tensorrt_llm_model_names=[ENGINE, ENCODERS],
         serve_path=serve_path,
     )
