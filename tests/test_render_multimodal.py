@@ -179,3 +179,20 @@ def test_bad_images_are_refused_naming_the_field(runtime):
     with pytest.raises(RequestError, match="2 <image> marker") as err:
         text.prompt_ids("<image><image>", 1)
     assert err.value.field == "text_input"
+
+
+def test_streaming_makes_the_engine_decoupled_and_tells_the_front_end(tiny_llava, repo, tmp_path):
+    from repo_builder.openai.vision import text_delta
+
+    out = tmp_path / "stream"
+    render_multimodal_repository(tiny_llava, out, RenderOptions(streaming=True))
+    engine = parse_model_config((out / "tensorrt_llm" / "config.pbtxt").read_text())
+    assert engine.model_transaction_policy.decoupled
+    plain = parse_model_config((repo / "tensorrt_llm" / "config.pbtxt").read_text())
+    assert not plain.model_transaction_policy.decoupled
+    facts = json.loads((out / "preprocessing" / "1" / "multimodal" / "multimodal.json").read_text())
+    assert facts["streaming"] is True and "streaming" not in json.loads(
+        (repo / "preprocessing" / "1" / "multimodal" / "multimodal.json").read_text()
+    )
+    # the OpenAI front end's deltas of the text so far: a trailing U+FFFD (a cut character) waits for its bytes
+    assert [text_delta("", "ab"), text_delta("ab", "abc\ufffd"), text_delta("abc", "abcé")] == ["ab", "c", "é"]

@@ -381,8 +381,15 @@ def plan_multimodal_files(
     serve_root: Path,
     profile: str,
     serve_path: str | Path | None = None,
+    streaming: bool = False,
 ) -> dict[str, bytes]:
-    """{repository-relative path: bytes} of every file except the checkpoint copy (the lock file included)."""
+    """{repository-relative path: bytes} of every file except the checkpoint copy (the lock file included).
+
+    ``streaming`` (``render --streaming``): ``tensorrt_llm`` is decoupled and sends one response per generated
+    token, each holding every token so far (postprocessing decodes the whole text, so each streamed
+    ``text_output`` is the text so far and the last one equals the non-streamed text); ``multimodal.json`` and
+    the lock facts say ``"streaming": true`` (the OpenAI front end then streams over gRPC).
+    """
     v = {k: val for k, (val, _) in values.items()}
     engine_dir = serve_root / ENGINE / "1" / "engine"
     variables = {
@@ -391,6 +398,7 @@ def plan_multimodal_files(
         "engine_dir": str(engine_dir),
         "max_batch_size": v["multimodal_max_batch_size"],
         "max_prompt_table_rows": facts.features_per_image * v["multimodal_max_num_images"],
+        "streaming": streaming,
     }
     files: dict[str, bytes] = {}
     runtime = runtime_files()
@@ -402,6 +410,8 @@ def plan_multimodal_files(
         for rel, data in runtime.items():
             files[f"{model}/1/{RUNTIME_FOLDER}/{rel}"] = data
     facts_json = {**facts_dict(facts), "max_num_images": v["multimodal_max_num_images"]}
+    if streaming:
+        facts_json["streaming"] = True
     for model in ("preprocessing", "postprocessing"):
         folder = f"{model}/1/{FACTS_FOLDER}"
         files[f"{folder}/multimodal.json"] = (json.dumps(facts_json, indent=2) + "\n").encode()
@@ -414,7 +424,7 @@ def plan_multimodal_files(
         profile,
         values,
         files,
-        facts=facts_dict(facts),
+        facts=facts_dict(facts) | ({"streaming": True} if streaming else {}),
         tensorrt_llm_model_names=[ENGINE, ENCODERS],
         serve_path=serve_path,
     )
@@ -442,6 +452,8 @@ def render_multimodal_repository(
     facts = multimodal_facts(checkpoint)
     values = resolve_multimodal_values(facts, opts)
     serve_root = serve_root_of(opts, out)
-    files = plan_multimodal_files(checkpoint, facts, values, serve_root, opts.profile, opts.serve_path)
+    files = plan_multimodal_files(
+        checkpoint, facts, values, serve_root, opts.profile, opts.serve_path, streaming=bool(opts.streaming)
+    )
     existed = write_checkpoint_repository(out, files, checkpoint, empty_dirs=("ensemble/1",))
     return MultimodalRenderResult(output=out, facts=facts, values=values, files=sorted(files), existed=existed)

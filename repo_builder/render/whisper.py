@@ -49,7 +49,7 @@ ENGINE = "tensorrt_llm"
 LAYOUT_PARAMETERS = ("whisper_max_tokens", "whisper_max_batch_size", "whisper_bls_count", "whisper_max_audio_seconds")
 _PROFILES = ("trtllm-1.2",)
 #: Checkpoint layouts with a streaming (decoupled) mode.
-_STREAMING_LAYOUTS: tuple[str, ...] = ()
+_STREAMING_LAYOUTS: tuple[str, ...] = ("multimodal",)
 #: Checkpoint files the reference engine loads (weights: any of the safetensors / bin names).
 _MODEL_FILES = ("config.json", "generation_config.json")
 _TOKEN_NAMES = {

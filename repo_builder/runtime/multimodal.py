@@ -42,7 +42,7 @@ import numpy as np
 
 from .errors import EngineLoadError, ModelLoadError, RequestError
 from .images import decode_data_uri, images_from_pixels
-from .triton_io import respond_each, strings
+from .triton_io import error_response, get_inputs, respond_each, strings
 
 FACTS_NAME = "multimodal.json"
 FACTS_FOLDER = "multimodal"
@@ -454,12 +454,14 @@ class PromptTableEngine:
         table: np.ndarray | None = None,
         table_rows: int = 0,
         mrope: tuple[np.ndarray | None, int] | None = None,
+        on_token: Any = None,
     ) -> list[int]:
         """The generated ids (up to ``max_new``, ending with ``end_id`` when generated).
 
         Args:
             mrope: Qwen2-VL only: ``(mrope_rotary_cos_sin, mrope_position_deltas)`` of
                 :meth:`VisionEncoder.mrope_cos_sin`.
+            on_token: called with the ids so far after each generated token (streaming), or None.
         Raises:
             RequestError: empty ids, ``max_new`` < 1, over ``max_position_embeddings``, or see :meth:`embed`;
                 Qwen2-VL: ``mrope_rotary_cos_sin`` missing or not ``2 x len(ids) x head_dim`` values.
@@ -475,7 +477,7 @@ class PromptTableEngine:
                 f"{len(ids)} prompt + {max_new} tokens exceed max_position_embeddings {self.max_positions}",
             )
         if self.qwen:
-            return self._generate_mrope(ids, max_new, end_id, table, table_rows, mrope)
+            return self._generate_mrope(ids, max_new, end_id, table, table_rows, mrope, on_token)
         out: list[int] = []
         with torch.inference_mode():
             step: dict[str, Any] = {"inputs_embeds": self.embed(ids, table, table_rows)}
@@ -485,6 +487,8 @@ class PromptTableEngine:
                 past = getattr(result, "cache", None) or result.past_key_values
                 token = int(result.logits[0, -1].argmax())
                 out.append(token)
+                if on_token is not None:
+                    on_token(list(out))
                 if end_id is not None and token == end_id:
                     break
                 step = {"input_ids": torch.tensor([[token]], dtype=torch.long)}
@@ -498,6 +502,7 @@ class PromptTableEngine:
         table: np.ndarray | None,
         table_rows: int,
         mrope: tuple[np.ndarray | None, int] | None,
+        on_token: Any = None,
     ) -> list[int]:
         """Qwen2-VL: the prefill takes the given cos/sin (the encoder's 3-D positions), each decode step the
         1-D position ``len(ids) + step + delta`` on all three axes (what transformers' generate does)."""
@@ -524,6 +529,8 @@ class PromptTableEngine:
                 past = getattr(result, "cache", None) or result.past_key_values
                 token = int(self.model.lm_head(result.last_hidden_state[:, -1]).argmax())
                 out.append(token)
+                if on_token is not None:
+                    on_token(list(out))
                 if (end_id is not None and token == end_id) or step == max_new - 1:
                     break
                 position = torch.full((3, 1, 1), len(ids) + step + int(delta), dtype=torch.long)
@@ -576,8 +583,12 @@ class PromptTableEngineModel:
         params = _params(args)
         engine_dir = params.get("engine_dir") or str(Path(args["model_repository"]) / args["model_version"] / "engine")
         self.engine = PromptTableEngine(engine_dir, threads=1)
+        policy = json.loads(args["model_config"]).get("model_transaction_policy") or {}
+        self.decoupled = bool(policy.get("decoupled"))
 
-    def process(self, inputs: dict[str, np.ndarray | None], request: Any) -> dict[str, np.ndarray]:
+    def process(
+        self, inputs: dict[str, np.ndarray | None], request: Any, on_token: Any = None
+    ) -> dict[str, np.ndarray]:
         raw = inputs["input_ids"]
         if raw is None:
             raise RequestError("input_ids", "is required")
@@ -593,14 +604,50 @@ class PromptTableEngineModel:
         mrope = None
         if self.engine.qwen:
             mrope = (inputs["mrope_rotary_cos_sin"], _scalar(inputs["mrope_position_deltas"], 0) or 0)
-        out = self.engine.generate(ids, max_new, _scalar(inputs["end_id"]), table, rows, mrope)
+        out = self.engine.generate(ids, max_new, _scalar(inputs["end_id"]), table, rows, mrope, on_token=on_token)
+        return self.outputs(out)
+
+    @staticmethod
+    def outputs(tokens: list[int]) -> dict[str, np.ndarray]:
+        """``output_ids`` INT32 ``[1, 1, n]`` and ``sequence_length`` INT32 ``[1, 1]`` of the generated tokens."""
         return {
-            "output_ids": np.array([[out]], np.int32),
-            "sequence_length": np.array([[len(out)]], np.int32),
+            "output_ids": np.array([[tokens]], np.int32),
+            "sequence_length": np.array([[len(tokens)]], np.int32),
         }
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        return respond_each(self.pb, requests, self.INPUTS, self.process, "tensorrt_llm")
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if not self.decoupled:
+            return respond_each(self.pb, requests, self.INPUTS, self.process, "tensorrt_llm")
+        for request in requests:
+            self.stream(request)
+        return None
+
+    def stream(self, request: Any) -> None:
+        """Decoupled mode (``render --streaming``): one response per generated token, each with every token so
+        far, the last one flagged final (so a client without empty final responses sees the end); a failure is
+        one final error response naming the field."""
+        pb = self.pb
+        sender = request.get_response_sender()
+
+        def response(outputs: dict[str, np.ndarray]) -> Any:
+            return pb.InferenceResponse(output_tensors=[pb.Tensor(k, v) for k, v in outputs.items()])
+
+        held: list[list[int]] = []
+
+        def send_previous(tokens: list[int]) -> None:  # the newest is sent after it, or as the final response
+            if held:
+                sender.send(response(self.outputs(held.pop())))
+            held.append(tokens)
+
+        try:
+            final = self.process(get_inputs(pb, request, self.INPUTS), request, on_token=send_previous)
+            sender.send(response(final), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except RequestError as exc:
+            sender.send(error_response(pb, exc), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        except Exception as exc:  # noqa: BLE001 - reported to the client, the other requests go on
+            failure = RuntimeError(f"tensorrt_llm failed: {type(exc).__name__}: {exc}")
+            sender.send(error_response(pb, failure), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 # --------------------------------------------------------------------------------------------------
