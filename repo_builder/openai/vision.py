@@ -7,10 +7,13 @@ holds a lock file with ``"layout": "multimodal"`` (``render --layout multimodal`
 
 A chat's content parts become the prompt and ``image_url_input`` (:func:`repo_builder.openai.images.image_chat`);
 the prompt is the tokenizer's chat template over the conversation, or, for a tokenizer without one, the text of
-a single user message. One non-streamed greedy completion goes to the ``ensemble`` over gRPC (``text_input``,
-``max_tokens``, ``image_url_input``). Refused with 400 naming the field: ``stream``, ``n`` > 1, a ``temperature``
-above 0 or any other sampling field (the engine decodes greedily), and what :func:`image_chat` refuses; the
-ensemble's 400s (an undecodable image) come back naming ``messages``. ``usage.completion_tokens`` and
+a single user message. One greedy completion goes to the ``ensemble`` over gRPC (``text_input``,
+``max_tokens``, ``image_url_input``): one ``infer`` call, or, for a repository rendered with ``--streaming``
+(``"streaming": true`` in its facts), a gRPC stream whose responses each hold the text so far; ``stream: true``
+then returns OpenAI's ``chat.completion.chunk`` events with the deltas (:func:`sse_response`). Refused with 400
+naming the field: ``stream`` on a repository without ``--streaming``, ``n`` > 1, a ``temperature`` above 0,
+``top_p``, ``seed`` or any other sampling field (the engine decodes greedily), and what :func:`image_chat`
+refuses; the ensemble's 400s (an undecodable image) come back naming ``messages``. ``usage.completion_tokens`` and
 ``finish_reason`` are counted by re-encoding the text with the repository's tokenizer (``length`` when it
 reaches ``max_tokens``), an approximation; ``prompt_tokens`` counts each
 image as one token.
