@@ -196,3 +196,42 @@ def test_streaming_makes_the_engine_decoupled_and_tells_the_front_end(tiny_llava
     )
     # the OpenAI front end's deltas of the text so far: a trailing U+FFFD (a cut character) waits for its bytes
     assert [text_delta("", "ab"), text_delta("ab", "abc\ufffd"), text_delta("abc", "abcé")] == ["ab", "c", "é"]
+
+
+def test_sampling_equals_transformers_generate_do_sample_with_the_seed(tiny_llava, runtime):
+    import torch
+    from transformers import LlavaForConditionalGeneration
+
+    from repo_builder.runtime.multimodal import Sampling
+
+    text, encoder, engine = runtime
+    model = LlavaForConditionalGeneration.from_pretrained(tiny_llava).eval()
+    images = text.images_of([data_uri("PNG", 4)], None)
+    pv = text.pixel_values(images)
+    ids = text.prompt_ids("<image> Describe it.", 1)
+    native = [32000 if i >= 32064 else i for i in ids]
+    table = encoder.table(pv)
+    runs = {}
+    for seed in (3, 4):
+        got = engine.generate(ids, 10, None, table, 16, sampling=Sampling(0.8, 0.9, seed))
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            ref = model.generate(
+                input_ids=torch.tensor([native]),
+                pixel_values=torch.from_numpy(pv),
+                max_new_tokens=10,
+                do_sample=True,
+                temperature=0.8,
+                top_p=0.9,
+                top_k=0,
+            )[0, len(native) :].tolist()
+        assert got == ref, seed
+        runs[seed] = got
+    assert runs[3] != runs[4] != engine.generate(ids, 10, None, table, 16)  # sampled, and by the seed
+    assert engine.generate(ids, 10, None, table, 16, sampling=Sampling(0.0, 0.5, 9)) == engine.generate(
+        ids, 10, None, table, 16
+    )  # temperature 0: greedy
+    for args, field in (((-1.0, None, None), "temperature"), ((0.5, 1.5, None), "top_p")):
+        with pytest.raises(RequestError) as err:
+            Sampling(*args)
+        assert err.value.field == field

@@ -11,8 +11,9 @@ a single user message. One greedy completion goes to the ``ensemble`` over gRPC 
 ``max_tokens``, ``image_url_input``): one ``infer`` call, or, for a repository rendered with ``--streaming``
 (``"streaming": true`` in its facts), a gRPC stream whose responses each hold the text so far; ``stream: true``
 then returns OpenAI's ``chat.completion.chunk`` events with the deltas (:func:`sse_response`). Refused with 400
-naming the field: ``stream`` on a repository without ``--streaming``, ``n`` > 1, a ``temperature`` above 0,
-``top_p``, ``seed`` or any other sampling field (the engine decodes greedily), and what :func:`image_chat`
+naming the field: ``stream`` on a repository without ``--streaming``, ``n`` > 1, sampling fields other than
+``temperature``, ``top_p`` and ``seed`` (those go to the ensemble's inputs of the same names; the engine samples
+as transformers' ``generate(do_sample=True)`` does, greedy at temperature 0), and what :func:`image_chat`
 refuses; the ensemble's 400s (an undecodable image) come back naming ``messages``. ``usage.completion_tokens`` and
 ``finish_reason`` are counted by re-encoding the text with the repository's tokenizer (``length`` when it
 reaches ``max_tokens``), an approximation; ``prompt_tokens`` counts each
@@ -35,9 +36,15 @@ from .protocol import APIError, ChatCompletionRequest, parse_request
 from .single_model import single_model_app
 
 #: Request fields this route honours; any other field that is set (not None / its neutral value) is refused.
-_HONOURED = {"model", "messages", "max_tokens", "max_completion_tokens", "user"}
+_HONOURED = {"model", "messages", "max_tokens", "max_completion_tokens", "user", "temperature", "top_p", "seed"}
 _NEUTRAL = {"stream": (False,), "n": (1,), "temperature": (0, 0.0), "stream_options": ()}
 DEFAULT_MAX_TOKENS = 64
+#: Sampling fields passed through: (request field, ensemble input, numpy dtype, wire type).
+_SAMPLING = (
+    ("temperature", "temperature", np.float32, "FP32"),
+    ("top_p", "top_p", np.float32, "FP32"),
+    ("seed", "seed", np.uint64, "UINT64"),
+)
 #: Where an image goes in a Qwen2-VL prompt (its chat template's image block; preprocessing expands the pad).
 QWEN2_VL_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
 
@@ -197,6 +204,10 @@ def create_vision_app(config: Any) -> Any:
             ("text_input", np.array([[prompt.encode()]], dtype=object), "BYTES"),
             ("max_tokens", np.array([[max_tokens]], np.int32), "INT32"),
         ]
+        for field, tname, dtype, wire in _SAMPLING:
+            value = getattr(req, field, None)
+            if value is not None:
+                arrays.append((tname, np.array([[value]], dtype), wire))
         if chat_in.urls:
             arrays.append(("image_url_input", np.array([[u.encode() for u in chat_in.urls]], dtype=object), "BYTES"))
         inputs = []
@@ -209,7 +220,8 @@ def create_vision_app(config: Any) -> Any:
             text = exc.message() or str(exc)
             # a model's refusal: INVALID_ARG, or over a stream (the aio client gives streamed errors no status)
             if "INVALID_ARG" in str(exc.status()) or exc.status() is None:
-                field = "max_tokens" if "max_tokens" in text else "messages"
+                named = [f for f in ("max_tokens", "temperature", "top_p", "seed") if f"{f}:" in text]
+                field = named[0] if named else "messages"
                 return APIError(400, text, param=field, code="invalid_value")
             return APIError(503 if "UNAVAILABLE" in str(exc.status()) else 500, text, type="server_error")
 

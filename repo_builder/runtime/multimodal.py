@@ -20,8 +20,10 @@ Flow of one request (``ensemble``):
    vocabulary size 0 (NVIDIA's encoder asserts, so a text-only request fails there).
 3. ``tensorrt_llm`` (:class:`PromptTableEngine`): ids below ``vocab_size`` are looked up in the text
    embedding, ids ``vocab_size + r`` take row ``r`` of ``prompt_embedding_table`` (r < ``prompt_vocab_size``),
-   then greedy decoding with the KV cache -> ``output_ids`` (the generated tokens only: this layout's
-   ``tensorrt_llm`` excludes the prompt, whose fake ids cannot be detokenized) and ``sequence_length``.
+   then decoding with the KV cache (greedy, or :class:`Sampling`) -> ``output_ids`` (the generated tokens
+   only: this layout's ``tensorrt_llm`` excludes the prompt, whose fake ids cannot be detokenized) and
+   ``sequence_length``; Qwen2-VL's prefill takes the encoder's mrope cos/sin. With ``render --streaming`` it is
+   decoupled: one response per token, each with every token so far.
 4. ``postprocessing`` (:class:`MultimodalPostprocessing`): ids -> ``OUTPUT`` text (special tokens skipped).
 
 Dtypes differ from NVIDIA's in one place: pixel values and the prompt table are FP32 (NVIDIA: FP16) because the
@@ -58,6 +60,12 @@ def _scalar(array: np.ndarray | None, default: int | None = None) -> int | None:
     if array is None or np.asarray(array).size == 0:
         return default
     return int(np.asarray(array).reshape(-1)[0])
+
+
+def _real(array: np.ndarray | None) -> float | None:
+    if array is None or np.asarray(array).size == 0:
+        return None
+    return float(np.asarray(array).reshape(-1)[0])
 
 
 def load_facts(folder: str | Path) -> dict[str, Any]:
@@ -400,6 +408,46 @@ class MultimodalEncoders:
 # tensorrt_llm
 
 
+class Sampling:
+    """The sampling inputs of one request (NVIDIA's ``temperature``, ``runtime_top_p``, ``seed``).
+
+    Args:
+        temperature: > 0 samples (None or 0: greedy).
+        top_p: nucleus mass in (0, 1] (None: 1).
+        seed: the request's random seed (None: 0, NVIDIA's default ``random_seed``).
+    Raises:
+        RequestError: a negative temperature, a top_p outside (0, 1] (names the field).
+    """
+
+    def __init__(self, temperature: float | None = None, top_p: float | None = None, seed: int | None = None):
+        if temperature is not None and not temperature >= 0:
+            raise RequestError("temperature", f"must be >= 0, got {temperature}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise RequestError("top_p", f"must be in (0, 1], got {top_p}")
+        self.temperature, self.top_p, self.seed = temperature, top_p, seed
+
+    def chooser(self, torch: Any) -> Any:
+        """``choose(logits [1, vocab]) -> token id``: argmax when greedy; else transformers' own temperature and
+        top-p warpers, softmax and one ``torch.multinomial`` draw from a generator seeded with ``seed``, the
+        steps of ``generate(do_sample=True, top_k=0)`` after ``torch.manual_seed(seed)`` (same tokens)."""
+        if not self.temperature:
+            return lambda logits: int(logits[0].argmax())
+        from transformers.generation import TemperatureLogitsWarper, TopPLogitsWarper
+
+        warpers: list[Any] = [TemperatureLogitsWarper(self.temperature)]
+        if self.top_p is not None and self.top_p < 1:
+            warpers.append(TopPLogitsWarper(self.top_p))
+        generator = torch.Generator().manual_seed(int(self.seed or 0))
+
+        def choose(logits: Any) -> int:
+            scores = logits.float()
+            for warp in warpers:
+                scores = warp(None, scores)
+            return int(torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator))
+
+        return choose
+
+
 class PromptTableEngine:
     """The language model of a LLaVA checkpoint with NVIDIA's prompt-table splice (no Triton; tested
     in-process): greedy decoding with the KV cache, equal to transformers' ``generate(pixel_values=...)``."""
@@ -455,8 +503,10 @@ class PromptTableEngine:
         table_rows: int = 0,
         mrope: tuple[np.ndarray | None, int] | None = None,
         on_token: Any = None,
+        sampling: Sampling | None = None,
     ) -> list[int]:
-        """The generated ids (up to ``max_new``, ending with ``end_id`` when generated).
+        """The generated ids (up to ``max_new``, ending with ``end_id`` when generated): greedy, or sampled when
+        ``sampling`` has a temperature > 0 (:meth:`Sampling.choose`).
 
         Args:
             mrope: Qwen2-VL only: ``(mrope_rotary_cos_sin, mrope_position_deltas)`` of
@@ -476,8 +526,9 @@ class PromptTableEngine:
                 "request_output_len",
                 f"{len(ids)} prompt + {max_new} tokens exceed max_position_embeddings {self.max_positions}",
             )
+        choose = (sampling or Sampling()).chooser(torch)
         if self.qwen:
-            return self._generate_mrope(ids, max_new, end_id, table, table_rows, mrope, on_token)
+            return self._generate_mrope(ids, max_new, end_id, table, table_rows, mrope, on_token, choose)
         out: list[int] = []
         with torch.inference_mode():
             step: dict[str, Any] = {"inputs_embeds": self.embed(ids, table, table_rows)}
@@ -485,7 +536,7 @@ class PromptTableEngine:
             for _ in range(max_new):
                 result = self.model(**step, use_cache=True, **{self.cache_kw: past})
                 past = getattr(result, "cache", None) or result.past_key_values
-                token = int(result.logits[0, -1].argmax())
+                token = choose(result.logits[:, -1, :])
                 out.append(token)
                 if on_token is not None:
                     on_token(list(out))
@@ -503,6 +554,7 @@ class PromptTableEngine:
         table_rows: int,
         mrope: tuple[np.ndarray | None, int] | None,
         on_token: Any = None,
+        choose: Any = None,
     ) -> list[int]:
         """Qwen2-VL: the prefill takes the given cos/sin (the encoder's 3-D positions), each decode step the
         1-D position ``len(ids) + step + delta`` on all three axes (what transformers' generate does)."""
@@ -527,7 +579,7 @@ class PromptTableEngine:
                 self.rotary.given = None
             for step in range(max_new):
                 past = getattr(result, "cache", None) or result.past_key_values
-                token = int(self.model.lm_head(result.last_hidden_state[:, -1]).argmax())
+                token = choose(self.model.lm_head(result.last_hidden_state[:, -1]))
                 out.append(token)
                 if on_token is not None:
                     on_token(list(out))
@@ -576,6 +628,9 @@ class PromptTableEngineModel:
         "prompt_vocab_size",
         "mrope_rotary_cos_sin",
         "mrope_position_deltas",
+        "temperature",
+        "runtime_top_p",
+        "seed",
     )
 
     def __init__(self, pb: Any, args: dict[str, Any]) -> None:
@@ -604,7 +659,10 @@ class PromptTableEngineModel:
         mrope = None
         if self.engine.qwen:
             mrope = (inputs["mrope_rotary_cos_sin"], _scalar(inputs["mrope_position_deltas"], 0) or 0)
-        out = self.engine.generate(ids, max_new, _scalar(inputs["end_id"]), table, rows, mrope, on_token=on_token)
+        sampling = Sampling(_real(inputs["temperature"]), _real(inputs["runtime_top_p"]), _scalar(inputs["seed"]))
+        out = self.engine.generate(
+            ids, max_new, _scalar(inputs["end_id"]), table, rows, mrope, on_token=on_token, sampling=sampling
+        )
         return self.outputs(out)
 
     @staticmethod

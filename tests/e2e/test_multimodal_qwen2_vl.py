@@ -11,8 +11,9 @@ packaged Qwen3 tokenizer) served by preprocessing (image processor -> pixel patc
   ``generate(pixel_values=..., image_grid_thw=...)`` on the same weights, decoded with the same tokenizer;
 * a text-only request through the same ensemble equals transformers' text-only output;
 * ``repo-builder openai``: the openai SDK's ``chat.completions.create`` with ``image_url`` parts (the
-  tokenizer's chat template, Qwen2-VL's image block at the part's place) returns the same text; ``temperature``,
-  ``top_p`` and ``seed`` are refused with 400 naming the field (the engine decodes greedily).
+  tokenizer's chat template, Qwen2-VL's image block at the part's place) returns the same text; with
+  ``temperature``, ``top_p`` and ``seed`` it equals transformers' ``generate(do_sample=True)`` after
+  ``torch.manual_seed(seed)``; ``presence_penalty`` is refused with 400 naming it.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def reference(tiny_qwen2_vl):
     processor = AutoImageProcessor.from_pretrained(tiny_qwen2_vl)
     pad = model.config.image_token_id
 
-    def run(text: str, images: list[np.ndarray]) -> str:
+    def run(text: str, images: list[np.ndarray], **sample: Any) -> str:
         kwargs: dict[str, Any] = {}
         counts: list[int] = []
         if images:
@@ -87,10 +88,15 @@ def reference(tiny_qwen2_vl):
         inp = torch.tensor([ids])
         if images:
             kwargs["mm_token_type_ids"] = (inp == pad).int()
+        if sample:  # transformers' sampling after torch.manual_seed(seed), as the engine's Sampling
+            torch.manual_seed(sample.pop("seed"))
+            kwargs.update(do_sample=True, top_k=0, **sample)
+        else:
+            kwargs["do_sample"] = False
         with torch.inference_mode():
             got = model.generate(
-                input_ids=inp, attention_mask=torch.ones_like(inp), max_new_tokens=MAX_TOKENS, do_sample=False, **kwargs
-            )
+                input_ids=inp, attention_mask=torch.ones_like(inp), max_new_tokens=MAX_TOKENS, **kwargs
+            )  # noqa: E501
         return str(tok.decode(got[0, len(ids) :].tolist(), skip_special_tokens=True))
 
     return run
@@ -167,9 +173,24 @@ def test_openai_chat_with_image_url_parts_equals_transformers_generate(front_end
     )
     expected = reference(prompt, [image])
     assert got.choices[0].message.content == expected and expected.strip()
-    for field, value in (("temperature", 0.7), ("top_p", 0.5), ("seed", 7)):
-        with pytest.raises(openai.BadRequestError) as err:
-            client.chat.completions.create(
-                model="qwen2-vl", messages=[{"role": "user", "content": content}], **{field: value}
-            )
-        assert err.value.body["param"] == field, err.value.body
+    sampled = {}
+    for seed in (5, 6):
+        got = client.chat.completions.create(
+            model="qwen2-vl",
+            messages=[{"role": "user", "content": content}],
+            max_tokens=MAX_TOKENS,
+            temperature=0.9,
+            top_p=0.95,
+            seed=seed,
+        )
+        sampled[seed] = got.choices[0].message.content
+        assert sampled[seed] == reference(prompt, [image], temperature=0.9, top_p=0.95, seed=seed)
+    assert sampled[5] != sampled[6] and expected not in sampled.values()  # sampled, by the seed
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="qwen2-vl", messages=[{"role": "user", "content": content}], presence_penalty=0.5
+        )
+    assert err.value.body["param"] == "presence_penalty", err.value.body
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="qwen2-vl", messages=[{"role": "user", "content": content}], top_p=1.5)
+    assert err.value.body["param"] == "top_p", err.value.body
