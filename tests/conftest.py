@@ -100,6 +100,16 @@ def tiny_llava(tmp_path_factory) -> Path:
     return make_tiny_llava(tmp_path_factory.mktemp("tiny_llava") / "ckpt", asset("mistral_v1_tokenizer"), seed=0)
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen2_vl(tmp_path_factory) -> Path:
+    """A random-weight tiny Qwen2VLForConditionalGeneration checkpoint (head_dim 128, mrope [16, 24, 24], vocab
+    151936; vision depth 1, patch 14, merge 2) with the packaged Qwen3 tokenizer (its vision tokens 151652-151656)
+    and a Qwen2VLImageProcessor of at most 112 x 112 pixels (16 image tokens)."""
+    from repo_builder.testing_multimodal import make_tiny_qwen2_vl
+
+    return make_tiny_qwen2_vl(tmp_path_factory.mktemp("tiny_qwen2_vl") / "ckpt", asset("qwen3_tokenizer"), seed=0)
+
+
 def smollm2_cache_dir() -> Path:
     """Where the SmolLM2 checkpoint is cached across sessions: ``$REPO_BUILDER_CACHE/smollm2``, else
     ``~/.cache/repo-builder/smollm2``."""

@@ -18,6 +18,7 @@ from repo_builder.cli import app
 from repo_builder.errors import EngineError, ParameterError, RenderError, TokenizerError
 from repo_builder.render import RenderOptions, render_repository
 from repo_builder.render.multimodal import multimodal_facts, render_multimodal_repository
+from repo_builder.repository.lockfile import LOCK_NAME
 from repo_builder.repository.pbtxt import parse_model_config, string_parameters
 from repo_builder.runtime.errors import RequestError
 from repo_builder.runtime.images import decode_data_uri, images_from_pixels
@@ -70,7 +71,7 @@ def test_the_repository_has_five_models_and_the_table_size(repo):
     assert engine["max_prompt_embedding_table_size"] == "256"
     enc = string_parameters(parse_model_config((repo / "multimodal_encoders" / "config.pbtxt").read_text()))
     assert enc["max_prompt_table_rows"] == "32"
-    lock = json.loads((repo / "repo-builder.multimodal.json").read_text())
+    lock = json.loads((repo / LOCK_NAME).read_text())
     assert lock["values"]["multimodal_max_prompt_table_size"] == {"value": 256, "origin": "checkpoint"}
 
 
@@ -90,7 +91,7 @@ def test_a_prompt_table_too_small_for_batch_x_features_is_refused(tiny_llava, tm
 @pytest.mark.parametrize(
     ("edit", "error", "key"),
     [
-        (lambda c, t, p: c.update(model_type="qwen2_vl"), EngineError, "model_type"),
+        (lambda c, t, p: c.update(model_type="llava_next"), EngineError, "model_type"),
         (lambda c, t, p: c.update(model_type="llama"), EngineError, "model_type"),
         (lambda c, t, p: c.update(image_token_index=31999), TokenizerError, "image_token_index"),
         (lambda c, t, p: c.update(image_seq_length=576), EngineError, "image_seq_length"),
@@ -178,3 +179,59 @@ def test_bad_images_are_refused_naming_the_field(runtime):
     with pytest.raises(RequestError, match="2 <image> marker") as err:
         text.prompt_ids("<image><image>", 1)
     assert err.value.field == "text_input"
+
+
+def test_streaming_makes_the_engine_decoupled_and_tells_the_front_end(tiny_llava, repo, tmp_path):
+    from repo_builder.openai.vision import text_delta
+
+    out = tmp_path / "stream"
+    render_multimodal_repository(tiny_llava, out, RenderOptions(streaming=True))
+    engine = parse_model_config((out / "tensorrt_llm" / "config.pbtxt").read_text())
+    assert engine.model_transaction_policy.decoupled
+    plain = parse_model_config((repo / "tensorrt_llm" / "config.pbtxt").read_text())
+    assert not plain.model_transaction_policy.decoupled
+    facts = json.loads((out / "preprocessing" / "1" / "multimodal" / "multimodal.json").read_text())
+    assert facts["streaming"] is True and "streaming" not in json.loads(
+        (repo / "preprocessing" / "1" / "multimodal" / "multimodal.json").read_text()
+    )
+    # the OpenAI front end's deltas of the text so far: a trailing U+FFFD (a cut character) waits for its bytes
+    assert [text_delta("", "ab"), text_delta("ab", "abc\ufffd"), text_delta("abc", "abcé")] == ["ab", "c", "é"]
+
+
+def test_sampling_equals_transformers_generate_do_sample_with_the_seed(tiny_llava, runtime):
+    import torch
+    from transformers import LlavaForConditionalGeneration
+
+    from repo_builder.runtime.multimodal import Sampling
+
+    text, encoder, engine = runtime
+    model = LlavaForConditionalGeneration.from_pretrained(tiny_llava).eval()
+    images = text.images_of([data_uri("PNG", 4)], None)
+    pv = text.pixel_values(images)
+    ids = text.prompt_ids("<image> Describe it.", 1)
+    native = [32000 if i >= 32064 else i for i in ids]
+    table = encoder.table(pv)
+    runs = {}
+    for seed in (3, 4):
+        got = engine.generate(ids, 10, None, table, 16, sampling=Sampling(0.8, 0.9, seed))
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            ref = model.generate(
+                input_ids=torch.tensor([native]),
+                pixel_values=torch.from_numpy(pv),
+                max_new_tokens=10,
+                do_sample=True,
+                temperature=0.8,
+                top_p=0.9,
+                top_k=0,
+            )[0, len(native) :].tolist()
+        assert got == ref, seed
+        runs[seed] = got
+    assert runs[3] != runs[4] != engine.generate(ids, 10, None, table, 16)  # sampled, and by the seed
+    assert engine.generate(ids, 10, None, table, 16, sampling=Sampling(0.0, 0.5, 9)) == engine.generate(
+        ids, 10, None, table, 16
+    )  # temperature 0: greedy
+    for args, field in (((-1.0, None, None), "temperature"), ((0.5, 1.5, None), "top_p")):
+        with pytest.raises(RequestError) as err:
+            Sampling(*args)
+        assert err.value.field == field

@@ -231,7 +231,7 @@ def _render_whisper(
 
     Raises:
         RenderError: --model, a --tokenizer-dir other than the checkpoint, no --engine-dir, or --dry-run /
-            --force / --draft-engine-dir (not supported by this layout); whatever the renderer raises.
+            --draft-engine-dir (not supported by this layout); whatever the renderer raises.
     """
     from ..errors import RenderError
     from ..render.whisper import render_whisper_repository
@@ -244,15 +244,15 @@ def _render_whisper(
         raise RenderError(
             "layout whisper reads the tokenizer from the checkpoint", key="--tokenizer-dir", hint="drop --tokenizer-dir"
         )
-    for flag, on in (("--dry-run", options.dry_run), ("--force", options.force)):
-        if on:
-            raise RenderError(f"{flag} is not supported by layout whisper yet", key=flag)
+    if options.dry_run:
+        raise RenderError("--dry-run is not supported by layout whisper yet", key="--dry-run")
     if options.draft_engine_dir is not None:
         raise RenderError("layout whisper has no draft model", key="--draft-engine-dir")
     result = render_whisper_repository(engine_dir, output, options)
     f = result.facts
+    verb = "replaced" if result.existed else "rendered"
     typer.echo(
-        f"rendered {result.output}: layout whisper, {len(result.files)} files, {f.num_mel_bins} mels, "
+        f"{verb} {result.output}: layout whisper, {len(result.files)} files, {f.num_mel_bins} mels, "
         f"{f.num_languages} languages, max_tokens {result.values['whisper_max_tokens'][0]}"
     )
 
@@ -278,15 +278,15 @@ def _render_multimodal(
             key="--tokenizer-dir",
             hint="drop --tokenizer-dir",
         )
-    for flag, on in (("--dry-run", options.dry_run), ("--force", options.force)):
-        if on:
-            raise RenderError(f"{flag} is not supported by layout multimodal yet", key=flag)
+    if options.dry_run:
+        raise RenderError("--dry-run is not supported by layout multimodal yet", key="--dry-run")
     if options.draft_engine_dir is not None:
         raise RenderError("layout multimodal has no draft model", key="--draft-engine-dir")
     result = render_multimodal_repository(engine_dir, output, options)
     f, v = result.facts, result.values
+    verb = "replaced" if result.existed else "rendered"
     typer.echo(
-        f"rendered {result.output}: layout multimodal ({f.model_type}), {len(result.files)} files, "
+        f"{verb} {result.output}: layout multimodal ({f.model_type}), {len(result.files)} files, "
         f"{f.features_per_image} features per image, prompt table {v['multimodal_max_prompt_table_size'][0]} rows"
     )
 
@@ -427,7 +427,8 @@ def inspect(args: InspectArgs) -> None:
     if lock is not None:
         data: dict[str, Any] = {"repository": str(path), "lock": lock.data}
         engine_dir = lock.engine.dir
-        if engine_dir and Path(engine_dir).is_dir():
+        layout = lock.data.get("layout")  # whisper / multimodal: a checkpoint, its facts are in the lock file
+        if layout is None and engine_dir and Path(engine_dir).is_dir():
             try:
                 data["engine"] = _engine_facts(inspect_engine(engine_dir))
             except RepoBuilderError as exc:
@@ -444,8 +445,16 @@ def inspect(args: InspectArgs) -> None:
         console.print(
             f"repository {path}: profile {lock.profile}, engine {lock.engine.kind} "
             f"at {lock.engine.dir} ({lock.engine.placement}), "
-            f"world size {lock.launch.world_size}"
+            f"world size {lock.launch.world_size}" + (f", layout {layout}" if layout else "")
         )
+        facts = lock.data.get("facts")
+        if layout and isinstance(facts, dict):
+            t = Table(title=f"facts of the {layout} checkpoint")
+            t.add_column("fact")
+            t.add_column("value", overflow="fold")
+            for k, v in facts.items():
+                t.add_row(str(k), _fmt(v))
+            console.print(t)
         for llm in lock.llms:
             if llm.name:  # several LLMs: each with its own engine, tokenizer and values
                 console.print(

@@ -49,11 +49,16 @@ def check_rank_files(info: EngineInfo) -> None:
 def engine_fingerprint(info: EngineInfo) -> str:
     """``"sha256:<hex>"`` over the config file's bytes and the names and sizes (bytes) of the engine and
     weight files. File contents are not read, so a 4 GiB engine is fingerprinted instantly."""
+    return folder_fingerprint(info.config_file, info.dir)
+
+
+def folder_fingerprint(config: Path, folder: Path) -> str:
+    """:func:`engine_fingerprint` of a folder given its config file (``config.json`` of a Hugging Face
+    checkpoint, for the checkpoint layouts whisper and multimodal, which read no :class:`EngineInfo`)."""
     digest = hashlib.sha256()
-    config = info.config_file
     digest.update(config.name.encode() + b"\0" + config.read_bytes() + b"\0")
     patterns = ENGINE_PATTERNS + WEIGHT_PATTERNS
-    files = sorted({p for pattern in patterns for p in info.dir.glob(pattern) if p.is_file()})
+    files = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
     for path in files:
         digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
     return "sha256:" + digest.hexdigest()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -79,13 +78,16 @@ def create_app(
     Raises:
         RepoBuilderError: see :func:`load_served_models`.
     """
-    from .audio import WHISPER_MARKER, create_audio_app
+    from ..repository.lockfile import repository_layout
 
-    if model is None and (Path(config.repo) / WHISPER_MARKER).is_file():  # layout whisper: audio transcriptions
+    layout = repository_layout(config.repo) if model is None else None
+    if layout == "whisper":  # audio transcriptions
+        from .audio import create_audio_app
+
         return create_audio_app(config)
-    from .vision import MULTIMODAL_MARKER, create_vision_app
+    if layout == "multimodal":  # image_url chats
+        from .vision import create_vision_app
 
-    if model is None and (Path(config.repo) / MULTIMODAL_MARKER).is_file():  # layout multimodal: image_url chats
         return create_vision_app(config)
     models = [model] if model is not None else load_served_models(config)
     routes = routing_table(config, models, [backend] if backend is not None else None)

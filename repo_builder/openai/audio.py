@@ -1,8 +1,9 @@
 """OpenAI's ``POST /v1/audio/transcriptions`` for a repository of layout whisper (``render --layout whisper``).
 
 :func:`create_audio_app` is what :func:`repo_builder.openai.app.create_app` returns for a repository whose root
-holds ``repo-builder.whisper.json``. Routes: ``GET /health``, ``GET /v1/models`` (one model, id
-``--served-model-name`` or ``whisper``), ``POST /v1/audio/transcriptions``.
+holds a lock file with ``"layout": "whisper"`` (:func:`repo_builder.repository.lockfile.repository_layout`).
+Routes: ``GET /health``, ``GET /v1/models`` (one model, id ``--served-model-name`` or ``whisper``),
+``POST /v1/audio/transcriptions``.
 
 Request (``multipart/form-data``, as the OpenAI API and SDK send it): ``file`` a WAV file (RIFF PCM, 8/16/32-bit
 integer or 32-bit float samples, mono, at the checkpoint's sampling rate, 16 kHz), ``model``, optional
@@ -32,7 +33,6 @@ from fastapi.responses import PlainTextResponse
 from .protocol import APIError
 from .single_model import single_model_app
 
-WHISPER_MARKER = "repo-builder.whisper.json"
 _FIELDS = {"file", "model", "language", "response_format"}
 
 

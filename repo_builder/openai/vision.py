@@ -1,15 +1,20 @@
 """OpenAI's ``POST /v1/chat/completions`` with ``image_url`` parts for a repository of layout multimodal.
 
 :func:`create_vision_app` is what :func:`repo_builder.openai.app.create_app` returns for a repository whose root
-holds ``repo-builder.multimodal.json`` (``render --layout multimodal``). Routes: ``GET /health``, ``GET
-/v1/models`` (one model, id ``--served-model-name`` or ``llava``), ``POST /v1/chat/completions``.
+holds a lock file with ``"layout": "multimodal"`` (``render --layout multimodal``). Routes: ``GET /health``,
+``GET /v1/models`` (one model, id ``--served-model-name`` or :func:`served_id`: ``llava``, ``qwen2-vl``),
+``POST /v1/chat/completions``.
 
 A chat's content parts become the prompt and ``image_url_input`` (:func:`repo_builder.openai.images.image_chat`);
 the prompt is the tokenizer's chat template over the conversation, or, for a tokenizer without one, the text of
-a single user message. One non-streamed greedy completion goes to the ``ensemble`` over gRPC (``text_input``,
-``max_tokens``, ``image_url_input``). Refused with 400 naming the field: ``stream``, ``n`` > 1, a ``temperature``
-above 0 or any other sampling field (the engine decodes greedily), and what :func:`image_chat` refuses; the
-ensemble's 400s (an undecodable image) come back naming ``messages``. ``usage.completion_tokens`` and
+a single user message. One greedy completion goes to the ``ensemble`` over gRPC (``text_input``,
+``max_tokens``, ``image_url_input``): one ``infer`` call, or, for a repository rendered with ``--streaming``
+(``"streaming": true`` in its facts), a gRPC stream whose responses each hold the text so far; ``stream: true``
+then returns OpenAI's ``chat.completion.chunk`` events with the deltas (:func:`sse_response`). Refused with 400
+naming the field: ``stream`` on a repository without ``--streaming``, ``n`` > 1, sampling fields other than
+``temperature``, ``top_p`` and ``seed`` (those go to the ensemble's inputs of the same names; the engine samples
+as transformers' ``generate(do_sample=True)`` does, greedy at temperature 0), and what :func:`image_chat`
+refuses; the ensemble's 400s (an undecodable image) come back naming ``messages``. ``usage.completion_tokens`` and
 ``finish_reason`` are counted by re-encoding the text with the repository's tokenizer (``length`` when it
 reaches ``max_tokens``), an approximation; ``prompt_tokens`` counts each
 image as one token.
@@ -26,15 +31,101 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 
-from .images import image_chat
+from .images import IMAGE_MARKER, image_chat
 from .protocol import APIError, ChatCompletionRequest, parse_request
 from .single_model import single_model_app
 
-MULTIMODAL_MARKER = "repo-builder.multimodal.json"
 #: Request fields this route honours; any other field that is set (not None / its neutral value) is refused.
-_HONOURED = {"model", "messages", "max_tokens", "max_completion_tokens", "user"}
-_NEUTRAL = {"stream": (False,), "n": (1,), "temperature": (0, 0.0)}
+_HONOURED = {"model", "messages", "max_tokens", "max_completion_tokens", "user", "temperature", "top_p", "seed"}
+_NEUTRAL = {"stream": (False,), "n": (1,), "temperature": (0, 0.0), "stream_options": ()}
 DEFAULT_MAX_TOKENS = 64
+#: Sampling fields passed through: (request field, ensemble input, numpy dtype, wire type).
+_SAMPLING = (
+    ("temperature", "temperature", np.float32, "FP32"),
+    ("top_p", "top_p", np.float32, "FP32"),
+    ("seed", "seed", np.uint64, "UINT64"),
+)
+#: Where an image goes in a Qwen2-VL prompt (its chat template's image block; preprocessing expands the pad).
+QWEN2_VL_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def served_id(facts: dict[str, Any]) -> str:
+    """The default model id: the checkpoint's ``model_type`` with ``-`` for ``_`` (``llava``, ``qwen2-vl``)."""
+    return str(facts.get("model_type") or "llava").replace("_", "-")
+
+
+async def stream_texts(client: Any, inputs: list[Any], failure: Any) -> Any:
+    """The ``text_output`` of each streamed ensemble response (the text so far: the decoupled engine sends every
+    token so far), until the one flagged final.
+
+    Raises:
+        APIError: ``failure(exc)`` of a Triton error.
+    """
+    from tritonclient.utils import InferenceServerException
+
+    async def requests() -> Any:
+        yield {"model_name": "ensemble", "inputs": inputs, "request_id": uuid.uuid4().hex}
+
+    responses = client.stream_infer(requests())
+    try:
+        async for result, error in responses:
+            if error is not None:
+                raise failure(
+                    error if isinstance(error, InferenceServerException) else InferenceServerException(str(error))
+                )
+            raw = result.as_numpy("text_output").reshape(-1)[0]
+            yield raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            final = result.get_response().parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                return
+    finally:
+        responses.cancel()
+
+
+def text_delta(sent: str, text: str) -> str:
+    """What ``text`` (the text so far) adds to ``sent`` (what was streamed), holding back a trailing U+FFFD run
+    (a character whose remaining bytes come with the next token)."""
+    end = len(text.rstrip("\ufffd"))
+    return text[len(sent) : end] if text.startswith(sent) and end > len(sent) else ""
+
+
+def sse_response(name: str, max_tokens: int, tokenizer: Any, first: str, texts: Any) -> Any:
+    """OpenAI's ``chat.completion.chunk`` server-sent events: a role chunk, one content chunk per text delta, a
+    last chunk with ``finish_reason``, then ``[DONE]``; the deltas add up to the final text."""
+    from fastapi.responses import StreamingResponse
+
+    chunk_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> str:
+        chunk = {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": name,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    async def events() -> Any:
+        yield event({"role": "assistant", "content": ""})
+        sent, text = "", first
+        while True:
+            delta = text_delta(sent, text)
+            if delta:
+                sent += delta
+                yield event({"content": delta})
+            nxt = await anext(texts, None)
+            if nxt is None:
+                break
+            text = nxt
+        if text != sent:  # the end: whatever was held back, or a text that did not extend the streamed one
+            rest = text[len(sent) :] if text.startswith(sent) else text
+            yield event({"content": rest})
+        completion = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        yield event({}, "length" if completion >= max_tokens else "stop")
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 def create_vision_app(config: Any) -> Any:
@@ -54,8 +145,10 @@ def create_vision_app(config: Any) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:  # noqa: BLE001 - OSError, ValueError, the tokenizer's own errors
         raise RepoBuilderError(f"cannot read the multimodal facts / tokenizer: {exc}", path=folder) from exc
-    name = config.served_model_name or "llava"
+    name = config.served_model_name or served_id(facts)
     max_images = int(facts["max_num_images"])
+    marker = QWEN2_VL_MARKER if facts.get("model_type") == "qwen2_vl" else IMAGE_MARKER
+    streaming = bool(facts.get("streaming"))  # render --streaming: a decoupled engine, read over a gRPC stream
     app, check_key, grpc = single_model_app(
         config, title="repo-builder OpenAI-compatible API (vision)", served_name=name, triton_model="ensemble"
     )
@@ -88,21 +181,33 @@ def create_vision_app(config: Any) -> Any:
         req = parse_request(ChatCompletionRequest, body)
         if req.model != name:
             raise APIError(404, f"The model '{req.model}' does not exist", param="model", code="model_not_found")
+        honoured = _HONOURED | ({"stream"} if streaming else set())
         for field, value in req.model_dump(exclude_none=True).items():
-            if field not in _HONOURED and value not in _NEUTRAL.get(field, ()):
+            if field == "stream" and value and not streaming:
+                raise APIError(
+                    400,
+                    "stream is not supported by this repository (render it with --streaming)",
+                    param="stream",
+                    code="unsupported_parameter",
+                )
+            if field not in honoured and value not in _NEUTRAL.get(field, ()):
                 raise APIError(
                     400,
                     f"{field} is not supported for this model (one greedy, non-streamed completion)",
                     param=field,
                     code="unsupported_parameter",
                 )
-        chat_in = image_chat(req.messages, max_images=max_images)
+        chat_in = image_chat(req.messages, max_images=max_images, marker=marker)
         prompt = prompt_of(chat_in.conversation)
         max_tokens = req.requested_max_tokens()[0] or DEFAULT_MAX_TOKENS
         arrays: list[tuple[str, Any, str]] = [
             ("text_input", np.array([[prompt.encode()]], dtype=object), "BYTES"),
             ("max_tokens", np.array([[max_tokens]], np.int32), "INT32"),
         ]
+        for field, tname, dtype, wire in _SAMPLING:
+            value = getattr(req, field, None)
+            if value is not None:
+                arrays.append((tname, np.array([[value]], dtype), wire))
         if chat_in.urls:
             arrays.append(("image_url_input", np.array([[u.encode() for u in chat_in.urls]], dtype=object), "BYTES"))
         inputs = []
@@ -110,16 +215,31 @@ def create_vision_app(config: Any) -> Any:
             t = grpcclient.InferInput(tname, list(arr.shape), wire)
             t.set_data_from_numpy(arr)
             inputs.append(t)
-        try:
-            result = await (await grpc()).infer("ensemble", inputs)
-        except InferenceServerException as exc:
+
+        def failure(exc: InferenceServerException) -> APIError:
             text = exc.message() or str(exc)
-            if "INVALID_ARG" in str(exc.status()):
-                field = "max_tokens" if "max_tokens" in text else "messages"
-                raise APIError(400, text, param=field, code="invalid_value") from None
-            raise APIError(503 if "UNAVAILABLE" in str(exc.status()) else 500, text, type="server_error") from None
-        raw = result.as_numpy("text_output").reshape(-1)[0]
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            # a model's refusal: INVALID_ARG, or over a stream (the aio client gives streamed errors no status)
+            if "INVALID_ARG" in str(exc.status()) or exc.status() is None:
+                named = [f for f in ("max_tokens", "temperature", "top_p", "seed") if f"{f}:" in text]
+                field = named[0] if named else "messages"
+                return APIError(400, text, param=field, code="invalid_value")
+            return APIError(503 if "UNAVAILABLE" in str(exc.status()) else 500, text, type="server_error")
+
+        if streaming:
+            texts = stream_texts(await grpc(), inputs, failure)
+            if req.stream:
+                first = await anext(texts)  # a bad request fails with its 400 before the stream starts
+                return sse_response(name, max_tokens, tokenizer, first, texts)
+            text = ""
+            async for chunk in texts:
+                text = chunk
+        else:
+            try:
+                result = await (await grpc()).infer("ensemble", inputs)
+            except InferenceServerException as exc:
+                raise failure(exc) from None
+            raw = result.as_numpy("text_output").reshape(-1)[0]
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
         completion = len(tokenizer(text, add_special_tokens=False)["input_ids"])
         prompt_tokens = len(tokenizer(prompt)["input_ids"])
         return {

@@ -35,17 +35,17 @@ from typing import Any
 
 from ..errors import EngineError, ParameterError, TokenizerError
 from ..profile.schema import load_schema
+from ..repository.lockfile import LOCK_NAME
+from ..runtime.tokenizer_files import TOKENIZER_FILES
 from .layouts import MULTIMODAL_PARAMETERS as LAYOUT_PARAMETERS
 from .options import RenderOptions
 from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 from .whisper import (
-    CheckpointRenderResult,
     _int_key,
     _read_json,
     _render_template,
     checkpoint_lock,
-    checkpoint_variables,
     refuse_unsupported,
     write_checkpoint_repository,
 )
@@ -60,17 +60,17 @@ MODELS = {
     ENGINE: ("multimodal_tensorrt_llm", "multimodal_engine"),
     "postprocessing": ("multimodal_postprocessing", "multimodal_postprocessing"),
 }
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
+#: The checkpoint's tokenizer files copied beside preprocessing / postprocessing: every tokenizer file name, and
+#: the chat template (transformers 5 writes it to chat_template.jinja, not tokenizer_config.json).
+_TOKENIZER_FILES = (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "chat_template.jinja")
 IMAGE_TOKEN = "<image>"
 #: model_type values of NVIDIA's other families, refused with a reason.
 _NOT_YET = {
-    "qwen2_vl": "Qwen2-VL needs mrope positions in the engine, not built yet",
     "mllama": "mllama needs cross-attention in the engine, not built yet",
     "llava_onevision": "LLaVA-OneVision (anyres tiling, video) is not built yet",
     "llava_next": "LLaVA-NeXT (anyres tiling) is not built yet",
 }
 FACTS_FOLDER = "multimodal"
-LOCK_NAME = "repo-builder.multimodal.json"
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,120 @@ class MultimodalFacts:
     image_token_id: int
     end_id: int
     pad_id: int
+    spatial_merge_size: int = 1
+    head_dim: int = 0
+    mrope_section: tuple[int, ...] = ()
+    vision_start_id: int | None = None
+    vision_end_id: int | None = None
+
+
+#: Qwen2-VL's vision tokens by role (Qwen2-VL's tokenizer_config.json; checked against config.json's ids).
+QWEN2_VL_TOKENS = {
+    "vision_start_token_id": "<|vision_start|>",
+    "vision_end_token_id": "<|vision_end|>",
+    "image_token_id": "<|image_pad|>",
+}
+
+
+def _added_tokens(tok_path: Path) -> dict[str, int]:
+    tok = _read_json(tok_path, TokenizerError)
+    return {str(t.get("content")): int(t.get("id")) for t in tok.get("added_tokens") or [] if "content" in t}
+
+
+def _eos_pad(root: Path, text: Mapping[str, Any], cfg_path: Path) -> tuple[int, int]:
+    gen_path = root / "generation_config.json"
+    gen = _read_json(gen_path) if gen_path.is_file() else {}
+    eos = gen.get("eos_token_id", text.get("eos_token_id"))
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    if not isinstance(eos, int) or isinstance(eos, bool):
+        raise EngineError("needs an integer eos_token_id", key="eos_token_id", path=cfg_path)
+    pad = gen.get("pad_token_id", text.get("pad_token_id"))
+    return eos, (pad if isinstance(pad, int) and not isinstance(pad, bool) else eos)
+
+
+def qwen2_vl_facts(root: Path, cfg: Mapping[str, Any], cfg_path: Path) -> MultimodalFacts:
+    """The facts of a Hugging Face ``Qwen2VLForConditionalGeneration`` checkpoint (config.json in the
+    transformers 4.x form, text keys at the top, or the 5.x form with ``text_config``).
+
+    Every id is read from the checkpoint (NVIDIA's preprocessing hard-codes Qwen2-VL-7B's ``vocab_size`` 152064
+    and token ids 151654-151656, wrong for Qwen2-VL-2B's 151936 and extended vocabularies,
+    triton-inference-server/tensorrtllm_backend#849). Features per image: the image processor's largest image
+    (``max_pixels``, or ``size.longest_edge``) over (``patch_size`` x ``spatial_merge_size``)^2 pixels per token.
+
+    Raises:
+        EngineError: a key missing or not an integer, ``mrope_section`` not summing to half the head size
+            (names the key), the image processor's patch / merge size not the vision tower's.
+        TokenizerError: a vision token missing from tokenizer.json or with another id than config.json's.
+    """
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    vision = cfg.get("vision_config")
+    if not isinstance(vision, dict):
+        raise EngineError("needs a vision_config object", key="vision_config", path=cfg_path)
+    assert isinstance(text, dict)
+    vocab = _int_key(text, "vocab_size", cfg_path)
+    hidden = _int_key(text, "hidden_size", cfg_path)
+    max_pos = _int_key(text, "max_position_embeddings", cfg_path)
+    heads = _int_key(text, "num_attention_heads", cfg_path)
+    head_dim = int(text.get("head_dim") or hidden // heads)
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or cfg.get("rope_scaling") or {}
+    section = rope.get("mrope_section") if isinstance(rope, dict) else None
+    if not (isinstance(section, list) and section and all(isinstance(x, int) for x in section)):
+        raise EngineError("needs rope_parameters.mrope_section (a list of ints)", key="mrope_section", path=cfg_path)
+    if 2 * sum(section) != head_dim:
+        raise EngineError(
+            f"mrope_section {section} sums to {sum(section)}, not head_dim / 2 = {head_dim // 2}",
+            key="mrope_section",
+            path=cfg_path,
+        )
+    patch = _int_key(vision, "patch_size", cfg_path)
+    merge = _int_key(vision, "spatial_merge_size", cfg_path)
+    ids = {key: cfg.get(key, text.get(key)) for key in QWEN2_VL_TOKENS}
+    for key, value in ids.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise EngineError(f"needs an integer {key}", key=key, path=cfg_path)
+    tok_path = root / "tokenizer.json"
+    added = _added_tokens(tok_path)
+    for key, token in QWEN2_VL_TOKENS.items():
+        if added.get(token) != ids[key]:
+            raise TokenizerError(
+                f"{token} is {added.get(token, 'missing')} but config.json {key} is {ids[key]}", key=key, path=tok_path
+            )
+        if ids[key] >= vocab:
+            raise TokenizerError(f"{token} {ids[key]} is outside vocab_size {vocab}", key="vocab_size", path=tok_path)
+    pre_path = root / "preprocessor_config.json"
+    pre = _read_json(pre_path)
+    for key, want in (("patch_size", patch), ("merge_size", merge)):
+        if pre.get(key, want) != want:
+            raise EngineError(
+                f"the image processor's {key} is {pre.get(key)} but the vision tower's is {want}",
+                key=key,
+                path=pre_path,
+            )
+    size: dict[str, Any] = pre["size"] if isinstance(pre.get("size"), dict) else {}
+    max_pixels = pre.get("max_pixels", size.get("longest_edge"))
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < (patch * merge) ** 2:
+        raise EngineError(
+            f"needs an integer max_pixels >= {(patch * merge) ** 2} (one image token)", key="max_pixels", path=pre_path
+        )
+    eos, pad = _eos_pad(root, text, cfg_path)
+    return MultimodalFacts(
+        model_type="qwen2_vl",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        max_position_embeddings=max_pos,
+        image_size=0,
+        patch_size=patch,
+        features_per_image=max_pixels // (patch * merge) ** 2,
+        image_token_id=ids["image_token_id"],
+        end_id=eos,
+        pad_id=pad,
+        spatial_merge_size=merge,
+        head_dim=head_dim,
+        mrope_section=tuple(section),
+        vision_start_id=ids["vision_start_token_id"],
+        vision_end_id=ids["vision_end_token_id"],
+    )
 
 
 def multimodal_facts(checkpoint: str | Path) -> MultimodalFacts:
@@ -115,12 +229,15 @@ def multimodal_facts(checkpoint: str | Path) -> MultimodalFacts:
     model_type = cfg.get("model_type")
     if model_type in _NOT_YET:
         raise EngineError(f"model_type {model_type}: {_NOT_YET[model_type]}", key="model_type", path=cfg_path)
+    if model_type == "qwen2_vl":
+        return qwen2_vl_facts(root, cfg, cfg_path)
     if model_type != "llava":
         raise EngineError(
-            f"model_type is {model_type!r}, not 'llava'",
+            f"model_type is {model_type!r}, not 'llava' or 'qwen2_vl'",
             key="model_type",
             path=cfg_path,
-            hint="layout multimodal takes a LlavaForConditionalGeneration checkpoint",
+            hint="layout multimodal takes a LlavaForConditionalGeneration or Qwen2VLForConditionalGeneration "
+            "checkpoint",
         )
     text, vision = cfg.get("text_config"), cfg.get("vision_config")
     for key, sub in (("text_config", text), ("vision_config", vision)):
@@ -155,8 +272,7 @@ def multimodal_facts(checkpoint: str | Path) -> MultimodalFacts:
         raise EngineError("needs an integer image_token_index", key="image_token_index", path=cfg_path)
 
     tok_path = root / "tokenizer.json"
-    tok = _read_json(tok_path, TokenizerError)
-    added = {str(t.get("content")): int(t.get("id")) for t in tok.get("added_tokens") or [] if "content" in t}
+    added = _added_tokens(tok_path)
     if IMAGE_TOKEN not in added:
         raise TokenizerError(f"has no {IMAGE_TOKEN} token", key="added_tokens", path=tok_path)
     if added[IMAGE_TOKEN] != image_id:
@@ -179,15 +295,7 @@ def multimodal_facts(checkpoint: str | Path) -> MultimodalFacts:
             path=pre_path,
         )
 
-    gen_path = root / "generation_config.json"
-    gen = _read_json(gen_path) if gen_path.is_file() else {}
-    eos = gen.get("eos_token_id", text.get("eos_token_id"))
-    if isinstance(eos, list):
-        eos = eos[0] if eos else None
-    if not isinstance(eos, int) or isinstance(eos, bool):
-        raise EngineError("needs an integer eos_token_id", key="eos_token_id", path=cfg_path)
-    pad = gen.get("pad_token_id", text.get("pad_token_id"))
-    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) else eos
+    eos, pad = _eos_pad(root, text, cfg_path)
     return MultimodalFacts(
         model_type="llava",
         vocab_size=vocab,
@@ -200,6 +308,20 @@ def multimodal_facts(checkpoint: str | Path) -> MultimodalFacts:
         end_id=eos,
         pad_id=pad,
     )
+
+
+#: The fields only Qwen2-VL sets (left out of a LLaVA repository's files, which stay as before Qwen2-VL).
+_QWEN2_VL_ONLY = ("spatial_merge_size", "head_dim", "mrope_section", "vision_start_id", "vision_end_id")
+
+
+def facts_dict(facts: MultimodalFacts) -> dict[str, Any]:
+    """The facts as written to ``multimodal.json`` and the lock file: every field for Qwen2-VL, LLaVA's only
+    for LLaVA."""
+    out = asdict(facts)
+    if facts.model_type != "qwen2_vl":
+        for key in _QWEN2_VL_ONLY:
+            del out[key]
+    return out
 
 
 def resolve_multimodal_values(facts: MultimodalFacts, options: RenderOptions) -> dict[str, tuple[Any, str]]:
@@ -240,16 +362,43 @@ def resolve_multimodal_values(facts: MultimodalFacts, options: RenderOptions) ->
     return values
 
 
-class MultimodalRenderResult(CheckpointRenderResult[MultimodalFacts]):
-    """What :func:`render_multimodal_repository` wrote."""
+@dataclass
+class MultimodalRenderResult:
+    """What :func:`render_multimodal_repository` wrote: the repository, the facts, the values and the files."""
+
+    output: Path
+    facts: MultimodalFacts
+    values: dict[str, tuple[Any, str]]
+    files: list[str]
+    existed: bool = False
 
 
 def plan_multimodal_files(
-    checkpoint: Path, facts: MultimodalFacts, values: Mapping[str, tuple[Any, str]], serve_root: Path, profile: str
+    checkpoint: Path,
+    facts: MultimodalFacts,
+    values: Mapping[str, tuple[Any, str]],
+    serve_root: Path,
+    profile: str,
+    serve_path: str | Path | None = None,
+    streaming: bool = False,
 ) -> dict[str, bytes]:
-    """{repository-relative path: bytes} of every file except the checkpoint copy."""
-    v, variables = checkpoint_variables(facts, values, serve_root, "multimodal_max_batch_size")
-    variables["max_prompt_table_rows"] = facts.features_per_image * v["multimodal_max_num_images"]
+    """{repository-relative path: bytes} of every file except the checkpoint copy (the lock file included).
+
+    ``streaming`` (``render --streaming``): ``tensorrt_llm`` is decoupled and sends one response per generated
+    token, each holding every token so far (postprocessing decodes the whole text, so each streamed
+    ``text_output`` is the text so far and the last one equals the non-streamed text); ``multimodal.json`` and
+    the lock facts say ``"streaming": true`` (the OpenAI front end then streams over gRPC).
+    """
+    v = {k: val for k, (val, _) in values.items()}
+    engine_dir = serve_root / ENGINE / "1" / "engine"
+    variables = {
+        "values": v,
+        "facts": asdict(facts),
+        "engine_dir": str(engine_dir),
+        "max_batch_size": v["multimodal_max_batch_size"],
+        "max_prompt_table_rows": facts.features_per_image * v["multimodal_max_num_images"],
+        "streaming": streaming,
+    }
     files: dict[str, bytes] = {}
     runtime = runtime_files()
     for model, (template, kind) in MODELS.items():
@@ -259,14 +408,25 @@ def plan_multimodal_files(
         files[f"{model}/1/model.py"] = python_model_source(kind)
         for rel, data in runtime.items():
             files[f"{model}/1/{RUNTIME_FOLDER}/{rel}"] = data
-    facts_json = {**asdict(facts), "max_num_images": v["multimodal_max_num_images"]}
+    facts_json = {**facts_dict(facts), "max_num_images": v["multimodal_max_num_images"]}
+    if streaming:
+        facts_json["streaming"] = True
     for model in ("preprocessing", "postprocessing"):
         folder = f"{model}/1/{FACTS_FOLDER}"
         files[f"{folder}/multimodal.json"] = (json.dumps(facts_json, indent=2) + "\n").encode()
         for name in (*_TOKENIZER_FILES, "preprocessor_config.json"):
             if (checkpoint / name).is_file():
                 files[f"{folder}/{name}"] = (checkpoint / name).read_bytes()
-    files[LOCK_NAME] = checkpoint_lock("multimodal", checkpoint, values, asdict(facts), [ENGINE, ENCODERS])
+    files[LOCK_NAME] = checkpoint_lock(
+        "multimodal",
+        checkpoint,
+        profile,
+        values,
+        files,
+        facts=facts_dict(facts) | ({"streaming": True} if streaming else {}),
+        tensorrt_llm_model_names=[ENGINE, ENCODERS],
+        serve_path=serve_path,
+    )
     return files
 
 
@@ -276,7 +436,8 @@ def render_multimodal_repository(
     """Render layout ``multimodal`` for a Hugging Face LLaVA checkpoint.
 
     The repository is written into a temp dir beside ``output`` and renamed into place; a failure leaves
-    nothing, and an existing ``output`` is never touched.
+    nothing; an existing ``output`` is replaced only with ``force`` when its lock file proves repo-builder
+    rendered it (:func:`refuse_unsupported`), and is left as it was when the render fails.
 
     Raises:
         EngineError / TokenizerError (:func:`multimodal_facts`), ParameterError
@@ -290,6 +451,8 @@ def render_multimodal_repository(
     facts = multimodal_facts(checkpoint)
     values = resolve_multimodal_values(facts, opts)
     serve_root = serve_root_of(opts, out)
-    files = plan_multimodal_files(checkpoint, facts, values, serve_root, opts.profile)
-    write_checkpoint_repository(out, files, checkpoint, empty_dirs=("ensemble/1",))
-    return MultimodalRenderResult(output=out, facts=facts, values=values, files=sorted(files))
+    files = plan_multimodal_files(
+        checkpoint, facts, values, serve_root, opts.profile, opts.serve_path, streaming=bool(opts.streaming)
+    )
+    existed = write_checkpoint_repository(out, files, checkpoint, empty_dirs=("ensemble/1",))
+    return MultimodalRenderResult(output=out, facts=facts, values=values, files=sorted(files), existed=existed)

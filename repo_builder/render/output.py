@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import RenderError
-from ..repository.lockfile import LOCK_NAME
+from ..repository.lockfile import LEGACY_LAYOUT_FILES, LOCK_NAME
 
 
 def check_output(
@@ -62,6 +62,16 @@ def check_replaceable(output: Path, *, delete_unlisted: bool) -> None:
     from ..repository.lockfile import read_lock, unlisted_files
 
     if not ((output / LOCK_NAME).is_file() or (output / LOCK_NAME).is_symlink()):
+        legacy = [name for name in LEGACY_LAYOUT_FILES if (output / name).is_file()]
+        if legacy:
+            raise RenderError(
+                f"refusing to replace the repository: it was rendered by an older repo-builder, whose layout "
+                f"{LEGACY_LAYOUT_FILES[legacy[0]]} wrote {legacy[0]} instead of {LOCK_NAME} (no file hashes "
+                f"to prove nothing in it was added or edited)",
+                path=output,
+                key="--output",
+                hint="remove the directory yourself and render again, or choose another --output",
+            )
         raise RenderError(
             f"refusing to replace a directory that repo-builder did not render (no {LOCK_NAME})",
             path=output,

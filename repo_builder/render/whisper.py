@@ -33,10 +33,11 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from ..errors import EngineError, ParameterError, RenderError, TokenizerError
 from ..profile.schema import load_schema, validate_user_values
+from ..repository.lockfile import LOCK_NAME, dumps
 from ..repository.pbtxt import parse_model_config
 from .layouts import WHISPER_PARAMETERS as LAYOUT_PARAMETERS
 from .options import RenderOptions
@@ -46,6 +47,8 @@ from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 BLS = "whisper_bls"
 ENGINE = "tensorrt_llm"
 _PROFILES = ("trtllm-1.2",)
+#: Checkpoint layouts with a streaming (decoupled) mode.
+_STREAMING_LAYOUTS: tuple[str, ...] = ("multimodal",)
 #: Checkpoint files the reference engine loads (weights: any of the safetensors / bin names).
 _MODEL_FILES = ("config.json", "generation_config.json")
 _TOKEN_NAMES = {
@@ -284,15 +287,20 @@ def _weight_files(checkpoint: Path) -> list[Path]:
     return found
 
 
-def refuse_unsupported(layout: str, opts: RenderOptions, out: Path, checkpoint: Path) -> None:
+def refuse_unsupported(layout: str, opts: RenderOptions, out: Path, checkpoint: Path) -> bool:
     """The refusals every checkpoint layout (whisper, multimodal) shares before it reads the checkpoint.
 
+    Returns:
+        whether ``out`` exists (then ``opts.force`` was given and its lock file proves repo-builder rendered
+        it: :func:`repo_builder.render.output.check_output`).
     Raises:
         RenderError: a profile other than :data:`_PROFILES` (key ``--profile``), ``engine_mode`` other than copy
-            (``--engine-mode``), ``streaming`` (``--streaming``), or ``out`` exists (these layouts write a new
-            directory).
+            (``--engine-mode``), ``streaming`` (``--streaming``), or ``out`` exists without ``force``, or holds
+            no lock file or unlisted files (``--output``).
         EngineError: ``checkpoint`` is not a directory (``--engine-dir``).
     """
+    from .output import check_output
+
     if opts.profile not in _PROFILES:
         raise RenderError(f"layout {layout} needs profile {', '.join(_PROFILES)}, not {opts.profile}", key="--profile")
     if opts.engine_mode != "copy":
@@ -300,28 +308,102 @@ def refuse_unsupported(layout: str, opts: RenderOptions, out: Path, checkpoint: 
             f"--engine-mode {opts.engine_mode} is not supported by layout {layout} (the checkpoint is copied)",
             key="--engine-mode",
         )
-    if opts.streaming:
+    if opts.streaming and layout not in _STREAMING_LAYOUTS:
         raise RenderError(f"layout {layout} has no streaming (decoupled) mode yet", key="--streaming")
-    if out.exists():
-        raise RenderError("already exists", path=out, hint=f"layout {layout} writes a new directory; remove it first")
     if not checkpoint.is_dir():
         raise EngineError("not a directory", path=checkpoint, key="--engine-dir")
+    return check_output(
+        out,
+        checkpoint,
+        checkpoint,
+        force=opts.force,
+        dry_run=False,
+        placement="copy",
+        delete_unlisted=opts.delete_unlisted,
+    )
+
+
+def checkpoint_lock(
+    layout: str,
+    checkpoint: Path,
+    profile: str,
+    values: Mapping[str, tuple[Any, str]],
+    files: Mapping[str, bytes],
+    *,
+    facts: Mapping[str, Any],
+    tensorrt_llm_model_names: list[str],
+    serve_path: str | Path | None,
+) -> bytes:
+    """The lock file (``repository/lockfile.py``, :data:`LOCK_NAME`) of a checkpoint layout: the checkpoint
+    is the engine (kind ``hf``, placement ``copy``, its files under ``tensorrt_llm/1/engine``), and its
+    tokenizer; world size 1; one stub process per Python model (every model of these layouts). Beside the
+    common keys: ``layout`` (``whisper`` / ``multimodal``, what the OpenAI front end serves) and ``facts``
+    (what render read from the checkpoint).
+
+    Args:
+        files: {repository-relative path: bytes} of every rendered file except the checkpoint copy.
+    """
+    from .. import __version__
+    from ..engine.files import folder_fingerprint
+    from ..repository.lockfile import build_lock
+    from ..repository.pbtxt import python_instances
+
+    weights = _checkpoint_files(checkpoint)
+    instances = {
+        rel.partition("/")[0]: python_instances(parse_model_config(data.decode(), path=rel))
+        for rel, data in files.items()
+        if rel.endswith("/config.pbtxt") and rel.count("/") == 1 and b'backend: "python"' in data
+    }
+    lock = build_lock(
+        version=__version__,
+        profile=profile,
+        engine={
+            "dir": str(checkpoint),
+            "kind": "hf",
+            "placement": "copy",
+            "fingerprint": folder_fingerprint(checkpoint / "config.json", checkpoint),
+        },
+        tokenizer_dir=checkpoint,
+        values=values,
+        world_size=1,
+        tensorrt_llm_model_names=tensorrt_llm_model_names,
+        files=files,
+        serve_path=serve_path,
+        engine_files=[f"{ENGINE}/1/engine/{p.name}" for p in weights],
+        tp_size=1,
+        pp_size=1,
+        python_instances=instances,
+    )
+    lock["layout"] = layout
+    lock["facts"] = dict(facts)
+    return dumps(lock)
+
+
+def _checkpoint_files(checkpoint: Path) -> list[Path]:
+    """The checkpoint files copied into ``tensorrt_llm/1/engine``: config files and weights."""
+    return [checkpoint / n for n in _MODEL_FILES if (checkpoint / n).is_file()] + _weight_files(checkpoint)
 
 
 def write_checkpoint_repository(
     out: Path, files: Mapping[str, bytes], checkpoint: Path, empty_dirs: tuple[str, ...] = ()
-) -> None:
+) -> bool:
     """Write ``files`` ({repository-relative path: bytes}), the folders ``empty_dirs`` and the checkpoint's model
-    files and weights (into ``tensorrt_llm/1/engine``) into a temp dir beside ``out``, then rename it into place:
-    a failure leaves nothing.
+    files and weights (into ``tensorrt_llm/1/engine``) into a temp dir beside ``out``, then rename it into place
+    (an existing ``out``, checked by :func:`refuse_unsupported`, is swapped out and deleted only after the new
+    one is in place): a failure leaves nothing and the old repository as it was.
 
+    Returns:
+        whether an existing repository was replaced.
     Raises:
         EngineError: the checkpoint has no weights (:func:`_weight_files`); OSError from the write.
     """
-    weights = [checkpoint / n for n in _MODEL_FILES if (checkpoint / n).is_file()] + _weight_files(checkpoint)
+    weights = _checkpoint_files(checkpoint)
+    existed = out.exists()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    old: Path | None = None
     try:
+        os.chmod(tmp, 0o755)
         for rel, data in files.items():
             target = tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -332,65 +414,53 @@ def write_checkpoint_repository(
         engine.mkdir(parents=True, exist_ok=True)
         for src in weights:
             shutil.copyfile(src, engine / src.name)
-        os.rename(tmp, out)
+        if existed:
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.rmdir(old)
+            os.rename(out, old)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if old is not None:
+                os.rename(old, out)
+                old = None
+            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-FactsT = TypeVar("FactsT")
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return existed
 
 
 @dataclass
-class CheckpointRenderResult(Generic[FactsT]):
-    """What a checkpoint layout's render wrote: the repository, the facts, the values and the files."""
+class WhisperRenderResult:
+    """What :func:`render_whisper_repository` wrote: the repository, the facts, the values and the files."""
 
     output: Path
-    facts: FactsT
+    facts: WhisperFacts
     values: dict[str, tuple[Any, str]]
     files: list[str]
+    existed: bool = False
 
 
-class WhisperRenderResult(CheckpointRenderResult[WhisperFacts]):
-    """What :func:`render_whisper_repository` wrote."""
-
-
-def checkpoint_variables(
-    facts: Any, values: Mapping[str, tuple[Any, str]], serve_root: Path, max_batch_size: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """({parameter: value}, the variables every template of a checkpoint layout reads: ``values``, ``facts``,
-    ``engine_dir`` (the checkpoint copy in the engine model, under ``serve_root``) and ``max_batch_size``, the
-    value of parameter ``max_batch_size``)."""
+def plan_whisper_files(
+    checkpoint: Path,
+    facts: WhisperFacts,
+    values: Mapping[str, tuple[Any, str]],
+    serve_root: Path,
+    profile: str,
+    serve_path: str | Path | None = None,
+) -> dict[str, bytes]:
+    """{repository-relative path: bytes} of every file except the checkpoint copy (the lock file included)."""
     v = {k: val for k, (val, _) in values.items()}
     engine_dir = serve_root / ENGINE / "1" / "engine"
     variables = {
         "values": v,
         "facts": asdict(facts),
         "engine_dir": str(engine_dir),
-        "max_batch_size": v[max_batch_size],
+        "max_batch_size": v["whisper_max_batch_size"],
     }
-    return v, variables
-
-
-def checkpoint_lock(
-    layout: str, checkpoint: Path, values: Mapping[str, tuple[Any, str]], facts: Mapping[str, Any], models: list[str]
-) -> bytes:
-    """The lock file of a checkpoint layout (one rank; ``models`` are what every rank loads), as written."""
-    lock = {
-        "repo_builder_layout": layout,
-        "checkpoint": str(checkpoint),
-        "values": {k: {"value": val, "origin": origin} for k, (val, origin) in values.items()},
-        "facts": dict(facts),
-        "launch": {"world_size": 1, "tensorrt_llm_model_names": models},
-    }
-    return (json.dumps(lock, indent=2) + "\n").encode()
-
-
-def plan_whisper_files(
-    checkpoint: Path, facts: WhisperFacts, values: Mapping[str, tuple[Any, str]], serve_root: Path, profile: str
-) -> dict[str, bytes]:
-    """{repository-relative path: bytes} of every file except the checkpoint copy."""
-    v, variables = checkpoint_variables(facts, values, serve_root, "whisper_max_batch_size")
     files: dict[str, bytes] = {}
     files[f"{BLS}/config.pbtxt"] = _render_template(profile, BLS, variables).encode()
     files[f"{ENGINE}/config.pbtxt"] = _render_template(profile, "whisper_tensorrt_llm", variables).encode()
@@ -418,8 +488,16 @@ def plan_whisper_files(
             "padding_value": 0.0,
         }
         files[f"{BLS}/1/whisper/preprocessor_config.json"] = (json.dumps(pre, indent=2) + "\n").encode()
-    lock_facts = asdict(facts) | {"languages": len(facts.languages)}
-    files["repo-builder.whisper.json"] = checkpoint_lock("whisper", checkpoint, values, lock_facts, [ENGINE, BLS])
+    files[LOCK_NAME] = checkpoint_lock(
+        "whisper",
+        checkpoint,
+        profile,
+        values,
+        files,
+        facts=asdict(facts) | {"languages": len(facts.languages)},
+        tensorrt_llm_model_names=[ENGINE, BLS],
+        serve_path=serve_path,
+    )
     return files
 
 
@@ -429,12 +507,13 @@ def render_whisper_repository(
     """Render layout ``whisper`` for a Hugging Face Whisper checkpoint.
 
     The repository is written into a temp dir beside ``output`` and renamed into place; a failure leaves
-    nothing, and an existing ``output`` is never touched (``force`` is refused for this layout).
+    nothing; an existing ``output`` is replaced only with ``force`` when its lock file proves repo-builder
+    rendered it (:func:`refuse_unsupported`), and is left as it was when the render fails.
 
     Raises:
         EngineError / TokenizerError (:func:`whisper_facts`), ParameterError (:func:`resolve_whisper_values`),
-        RenderError: ``output`` exists, an unsupported profile, ``engine_mode`` other than copy, ``streaming``,
-            or the write failed.
+        RenderError: ``output`` exists (without ``force``, or not rendered by repo-builder), an unsupported
+            profile, ``engine_mode`` other than copy, ``streaming``, or the write failed.
     """
     opts = options or RenderOptions()
     checkpoint = Path(checkpoint_dir).resolve()
@@ -443,6 +522,6 @@ def render_whisper_repository(
     facts = whisper_facts(checkpoint)
     values = resolve_whisper_values(facts, opts, checkpoint=checkpoint)
     serve_root = serve_root_of(opts, out)
-    files = plan_whisper_files(checkpoint, facts, values, serve_root, opts.profile)
-    write_checkpoint_repository(out, files, checkpoint)
-    return WhisperRenderResult(output=out, facts=facts, values=values, files=sorted(files))
+    files = plan_whisper_files(checkpoint, facts, values, serve_root, opts.profile, opts.serve_path)
+    existed = write_checkpoint_repository(out, files, checkpoint)
+    return WhisperRenderResult(output=out, facts=facts, values=values, files=sorted(files), existed=existed)

@@ -46,7 +46,8 @@ class LockValue(_Open):
     """One entry of ``values``: the typed value (any JSON) and where it came from."""
 
     value: Any = None
-    origin: Literal["default", "engine", "tokenizer", "user"]
+    #: ``checkpoint``: read from the Hugging Face checkpoint of layout whisper / multimodal.
+    origin: Literal["default", "engine", "tokenizer", "user", "checkpoint"]
 
 
 _Name = Annotated[str, Field(min_length=1)]

@@ -58,6 +58,11 @@ from .lock_schema import (  # noqa: F401  (re-exported: moved from this module)
     lock_models,
 )
 
+#: The files layouts whisper and multimodal wrote instead of :data:`LOCK_NAME` before they wrote a lock file
+#: (repo-builder 0.1.0 before 2026-12-04): {file name: layout}. Read only by :func:`repository_layout` (which
+#: front end serves such a repository); they are no lock file (``render --force`` refuses to replace them).
+LEGACY_LAYOUT_FILES = {"repo-builder.whisper.json": "whisper", "repo-builder.multimodal.json": "multimodal"}
+
 
 def sha256_bytes(data: bytes) -> str:
     """``"sha256:<hex>"`` of ``data``."""
@@ -213,6 +218,25 @@ def _load_json(repo: str | Path, *, error: type[RepoBuilderError]) -> tuple[Path
     if not isinstance(data, dict):
         raise error("malformed lock file: not a JSON object", path=path, hint=_REWRITE_HINT)
     return path, data
+
+
+def repository_layout(repo: str | Path) -> str | None:
+    """The layout of a rendered repository that is not served through the text ensemble: the lock file's
+    ``layout`` key (``whisper``, ``multimodal``; written by ``render --layout whisper|multimodal``), or the
+    layout of a :data:`LEGACY_LAYOUT_FILES` file for a repository rendered before those wrote a lock file.
+    None for every other repository (no lock file, no ``layout`` key, or a lock file that does not read).
+    """
+    try:
+        _, data = _load_json(repo, error=RenderError)
+    except RenderError:
+        data = None
+    if data is not None:
+        layout = data.get("layout")
+        return layout if isinstance(layout, str) and layout else None
+    for name, layout in LEGACY_LAYOUT_FILES.items():
+        if (Path(repo) / name).is_file():
+            return layout
+    return None
 
 
 def read_lock(repo: str | Path) -> LockFile | None:

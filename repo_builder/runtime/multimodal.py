@@ -20,8 +20,10 @@ Flow of one request (``ensemble``):
    vocabulary size 0 (NVIDIA's encoder asserts, so a text-only request fails there).
 3. ``tensorrt_llm`` (:class:`PromptTableEngine`): ids below ``vocab_size`` are looked up in the text
    embedding, ids ``vocab_size + r`` take row ``r`` of ``prompt_embedding_table`` (r < ``prompt_vocab_size``),
-   then greedy decoding with the KV cache -> ``output_ids`` (the generated tokens only: this layout's
-   ``tensorrt_llm`` excludes the prompt, whose fake ids cannot be detokenized) and ``sequence_length``.
+   then decoding with the KV cache (greedy, or :class:`Sampling`) -> ``output_ids`` (the generated tokens
+   only: this layout's ``tensorrt_llm`` excludes the prompt, whose fake ids cannot be detokenized) and
+   ``sequence_length``; Qwen2-VL's prefill takes the encoder's mrope cos/sin. With ``render --streaming`` it is
+   decoupled: one response per token, each with every token so far.
 4. ``postprocessing`` (:class:`MultimodalPostprocessing`): ids -> ``OUTPUT`` text (special tokens skipped).
 
 Dtypes differ from NVIDIA's in one place: pixel values and the prompt table are FP32 (NVIDIA: FP16) because the
@@ -42,10 +44,11 @@ import numpy as np
 
 from .errors import EngineLoadError, ModelLoadError, RequestError
 from .images import decode_data_uri, images_from_pixels
-from .triton_io import respond_each, strings
+from .triton_io import error_response, get_inputs, respond_each, strings
 
 FACTS_NAME = "multimodal.json"
 FACTS_FOLDER = "multimodal"
+QWEN2_VL = "qwen2_vl"
 
 
 def _params(args: dict[str, Any]) -> dict[str, str]:
@@ -57,6 +60,12 @@ def _scalar(array: np.ndarray | None, default: int | None = None) -> int | None:
     if array is None or np.asarray(array).size == 0:
         return default
     return int(np.asarray(array).reshape(-1)[0])
+
+
+def _real(array: np.ndarray | None) -> float | None:
+    if array is None or np.asarray(array).size == 0:
+        return None
+    return float(np.asarray(array).reshape(-1)[0])
 
 
 def load_facts(folder: str | Path) -> dict[str, Any]:
@@ -80,14 +89,49 @@ def _import_torch() -> Any:
     return torch
 
 
-def _load_llava(path: str | Path) -> Any:
-    torch = _import_torch()
-    from transformers import LlavaForConditionalGeneration
+def _load_model(path: str | Path) -> Any:
+    """The checkpoint as ``LlavaForConditionalGeneration`` or ``Qwen2VLForConditionalGeneration`` (by its
+    config.json ``model_type``), fp32, eval mode.
 
+    Raises:
+        EngineLoadError: it does not load (names the path).
+    """
+    torch = _import_torch()
     try:
-        return LlavaForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32).eval()
+        model_type = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("model_type")
+        if model_type == QWEN2_VL:
+            from transformers import Qwen2VLForConditionalGeneration as cls
+        else:
+            from transformers import LlavaForConditionalGeneration as cls  # type: ignore[assignment]
+        return cls.from_pretrained(str(path), dtype=torch.float32).eval()
     except Exception as exc:  # noqa: BLE001 - shown as the model's load error
-        raise EngineLoadError(f"{path}: cannot load the LLaVA checkpoint: {exc}") from exc
+        raise EngineLoadError(f"{path}: cannot load the {model_type or 'multimodal'} checkpoint: {exc}") from exc
+
+
+def _text_model(model: Any) -> Any:
+    """The decoder stack of a Qwen2-VL model (transformers 5: ``model.model.language_model``; 4.x: ``model.model``)."""
+    return getattr(model.model, "language_model", model.model)
+
+
+def mrope_positions(model: Any, vision_ids: list[int], grid_thw: np.ndarray, image_token_id: int) -> tuple[Any, int]:
+    """Qwen2-VL's 3-D rotary positions of a prompt: ``([3, 1, L] int64 torch tensor, delta)``, from transformers'
+    own ``get_rope_index`` (the decode step's position is ``L + step + delta`` on all three axes). Text-only:
+    ``0 .. L-1`` on each axis, delta 0."""
+    torch = _import_torch()
+    import inspect
+
+    ids = torch.tensor([vision_ids], dtype=torch.long)
+    if grid_thw.shape[0] == 0:
+        return torch.arange(len(vision_ids)).view(1, 1, -1).expand(3, 1, -1), 0
+    owner = model.model if hasattr(model.model, "get_rope_index") else model
+    kwargs: dict[str, Any] = {
+        "image_grid_thw": torch.from_numpy(np.asarray(grid_thw, np.int64)),
+        "attention_mask": torch.ones_like(ids),
+    }
+    if "mm_token_type_ids" in inspect.signature(owner.get_rope_index).parameters:  # transformers >= 5
+        kwargs["mm_token_type_ids"] = (ids == image_token_id).int()
+    positions, deltas = owner.get_rope_index(ids, **kwargs)
+    return positions, int(np.asarray(deltas).reshape(-1)[0])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -117,42 +161,80 @@ class MultimodalText:
         self.features = int(self.facts["features_per_image"])
         self.max_images = int(self.facts["max_num_images"])
         self.size = int(self.facts["image_size"])
+        self.qwen = self.facts["model_type"] == QWEN2_VL
+        self.merge = int(self.facts.get("spatial_merge_size") or 1)
+        self.marker = "<|vision_start|><|image_pad|><|vision_end|>" if self.qwen else "<image>"
 
     def pixel_values(self, images: list[Any]) -> np.ndarray:
-        """FP32 ``[n_img, 3, H, W]`` from RGB PIL images (``[0, 3, H, W]`` for none)."""
+        """FP32 ``[n_img, 3, H, W]`` from RGB PIL images (``[0, 3, H, W]`` for none); Qwen2-VL: its image
+        processor's flattened patches ``[n_patches, C x temporal x patch x patch]`` (:meth:`qwen_pixels`)."""
+        if self.qwen:
+            return self.qwen_pixels(images)[0]
         if not images:
             return np.zeros((0, 3, self.size, self.size), np.float32)
         out = self.images(images=images, return_tensors="np")["pixel_values"]
         return np.ascontiguousarray(out, dtype=np.float32)
 
-    def prompt_ids(self, text: str, n_images: int) -> list[int]:
-        """The ids of ``text`` with each ``<image>`` (or one block before the text) replaced by fake ids.
+    def qwen_pixels(self, images: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Qwen2-VL: FP32 ``pixel_values`` ``[n_patches, 3 x temporal_patch x patch^2]`` and INT64
+        ``image_grid_thw`` ``[n_img, 3]`` (the checkpoint's image processor; ``[0, ...]`` for none)."""
+        width = 3 * 2 * int(self.facts["patch_size"]) ** 2
+        if not images:
+            return np.zeros((0, width), np.float32), np.zeros((0, 3), np.int64)
+        out = self.images(images=images, return_tensors="np")
+        return (
+            np.ascontiguousarray(out["pixel_values"], dtype=np.float32),
+            np.ascontiguousarray(out["image_grid_thw"], dtype=np.int64),
+        )
 
+    def features_of(self, grid_thw: np.ndarray) -> list[int]:
+        """Prompt-table rows of each image: ``features_per_image`` (LLaVA), ``t x h x w / merge^2`` (Qwen2-VL)."""
+        return [int(np.prod(g)) // self.merge**2 for g in np.asarray(grid_thw).reshape(-1, 3)]
+
+    def prompt_ids(self, text: str, n_images: int | list[int]) -> list[int]:
+        """The ids of ``text`` with each image marker (or one block before the text) replaced by fake ids
+        (:meth:`prompt_and_vision_ids`)."""
+        return self.prompt_and_vision_ids(text, n_images)[0]
+
+    def prompt_and_vision_ids(self, text: str, n_images: int | list[int]) -> tuple[list[int], list[int]]:
+        """``(ids, vision ids)`` of ``text``: each image marker (``<image>``; Qwen2-VL ``<|image_pad|>``), or,
+        when the text has none, one marker block per image before the text, becomes image k's fake ids
+        ``vocab_size + (rows of images before k) + j``; the vision ids hold the marker's own id there instead
+        (Qwen2-VL's mrope positions are computed from them: NVIDIA's ``VISION_INPUT_ID``).
+
+        Args:
+            n_images: the number of images (LLaVA: ``features_per_image`` rows each) or each image's rows.
         Raises:
-            RequestError: ``<image>`` markers without images, or markers and images not matching in number
-                (``text_input``).
+            RequestError: markers without images, or markers and images not matching in number (``text_input``).
         """
+        counts = [self.features] * n_images if isinstance(n_images, int) else list(n_images)
         ids = list(self.tokenizer(text)["input_ids"])
         markers = [i for i, t in enumerate(ids) if t == self.image_token_id]
-        if markers and len(markers) != n_images:
+        if markers and len(markers) != len(counts):
             raise RequestError(
                 "text_input",
-                f"has {len(markers)} <image> marker(s) but the request sends {n_images} image(s)",
-                hint="one <image> per image, or none (the image then goes before the text)",
+                f"has {len(markers)} {self.marker} marker(s) but the request sends {len(counts)} image(s)",
+                hint=f"one {self.marker} per image, or none (the image then goes before the text)",
             )
-        if n_images and not markers:
+        if counts and not markers:
             start = 1 if ids and ids[0] == self.tokenizer.bos_token_id else 0
-            ids[start:start] = [self.image_token_id] * n_images
+            block = [self.image_token_id]
+            if self.qwen:
+                block = [int(self.facts["vision_start_id"]), self.image_token_id, int(self.facts["vision_end_id"])]
+            ids[start:start] = block * len(counts)
         out: list[int] = []
-        k = 0
+        vision: list[int] = []
+        k = base = 0
         for t in ids:
             if t == self.image_token_id:
-                base = self.vocab_size + k * self.features
-                out.extend(range(base, base + self.features))
+                out.extend(range(self.vocab_size + base, self.vocab_size + base + counts[k]))
+                vision.extend([t] * counts[k])
+                base += counts[k]
                 k += 1
             else:
                 out.append(t)
-        return out
+                vision.append(t)
+        return out, vision
 
     def images_of(self, urls: list[str] | None, pixels: np.ndarray | None) -> list[Any]:
         """The request's images: the data URIs first, then the pixel arrays.
@@ -195,7 +277,18 @@ class MultimodalPreprocessing:
         if pixels is not None and np.asarray(pixels).ndim == 5:  # [batch, n_img, H, W, C]
             pixels = np.asarray(pixels)[0]
         images = self.text.images_of(strings(inputs["IMAGE_URL"], "image_url_input"), pixels)
-        ids = self.text.prompt_ids(query[0], len(images))
+        extra: dict[str, np.ndarray] = {}
+        if self.text.qwen:
+            pixel_values, grid = self.text.qwen_pixels(images)
+            ids, vision = self.text.prompt_and_vision_ids(query[0], self.text.features_of(grid))
+            extra = {
+                "PIXEL_VALUES": pixel_values[None, None, None],  # [batch, 1, 1, n_patches, width]
+                "IMAGE_GRID_THW": grid[None],
+                "VISION_INPUT_ID": np.array([vision], np.int32),
+            }
+        else:
+            ids = self.text.prompt_ids(query[0], len(images))
+            extra = {"PIXEL_VALUES": self.text.pixel_values(images)[None]}
         facts = self.text.facts
         limit = int(facts["max_position_embeddings"])
         if len(ids) + max_new > limit:
@@ -210,7 +303,7 @@ class MultimodalPreprocessing:
             "REQUEST_OUTPUT_LEN": np.array([[max_new]], np.int32),
             "OUT_END_ID": np.array([[end_id]], np.int32),
             "OUT_PAD_ID": np.array([[pad_id]], np.int32),
-            "PIXEL_VALUES": self.text.pixel_values(images)[None],
+            **extra,
         }
 
     def execute(self, requests: list[Any]) -> list[Any]:
@@ -228,20 +321,39 @@ class VisionEncoder:
         self.torch = _import_torch()
         if threads:
             self.torch.set_num_threads(threads)
-        self.model = _load_llava(checkpoint)
-        self.hidden = int(self.model.config.text_config.hidden_size)
+        self.model = _load_model(checkpoint)
+        config = self.model.config
+        self.qwen = config.model_type == QWEN2_VL
+        text = getattr(config, "text_config", config)
+        self.hidden = int(text.hidden_size)
+        token = getattr(config, "image_token_id", None)
+        self.image_token_id = int(token if token is not None else getattr(config, "image_token_index", 0))
 
-    def table(self, pixel_values: np.ndarray) -> np.ndarray:
-        """FP32 ``[n_img * features, hidden]`` rows for ``[n_img, 3, H, W]`` pixels (``[0, hidden]`` for none)."""
+    def table(self, pixel_values: np.ndarray, grid_thw: np.ndarray | None = None) -> np.ndarray:
+        """FP32 ``[n_img * features, hidden]`` rows for ``[n_img, 3, H, W]`` pixels (``[0, hidden]`` for none);
+        Qwen2-VL: for ``[n_patches, width]`` patches and ``grid_thw`` INT64 ``[n_img, 3]``."""
         if pixel_values.shape[0] == 0:
             return np.zeros((0, self.hidden), np.float32)
         with self.torch.inference_mode():
             pv = self.torch.from_numpy(np.ascontiguousarray(pixel_values, dtype=np.float32))
-            out = self.model.get_image_features(pixel_values=pv)
+            extra = {}
+            if self.qwen:
+                extra["image_grid_thw"] = self.torch.from_numpy(np.asarray(grid_thw, np.int64).reshape(-1, 3))
+            out = self.model.get_image_features(pixel_values=pv, **extra)
             feats = getattr(out, "pooler_output", out)
             if isinstance(feats, (list, tuple)):
                 feats = self.torch.cat(list(feats), dim=0)
             return feats.reshape(-1, self.hidden).float().numpy()
+
+    def mrope_cos_sin(self, vision_ids: list[int], grid_thw: np.ndarray) -> tuple[np.ndarray, int]:
+        """Qwen2-VL: ``(MROPE_ROTARY_COS_SIN, MROPE_POSITION_DELTAS)`` of a prompt: FP32 ``[2 x L x head_dim]``
+        (cos then sin of the prompt's 3-D positions after the ``mrope_section`` mix, the text model's own rotary
+        embedding) and the decode-position delta."""
+        with self.torch.inference_mode():
+            positions, delta = mrope_positions(self.model, vision_ids, grid_thw, self.image_token_id)
+            probe = self.torch.zeros((1, len(vision_ids), 1), dtype=self.torch.float32)
+            cos, sin = _text_model(self.model).rotary_emb(probe, positions)
+            return self.torch.stack([cos[0], sin[0]]).float().numpy().reshape(-1), delta
 
 
 class MultimodalEncoders:
@@ -249,7 +361,7 @@ class MultimodalEncoders:
     ``max_prompt_table_rows`` (rows one request may fill: ``features_per_image x max_num_images``; the engine's
     table holds ``max_batch_size`` times that, checked at render)."""
 
-    INPUTS = ("pixel_values",)
+    INPUTS = ("pixel_values", "image_grid_thw", "vision_input_id")
 
     def __init__(self, pb: Any, args: dict[str, Any]) -> None:
         self.pb = pb
@@ -260,19 +372,33 @@ class MultimodalEncoders:
     def process(self, inputs: dict[str, np.ndarray | None], request: Any) -> dict[str, np.ndarray]:
         pv = inputs["pixel_values"]
         pv = np.zeros((0,), np.float32) if pv is None else np.asarray(pv, np.float32)
-        if pv.ndim == 5:
+        grid = np.zeros((0, 3), np.int64)
+        if self.encoder.qwen:
+            pv = pv.reshape(-1, pv.shape[-1]) if pv.ndim else pv
+            if inputs["image_grid_thw"] is not None:
+                grid = np.asarray(inputs["image_grid_thw"], np.int64).reshape(-1, 3)
+        elif pv.ndim == 5:
             pv = pv[0]
         if pv.size == 0:
             table, rows = np.zeros((1, self.encoder.hidden), np.float32), 0
         else:
-            table = self.encoder.table(pv)
+            table = self.encoder.table(pv, grid)
             rows = table.shape[0]
         if self.max_rows and rows > self.max_rows:
             raise RequestError("image_url_input", f"{rows} prompt-table rows exceed {self.max_rows} per request")
-        return {
+        out = {
             "OUT_PROMPT_EMBEDDING_TABLE": table[None],
             "OUT_PROMPT_VOCAB_SIZE": np.array([[rows]], np.int32),
         }
+        if self.encoder.qwen:
+            raw = inputs["vision_input_id"]
+            if raw is None or np.asarray(raw).size == 0:
+                raise RequestError("vision_input_id", "is required for Qwen2-VL (the prompt's mrope positions)")
+            vision = [int(i) for i in np.asarray(raw).reshape(-1)]
+            cos_sin, delta = self.encoder.mrope_cos_sin(vision, grid)
+            out["MROPE_ROTARY_COS_SIN"] = cos_sin[None]
+            out["MROPE_POSITION_DELTAS"] = np.array([[delta]], np.int64)
+        return out
 
     def execute(self, requests: list[Any]) -> list[Any]:
         return respond_each(self.pb, requests, self.INPUTS, self.process, "multimodal_encoders")
@@ -280,6 +406,46 @@ class MultimodalEncoders:
 
 # --------------------------------------------------------------------------------------------------
 # tensorrt_llm
+
+
+class Sampling:
+    """The sampling inputs of one request (NVIDIA's ``temperature``, ``runtime_top_p``, ``seed``).
+
+    Args:
+        temperature: > 0 samples (None or 0: greedy).
+        top_p: nucleus mass in (0, 1] (None: 1).
+        seed: the request's random seed (None: 0, NVIDIA's default ``random_seed``).
+    Raises:
+        RequestError: a negative temperature, a top_p outside (0, 1] (names the field).
+    """
+
+    def __init__(self, temperature: float | None = None, top_p: float | None = None, seed: int | None = None):
+        if temperature is not None and not temperature >= 0:
+            raise RequestError("temperature", f"must be >= 0, got {temperature}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise RequestError("top_p", f"must be in (0, 1], got {top_p}")
+        self.temperature, self.top_p, self.seed = temperature, top_p, seed
+
+    def chooser(self, torch: Any) -> Any:
+        """``choose(logits [1, vocab]) -> token id``: argmax when greedy; else transformers' own temperature and
+        top-p warpers, softmax and one ``torch.multinomial`` draw from a generator seeded with ``seed``, the
+        steps of ``generate(do_sample=True, top_k=0)`` after ``torch.manual_seed(seed)`` (same tokens)."""
+        if not self.temperature:
+            return lambda logits: int(logits[0].argmax())
+        from transformers.generation import TemperatureLogitsWarper, TopPLogitsWarper
+
+        warpers: list[Any] = [TemperatureLogitsWarper(self.temperature)]
+        if self.top_p is not None and self.top_p < 1:
+            warpers.append(TopPLogitsWarper(self.top_p))
+        generator = torch.Generator().manual_seed(int(self.seed or 0))
+
+        def choose(logits: Any) -> int:
+            scores = logits.float()
+            for warp in warpers:
+                scores = warp(None, scores)
+            return int(torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator))
+
+        return choose
 
 
 class PromptTableEngine:
@@ -292,12 +458,19 @@ class PromptTableEngine:
         self.torch = _import_torch()
         if threads:
             self.torch.set_num_threads(threads)
-        self.model = _load_llava(checkpoint)
-        text = self.model.config.text_config
+        self.model = _load_model(checkpoint)
+        config = self.model.config
+        text = getattr(config, "text_config", config)
         self.vocab_size = int(text.vocab_size)
         self.max_positions = int(text.max_position_embeddings)
+        self.qwen = config.model_type == QWEN2_VL
         forward = inspect.signature(self.model.forward).parameters
         self.cache_kw = "cache" if "cache" in forward else "past_key_values"
+        if self.qwen:
+            self.head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+            self.text_model = _text_model(self.model)
+            self.rotary = _given_rotary(self.torch, self.text_model.rotary_emb)
+            self.text_model.rotary_emb = self.rotary
 
     def embed(self, ids: list[int], table: np.ndarray | None, table_rows: int) -> Any:
         """``[1, len, hidden]`` input embeddings: text rows for ids < vocab_size, table rows above.
@@ -322,12 +495,26 @@ class PromptTableEngine:
         return embeds
 
     def generate(
-        self, ids: list[int], max_new: int, end_id: int | None, table: np.ndarray | None = None, table_rows: int = 0
+        self,
+        ids: list[int],
+        max_new: int,
+        end_id: int | None,
+        table: np.ndarray | None = None,
+        table_rows: int = 0,
+        mrope: tuple[np.ndarray | None, int] | None = None,
+        on_token: Any = None,
+        sampling: Sampling | None = None,
     ) -> list[int]:
-        """The generated ids (up to ``max_new``, ending with ``end_id`` when generated).
+        """The generated ids (up to ``max_new``, ending with ``end_id`` when generated): greedy, or sampled when
+        ``sampling`` has a temperature > 0 (:meth:`Sampling.choose`).
 
+        Args:
+            mrope: Qwen2-VL only: ``(mrope_rotary_cos_sin, mrope_position_deltas)`` of
+                :meth:`VisionEncoder.mrope_cos_sin`.
+            on_token: called with the ids so far after each generated token (streaming), or None.
         Raises:
-            RequestError: empty ids, ``max_new`` < 1, over ``max_position_embeddings``, or see :meth:`embed`.
+            RequestError: empty ids, ``max_new`` < 1, over ``max_position_embeddings``, or see :meth:`embed`;
+                Qwen2-VL: ``mrope_rotary_cos_sin`` missing or not ``2 x len(ids) x head_dim`` values.
         """
         torch = self.torch
         if not ids:
@@ -339,6 +526,9 @@ class PromptTableEngine:
                 "request_output_len",
                 f"{len(ids)} prompt + {max_new} tokens exceed max_position_embeddings {self.max_positions}",
             )
+        choose = (sampling or Sampling()).chooser(torch)
+        if self.qwen:
+            return self._generate_mrope(ids, max_new, end_id, table, table_rows, mrope, on_token, choose)
         out: list[int] = []
         with torch.inference_mode():
             step: dict[str, Any] = {"inputs_embeds": self.embed(ids, table, table_rows)}
@@ -346,12 +536,83 @@ class PromptTableEngine:
             for _ in range(max_new):
                 result = self.model(**step, use_cache=True, **{self.cache_kw: past})
                 past = getattr(result, "cache", None) or result.past_key_values
-                token = int(result.logits[0, -1].argmax())
+                token = choose(result.logits[:, -1, :])
                 out.append(token)
+                if on_token is not None:
+                    on_token(list(out))
                 if end_id is not None and token == end_id:
                     break
                 step = {"input_ids": torch.tensor([[token]], dtype=torch.long)}
         return out
+
+    def _generate_mrope(
+        self,
+        ids: list[int],
+        max_new: int,
+        end_id: int | None,
+        table: np.ndarray | None,
+        table_rows: int,
+        mrope: tuple[np.ndarray | None, int] | None,
+        on_token: Any = None,
+        choose: Any = None,
+    ) -> list[int]:
+        """Qwen2-VL: the prefill takes the given cos/sin (the encoder's 3-D positions), each decode step the
+        1-D position ``len(ids) + step + delta`` on all three axes (what transformers' generate does)."""
+        torch = self.torch
+        cos_sin, delta = mrope if mrope is not None else (None, 0)
+        want = 2 * len(ids) * self.head_dim
+        if cos_sin is None or np.asarray(cos_sin).size != want:
+            got = 0 if cos_sin is None else np.asarray(cos_sin).size
+            raise RequestError(
+                "mrope_rotary_cos_sin",
+                f"needs 2 x {len(ids)} prompt positions x head_dim {self.head_dim} = {want} values, got {got}",
+            )
+        given = torch.from_numpy(np.ascontiguousarray(cos_sin, np.float32).reshape(2, 1, len(ids), self.head_dim))
+        out: list[int] = []
+        with torch.inference_mode():
+            embeds = self.embed(ids, table, table_rows)
+            positions = torch.arange(len(ids)).view(1, 1, -1).expand(3, 1, -1)
+            self.rotary.given = (given[0], given[1])
+            try:
+                result = self.text_model(inputs_embeds=embeds, position_ids=positions, use_cache=True)
+            finally:
+                self.rotary.given = None
+            for step in range(max_new):
+                past = getattr(result, "cache", None) or result.past_key_values
+                token = choose(self.model.lm_head(result.last_hidden_state[:, -1]))
+                out.append(token)
+                if on_token is not None:
+                    on_token(list(out))
+                if (end_id is not None and token == end_id) or step == max_new - 1:
+                    break
+                position = torch.full((3, 1, 1), len(ids) + step + int(delta), dtype=torch.long)
+                result = self.text_model(
+                    input_ids=torch.tensor([[token]], dtype=torch.long),
+                    position_ids=position,
+                    use_cache=True,
+                    **{self.cache_kw: past},
+                )
+        return out
+
+
+def _given_rotary(torch: Any, inner: Any) -> Any:
+    """A wrapper of a rotary embedding module returning ``given`` ``(cos, sin)`` while it is set, else ``inner``'s
+    (the engine sets it for a Qwen2-VL prefill: the positions come from the encoder, as NVIDIA's engine takes
+    ``mrope_rotary_cos_sin``)."""
+
+    class GivenRotary(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+            self.given: tuple[Any, Any] | None = None
+
+        def forward(self, x: Any, position_ids: Any) -> Any:
+            if self.given is not None:
+                cos, sin = self.given
+                return cos.to(x.dtype), sin.to(x.dtype)
+            return self.inner(x, position_ids)
+
+    return GivenRotary()
 
 
 class PromptTableEngineModel:
@@ -365,6 +626,11 @@ class PromptTableEngineModel:
         "pad_id",
         "prompt_embedding_table",
         "prompt_vocab_size",
+        "mrope_rotary_cos_sin",
+        "mrope_position_deltas",
+        "temperature",
+        "runtime_top_p",
+        "seed",
     )
 
     def __init__(self, pb: Any, args: dict[str, Any]) -> None:
@@ -372,8 +638,12 @@ class PromptTableEngineModel:
         params = _params(args)
         engine_dir = params.get("engine_dir") or str(Path(args["model_repository"]) / args["model_version"] / "engine")
         self.engine = PromptTableEngine(engine_dir, threads=1)
+        policy = json.loads(args["model_config"]).get("model_transaction_policy") or {}
+        self.decoupled = bool(policy.get("decoupled"))
 
-    def process(self, inputs: dict[str, np.ndarray | None], request: Any) -> dict[str, np.ndarray]:
+    def process(
+        self, inputs: dict[str, np.ndarray | None], request: Any, on_token: Any = None
+    ) -> dict[str, np.ndarray]:
         raw = inputs["input_ids"]
         if raw is None:
             raise RequestError("input_ids", "is required")
@@ -386,14 +656,56 @@ class PromptTableEngineModel:
             table = np.asarray(table, np.float32)
             table = table.reshape(-1, table.shape[-1]) if table.size else None
         rows = _scalar(inputs["prompt_vocab_size"], 0 if table is None else table.shape[0]) or 0
-        out = self.engine.generate(ids, max_new, _scalar(inputs["end_id"]), table, rows)
+        mrope = None
+        if self.engine.qwen:
+            mrope = (inputs["mrope_rotary_cos_sin"], _scalar(inputs["mrope_position_deltas"], 0) or 0)
+        sampling = Sampling(_real(inputs["temperature"]), _real(inputs["runtime_top_p"]), _scalar(inputs["seed"]))
+        out = self.engine.generate(
+            ids, max_new, _scalar(inputs["end_id"]), table, rows, mrope, on_token=on_token, sampling=sampling
+        )
+        return self.outputs(out)
+
+    @staticmethod
+    def outputs(tokens: list[int]) -> dict[str, np.ndarray]:
+        """``output_ids`` INT32 ``[1, 1, n]`` and ``sequence_length`` INT32 ``[1, 1]`` of the generated tokens."""
         return {
-            "output_ids": np.array([[out]], np.int32),
-            "sequence_length": np.array([[len(out)]], np.int32),
+            "output_ids": np.array([[tokens]], np.int32),
+            "sequence_length": np.array([[len(tokens)]], np.int32),
         }
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        return respond_each(self.pb, requests, self.INPUTS, self.process, "tensorrt_llm")
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if not self.decoupled:
+            return respond_each(self.pb, requests, self.INPUTS, self.process, "tensorrt_llm")
+        for request in requests:
+            self.stream(request)
+        return None
+
+    def stream(self, request: Any) -> None:
+        """Decoupled mode (``render --streaming``): one response per generated token, each with every token so
+        far, the last one flagged final (so a client without empty final responses sees the end); a failure is
+        one final error response naming the field."""
+        pb = self.pb
+        sender = request.get_response_sender()
+
+        def response(outputs: dict[str, np.ndarray]) -> Any:
+            return pb.InferenceResponse(output_tensors=[pb.Tensor(k, v) for k, v in outputs.items()])
+
+        held: list[list[int]] = []
+
+        def send_previous(tokens: list[int]) -> None:  # the newest is sent after it, or as the final response
+            if held:
+                sender.send(response(self.outputs(held.pop())))
+            held.append(tokens)
+
+        try:
+            final = self.process(get_inputs(pb, request, self.INPUTS), request, on_token=send_previous)
+            sender.send(response(final), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except RequestError as exc:
+            sender.send(error_response(pb, exc), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        except Exception as exc:  # noqa: BLE001 - reported to the client, the other requests go on
+            failure = RuntimeError(f"tensorrt_llm failed: {type(exc).__name__}: {exc}")
+            sender.send(error_response(pb, failure), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -147,12 +147,17 @@ def start_beside(server: Any, port: int, *, echo: Callable[[str], None], detach:
 
 def served_name(repo: Path) -> str:
     """The served model id(s), quoted and comma-separated (``'alpha', 'beta'`` for several LLMs)."""
-    from ..repository.lockfile import read_serving_info
+    from ..repository.lockfile import read_lock_view, read_serving_info, repository_layout
 
-    if (Path(repo) / "repo-builder.whisper.json").is_file():  # layout whisper (repo_builder/openai/audio.py)
+    layout = repository_layout(repo)
+    if layout == "whisper":  # repo_builder/openai/audio.py
         return "'whisper'"
-    if (Path(repo) / "repo-builder.multimodal.json").is_file():  # layout multimodal (repo_builder/openai/vision.py)
-        return "'llava'"
+    if layout == "multimodal":  # repo_builder/openai/vision.py
+        from ..openai.vision import served_id
+
+        view = read_lock_view(repo)  # the layout was read from it, or from an old file name (then LLaVA)
+        facts = view.data.get("facts") if view is not None else None
+        return f"'{served_id(facts if isinstance(facts, dict) else {})}'"
     try:
         return ", ".join(f"'{info.model_name}'" for info in read_serving_info(repo))
     except Exception:  # noqa: BLE001 - only for the message
