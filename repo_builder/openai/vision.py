@@ -2,7 +2,7 @@
 
 :func:`create_vision_app` is what :func:`repo_builder.openai.app.create_app` returns for a repository whose root
 holds a lock file with ``"layout": "multimodal"`` (``render --layout multimodal``). Routes: ``GET /health``,
-``GET /v1/models`` (one model, id ``--served-model-name`` or :func:`served_id`: ``llava``, ``qwen2-vl``),
+``GET /v1/models`` (one model, id ``--served-model-name`` or :func:`~repo_builder.repository.lock_schema.multimodal_served_id`: ``llava``, ``qwen2-vl``),
 ``POST /v1/chat/completions``.
 
 A chat's content parts become the prompt and ``image_url_input`` (:func:`repo_builder.openai.images.image_chat`);
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 
+from ..repository.lock_schema import multimodal_served_id as served_id
 from .images import IMAGE_MARKER, image_chat
 from .protocol import APIError, ChatCompletionRequest, parse_request
 from .single_model import single_model_app
@@ -47,11 +48,6 @@ _SAMPLING = (
 )
 #: Where an image goes in a Qwen2-VL prompt (its chat template's image block; preprocessing expands the pad).
 QWEN2_VL_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
-
-
-def served_id(facts: dict[str, Any]) -> str:
-    """The default model id: the checkpoint's ``model_type`` with ``-`` for ``_`` (``llava``, ``qwen2-vl``)."""
-    return str(facts.get("model_type") or "llava").replace("_", "-")
 
 
 async def stream_texts(client: Any, inputs: list[Any], failure: Any) -> Any:

@@ -197,3 +197,9 @@ def lock_llms(lock: Mapping[str, Any]) -> list[dict[str, Any]]:
             "models": {m: m for m in models},
         }
     ]
+
+
+def multimodal_served_id(facts: Mapping[str, Any]) -> str:
+    """The model id a multimodal repository is served under by default: its lock file's ``facts.model_type``
+    with ``-`` for ``_`` (``llava``, ``qwen2-vl``); ``llava`` for a repository rendered before the facts held it."""
+    return str(facts.get("model_type") or "llava").replace("_", "-")

@@ -153,7 +153,7 @@ def served_name(repo: Path) -> str:
     if layout == "whisper":  # repo_builder/openai/audio.py
         return "'whisper'"
     if layout == "multimodal":  # repo_builder/openai/vision.py
-        from ..openai.vision import served_id
+        from ..repository.lock_schema import multimodal_served_id as served_id
 
         view = read_lock_view(repo)  # the layout was read from it, or from an old file name (then LLaVA)
         facts = view.data.get("facts") if view is not None else None
