@@ -2,7 +2,8 @@
 
 :func:`create_vision_app` is what :func:`repo_builder.openai.app.create_app` returns for a repository whose root
 holds a lock file with ``"layout": "multimodal"`` (``render --layout multimodal``). Routes: ``GET /health``,
-``GET /v1/models`` (one model, id ``--served-model-name`` or :func:`~repo_builder.repository.lock_schema.multimodal_served_id`: ``llava``, ``qwen2-vl``),
+``GET /v1/models`` (one model, id ``--served-model-name`` or
+:func:`~repo_builder.repository.lock_schema.multimodal_served_id`: ``llava``, ``qwen2-vl``),
 ``POST /v1/chat/completions``.
 
 A chat's content parts become the prompt and ``image_url_input`` (:func:`repo_builder.openai.images.image_chat`);
