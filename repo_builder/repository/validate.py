@@ -18,6 +18,8 @@ Checks (one :class:`Problem` per finding, each with the file and, where known, t
   directories (a tokenizer dir must hold tokenizer files, case B22); paths under the lock file's
   ``serve_path`` (or ``served_at``) are looked up inside the repository;
 * with a lock file: the sha256 of every rendered file matches (each changed or missing file is reported);
+* a model with ``1/model.yaml`` (the llmapi profiles): every key typed by the schema, ``triton_config`` against
+  config.pbtxt, the runtime limits against the checkpoint (:mod:`.validate_llmapi`);
 * with ``engine_dir`` (also for repositories repo-builder did not render): contradictions between the
   TRT-LLM model's config and the engine's ``config.json`` (batch size, beam width, streaming with beam
   search, logits dtype, KV-cache reuse and chunked context preconditions, in-flight batching without
@@ -462,7 +464,10 @@ def validate_repository(
     _check_structure(models, problems)
     _check_disaggregated(models, problems)
     _check_backend_reads(models, lock, problems)
-    if engine_dir is not None:
+    llmapi = _check_llmapi(root, models, lock, served, engine_dir)  # the llmapi profiles: model.yaml
+    if llmapi is not None:
+        problems.extend(llmapi)
+    elif engine_dir is not None:
         problems.extend(check_against_engine(models, engine_dir, root=root, served_at=served))
     elif lock is not None:
         problems.extend(check_placement_with_lock(models, lock))
@@ -660,6 +665,30 @@ def check_placement_with_lock(models: dict[str, _Model], lock: LockFile) -> list
             shown = _STRUCTURAL_KEYS.get(f.key) or (param.key if param is not None else f.key)
             out.append(Problem(model.rel, f"{shown}: {f.message}", line, severity=f.severity))
     return out
+
+
+def _check_llmapi(
+    root: Path, models: dict[str, _Model], lock: LockFile | None, served: Path, engine_dir: str | Path | None
+) -> list[Problem] | None:
+    """The model.yaml checks of :mod:`.validate_llmapi` (None: no llmapi model in the repository); the
+    checkpoint is ``engine_dir`` when given."""
+    from ..profile.contract import list_profiles
+    from .validate_llmapi import llmapi_findings
+
+    profiles = list_profiles("llmapi")
+    profile = lock.profile if lock is not None and lock.profile in profiles else profiles[-1]
+    findings = llmapi_findings(
+        root,
+        models,
+        profile=profile,
+        local_path=lambda v: _map_path(v, served, root),
+        checkpoint_dir=engine_dir,
+        world_size=lock.launch.world_size if lock is not None and lock.profile in profiles else None,
+        world_source=f"{LOCK_NAME} launch.world_size",
+    )
+    if findings is None:
+        return None
+    return [Problem(f.file, f.message, f.line, f.severity) for f in findings]
 
 
 def _backend_reads(lock: LockFile | None) -> Any:
