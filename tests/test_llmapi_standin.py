@@ -56,3 +56,19 @@ def test_a_real_lora_request_is_refused_naming_it(llm) -> None:
 
     with pytest.raises(GenerationError, match="lora_request"):
         asyncio.run(run())
+
+
+def test_perf_metrics_times_are_timedeltas_in_order(llm) -> None:
+    """``request_perf_metrics.timing_metrics``: ``datetime.timedelta`` values as the LLM API gives them (NVIDIA's
+    model.py reads them with ``pandas.Timedelta(...).value``), arrival <= first scheduled <= first token <= last."""
+    import datetime
+    import time
+
+    async def run():
+        return await llm.generate_async("Hello", SamplingParams(max_tokens=3, return_perf_metrics=True)).aresult()
+
+    before = time.time()
+    timing = asyncio.run(run()).outputs[0].request_perf_metrics.timing_metrics
+    times = [timing.arrival_time, timing.first_scheduled_time, timing.first_token_time, timing.last_token_time]
+    assert all(isinstance(t, datetime.timedelta) for t in times)
+    assert before - 1 <= times[0].total_seconds() and times == sorted(times)

@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -94,12 +95,13 @@ class KvCacheMetrics:
 
 @dataclass
 class TimingMetrics:
-    """Per-request times (seconds since the epoch, floats; the LLM API gives timedeltas)."""
+    """Per-request times as ``datetime.timedelta`` since the epoch, the type the LLM API gives (NVIDIA's 1.2.1
+    model.py turns each into nanoseconds with ``pandas.Timedelta(...).value``)."""
 
-    arrival_time: float = 0.0
-    first_scheduled_time: float = 0.0
-    first_token_time: float = 0.0
-    last_token_time: float = 0.0
+    arrival_time: timedelta = timedelta(0)
+    first_scheduled_time: timedelta = timedelta(0)
+    first_token_time: timedelta = timedelta(0)
+    last_token_time: timedelta = timedelta(0)
 
 
 @dataclass
@@ -237,10 +239,10 @@ class _Group(RequestGroup):
         if self.params.return_perf_metrics:
             perf = RequestPerfMetrics(
                 TimingMetrics(
-                    self.arrival,
-                    seq.first_scheduled_ns / 1e9,
-                    seq.first_token_ns / 1e9,
-                    seq.last_token_ns / 1e9,
+                    timedelta(seconds=self.arrival),
+                    timedelta(microseconds=seq.first_scheduled_ns / 1e3),
+                    timedelta(microseconds=seq.first_token_ns / 1e3),
+                    timedelta(microseconds=seq.last_token_ns / 1e3),
                 )
             )
         return CompletionOutput(
