@@ -72,3 +72,14 @@ def test_perf_metrics_times_are_timedeltas_in_order(llm) -> None:
     times = [timing.arrival_time, timing.first_scheduled_time, timing.first_token_time, timing.last_token_time]
     assert all(isinstance(t, datetime.timedelta) for t in times)
     assert before - 1 <= times[0].total_seconds() and times == sorted(times)
+
+
+def test_perf_times_reach_the_outputs_to_the_microsecond() -> None:
+    """The model's nanoseconds of a timedelta since the epoch are exact (a float product loses ~0.2 us)."""
+    import datetime
+
+    from repo_builder.runtime.llmapi_model import _ns
+
+    t = datetime.timedelta(seconds=1796411569, microseconds=191163)
+    assert _ns(t) == 1796411569191163000
+    assert _ns(1.5) == 1_500_000_000
