@@ -169,20 +169,22 @@ def _yaml_facts(repo: Path, model: str) -> dict[str, Any]:
 
 
 def _load(repo: Path) -> dict[str, Any]:
-    """{role or folder name: config} of ``repo``; models are paired by role unless two models of it play one
-    role (the llmapi layout: tensorrt_llm and the text front doors all take text_input), then by folder name.
+    """{role or folder name: config} of ``repo``; models are paired by role, except in an llmapi repository (a
+    model with model.yaml) or one where two models play one role (the llmapi layout: tensorrt_llm and the text
+    front doors all take text_input): then by folder name.
     The config's ``model.yaml`` facts (:func:`_yaml_facts`) ride along as ``config.yaml_facts``."""
     from collections import Counter
 
     from .adopt import _by_role, _load
 
     loaded = _load(repo, require_engine=False)
-    if any(n > 1 for r, n in Counter(m.role for m in loaded).items() if r is not None):
+    facts = {m.name: _yaml_facts(repo, m.name) for m in loaded}
+    if any(facts.values()) or any(n > 1 for r, n in Counter(m.role for m in loaded).items() if r is not None):
         for m in loaded:
             m.role = None
     roles, extra = _by_role(loaded)
-    out: dict[str, Any] = {role: _Model(m.config, _yaml_facts(repo, m.name)) for role, m in roles.items()}
-    out.update({m.name: _Model(m.config, _yaml_facts(repo, m.name)) for m in extra})
+    out: dict[str, Any] = {role: _Model(m.config, facts[m.name]) for role, m in roles.items()}
+    out.update({m.name: _Model(m.config, facts[m.name]) for m in extra})
     names = {m.name: role for role, m in roles.items()}
     # ensemble steps name models by folder: compare them by role
     ens = out.get("ensemble")

@@ -277,3 +277,81 @@ def test_diff_of_two_renders_with_other_values(tiny_llama, rendered, tmp_path) -
     )
     changes = [str(c) for c in semantic_diff(rendered, other)]
     assert changes == ["tensorrt_llm: model.yaml max_batch_size: (absent) -> 8"]
+
+
+#: NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt @ c8c6df08 (the 1.2.x input set
+#: triton-inference-server/server#8945 lists for v1.2.1), as facts: (name, dtype, dims); inputs all optional but
+#: text_input. Written here independently of model_templates/llmapi-1.2/contract.yaml, so that a drift of the
+#: contract or the templates from NVIDIA's file fails this test.
+_NV_INPUTS = (
+    [("text_input", "TYPE_STRING", -1), ("streaming", "TYPE_BOOL", 1)]
+    + [
+        (f"sampling_param_{n}", t, d)
+        for n, t, d in (
+            ("best_of", "TYPE_INT32", 1),
+            ("temperature", "TYPE_FP32", 1),
+            ("top_k", "TYPE_INT32", 1),
+            ("top_p", "TYPE_FP32", 1),
+            ("frequency_penalty", "TYPE_FP32", 1),
+            ("presence_penalty", "TYPE_FP32", 1),
+            ("max_tokens", "TYPE_INT32", 1),
+            ("stop", "TYPE_STRING", -1),
+            ("seed", "TYPE_UINT64", 1),
+            ("exclude_input_from_output", "TYPE_BOOL", 1),
+            ("return_perf_metrics", "TYPE_BOOL", 1),
+        )
+    ]
+    + [(n, "TYPE_BOOL", 1) for n in ("return_finish_reason", "return_stop_reason", "return_cumulative_logprob", "stop")]
+)
+_NV_OUTPUTS = [
+    ("text_output", "TYPE_STRING", -1), ("finish_reason", "TYPE_STRING", -1), ("stop_reason", "TYPE_STRING", -1),
+    ("cumulative_logprob", "TYPE_FP32", -1), ("kv_cache_reused_block", "TYPE_INT32", -1),
+    ("kv_cache_missed_block", "TYPE_INT32", -1), ("kv_cache_alloc_new_blocks", "TYPE_INT32", -1),
+    ("kv_cache_alloc_total_blocks", "TYPE_INT32", -1), ("kv_cache_hit_rate", "TYPE_FP32", -1),
+    ("arrival_time_ns", "TYPE_INT64", 1), ("first_scheduled_time_ns", "TYPE_INT64", 1),
+    ("first_token_time_ns", "TYPE_INT64", 1), ("last_token_time_ns", "TYPE_INT64", 1),
+    ("acceptance_rate", "TYPE_FP32", 1), ("total_accepted_draft_tokens", "TYPE_INT32", 1),
+    ("total_draft_tokens", "TYPE_INT32", 1),
+]  # fmt: skip
+
+
+def test_render_agrees_with_nvidias_files_for_the_same_choices(tiny_llama, tmp_path) -> None:
+    """NVIDIA's 1.2.1 folder rebuilt from its facts (config.pbtxt without max_batch_size / transaction policy,
+    model.yaml @ c8c6df08 with its hub id) against the render with the same choices (no front doors, not
+    streaming), parsed: the only differences are repo-builder's two optional inputs and two outputs (contract
+    ``ours``), the checkpoint path instead of the hub id, and the LLM API defaults it writes (dtype auto,
+    trust_remote_code false)."""
+    nv = tmp_path / "nvidia" / "tensorrt_llm"
+    (nv / "1").mkdir(parents=True)
+    ins = ",".join(
+        f'{{name: "{n}" data_type: {t} dims: [{d}]{"" if n == "text_input" else " optional: true"}}}'
+        for n, t, d in _NV_INPUTS
+    )
+    outs = ",".join(f'{{name: "{n}" data_type: {t} dims: [{d}]}}' for n, t, d in _NV_OUTPUTS)
+    (nv / "config.pbtxt").write_text(
+        f'name: "tensorrt_llm"\nbackend: "python"\ninstance_group [{{count: 1 kind: KIND_CPU}}]\n'
+        f"input [{ins}]\noutput [{outs}]\n"
+    )
+    (nv / "1" / "model.yaml").write_text(
+        'model: TinyLlama/TinyLlama-1.1B-Chat-v1.0\nbackend: "pytorch"\ntensor_parallel_size: 1\n'
+        "pipeline_parallel_size: 1\ntriton_config:\n  max_batch_size: 0\n  decoupled: False\n"
+    )
+    ours = tmp_path / "ours"
+    render_repository(
+        tiny_llama, None, ours, profile=PROFILE, engine_mode="reference", user_values={"text_front_doors": "false"}
+    )
+    changes = {(c.item, c.fix is not None) for c in semantic_diff(tmp_path / "nvidia", ours)}
+    assert changes == {
+        ("input return_num_input_tokens", True),
+        ("input return_num_output_tokens", True),
+        ("output num_input_tokens", True),
+        ("output num_output_tokens", True),
+        ("model.yaml model", False),
+        ("model.yaml dtype", False),
+        ("model.yaml trust_remote_code", False),
+    }
+    from repo_builder.repository.pbtxt import parse_model_config
+
+    ours_cfg = parse_model_config((ours / "tensorrt_llm" / "config.pbtxt").read_text())
+    assert [t.name for t in ours_cfg.input][: len(_NV_INPUTS)] == [n for n, _, _ in _NV_INPUTS]  # same order
+    assert [t.name for t in ours_cfg.output][: len(_NV_OUTPUTS)] == [n for n, _, _ in _NV_OUTPUTS]
