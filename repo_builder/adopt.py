@@ -70,7 +70,9 @@ def model_role(config: Any) -> str | None:
     return None
 
 
-def _load(repo: Path) -> list[AdoptedModel]:
+def _load(repo: Path, *, require_engine: bool = True) -> list[AdoptedModel]:
+    """Every model of ``repo`` with its role; ``require_engine``: refuse a repository without a model of role
+    ``tensorrt_llm`` (adopt needs one; diff compares any two, llmapi ones included)."""
     if not repo.is_dir():
         raise AdoptError("not a directory", path=repo)
     models: list[AdoptedModel] = []
@@ -101,7 +103,7 @@ def _load(repo: Path) -> list[AdoptedModel]:
             path=repo,
             hint="pass the folder that holds preprocessing/, tensorrt_llm/, ... (NVIDIA's inflight_batcher_llm layout)",
         )
-    if not any(m.role == "tensorrt_llm" for m in models):
+    if require_engine and not any(m.role == "tensorrt_llm" for m in models):
         raise AdoptError(
             "no TensorRT-LLM model in it (a model with input input_ids and output output_ids)",
             path=repo,

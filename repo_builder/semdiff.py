@@ -6,7 +6,9 @@ still compared with its counterpart. Compared per model: ``backend``/``platform`
 ``model_transaction_policy.decoupled``, ``dynamic_batching`` (delay, queue size), ``instance_group`` counts,
 every input and output (``data_type``, ``dims``, ``optional``, ``reshape``; present or not), every
 ``parameters`` key (a value that is empty or a ``${...}`` placeholder counts as absent, as NVIDIA's backend
-and repo-builder's models read it), and the ensemble's steps (``input_map``/``output_map`` per step).
+and repo-builder's models read it), the ensemble's steps (``input_map``/``output_map`` per step), and every
+key of ``<version>/model.yaml`` (the llmapi profiles; item ``model.yaml KEY``, nested keys as
+``kv_cache_config.free_gpu_memory_fraction``).
 
 Each :class:`Change` is matched against :data:`FIXES`, the documented list of what repo-builder renders on
 purpose differently from NVIDIA's templates (docs/migration.md explains each); a change no fix names is
@@ -79,6 +81,14 @@ def _normalized(param: Any, text: str) -> str:
         return text
 
 
+@dataclass(frozen=True)
+class _Model:
+    """A model to compare: its parsed config and its model.yaml facts (empty for the engine layouts)."""
+
+    config: Any
+    yaml_facts: dict[str, Any]
+
+
 def _tensor(t: Any) -> dict[str, Any]:
     return {
         "data_type": dtype_name(t.data_type),
@@ -126,17 +136,60 @@ def _tensor_changes(model: str, item: str, before: dict, after: dict) -> list[Ch
     ]
 
 
+def _yaml_facts(repo: Path, model: str) -> dict[str, Any]:
+    """{``model.yaml KEY``: value} of the model's ``<version>/model.yaml`` (the llmapi profiles), keys flattened
+    as the schema names them (``kv_cache_config.free_gpu_memory_fraction``), each value typed by the schema
+    when it takes it (``2`` and ``"2"`` are one int); empty without the file or when it is not a YAML mapping
+    (``repo-builder validate`` reports that)."""
+    import yaml
+
+    from .profile.schema import load_schema
+    from .repository.validate_llmapi import flatten, model_yaml_path
+
+    path = model_yaml_path(repo / model)
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    params = load_schema().parameters
+    out: dict[str, Any] = {}
+    for key, value in flatten(data).items():
+        param = params.get(key)
+        if param is not None and param.type is not None and value is not None:
+            try:
+                value = param.coerce(value)
+            except ValueError:
+                pass
+        out[f"model.yaml {key}"] = value
+    return out
+
+
 def _load(repo: Path) -> dict[str, Any]:
+    """{role or folder name: config} of ``repo``; models are paired by role, except in an llmapi repository (a
+    model with model.yaml) or one where two models play one role (the llmapi layout: tensorrt_llm and the text
+    front doors all take text_input): then by folder name.
+    The config's ``model.yaml`` facts (:func:`_yaml_facts`) ride along as ``config.yaml_facts``."""
+    from collections import Counter
+
     from .adopt import _by_role, _load
 
-    roles, extra = _by_role(_load(repo))
-    out: dict[str, Any] = {role: m.config for role, m in roles.items()}
-    out.update({m.name: m.config for m in extra})
+    loaded = _load(repo, require_engine=False)
+    facts = {m.name: _yaml_facts(repo, m.name) for m in loaded}
+    if any(facts.values()) or any(n > 1 for r, n in Counter(m.role for m in loaded).items() if r is not None):
+        for m in loaded:
+            m.role = None
+    roles, extra = _by_role(loaded)
+    out: dict[str, Any] = {role: _Model(m.config, facts[m.name]) for role, m in roles.items()}
+    out.update({m.name: _Model(m.config, facts[m.name]) for m in extra})
     names = {m.name: role for role, m in roles.items()}
     # ensemble steps name models by folder: compare them by role
     ens = out.get("ensemble")
     if ens is not None:
-        for step in ens.ensemble_scheduling.step:
+        for step in ens.config.ensemble_scheduling.step:
             step.model_name = names.get(step.model_name, step.model_name)
     return out
 
@@ -155,7 +208,8 @@ def semantic_diff(before: str | Path, after: str | Path) -> list[Change]:
                 Change(model, "model", "present" if model in old else None, "present" if model in new else None)
             )
             continue
-        fo, fn = _facts(old[model]), _facts(new[model])
+        fo = {**_facts(old[model].config), **old[model].yaml_facts}
+        fn = {**_facts(new[model].config), **new[model].yaml_facts}
         for item in sorted(set(fo) | set(fn)):
             a, b = fo.get(item), fn.get(item)
             if a == b:

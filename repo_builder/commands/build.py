@@ -102,7 +102,9 @@ _RENDER_INPUTS = {
         None,
         ("--model",),
         help="NAME=ENGINE_DIR,TOKENIZER_DIR: one of several LLMs in the repository (repeat; instead of "
-        "--engine-dir/--tokenizer-dir). Its models are NAME_preprocessing, NAME_tensorrt_llm, NAME_ensemble, ...",
+        "--engine-dir/--tokenizer-dir). Its models are NAME_preprocessing, NAME_tensorrt_llm, NAME_ensemble, "
+        "... With --profile llmapi-1.2: NAME=CHECKPOINT_DIR[,TOKENIZER_DIR], models NAME_tensorrt_llm, "
+        "NAME_ensemble, NAME_tensorrt_llm_bls.",
     ),
     "output": Opt(REQUIRED, ("--output", "-o"), help="Repository directory to create."),
 }
@@ -178,18 +180,14 @@ def render(
         return
     if model:
         if engine_dir is not None or tokenizer_dir is not None:
+            flags = "--checkpoint-dir/--tokenizer-dir" if llmapi else "--engine-dir/--tokenizer-dir"
+            shape = "NAME=CHECKPOINT_DIR[,TOKENIZER_DIR]" if llmapi else "NAME=ENGINE_DIR,TOKENIZER_DIR"
             raise RenderError(
-                "--model and --engine-dir/--tokenizer-dir exclude each other",
+                f"--model and {flags} exclude each other",
                 key="--model",
-                hint="give every LLM as --model NAME=ENGINE_DIR,TOKENIZER_DIR",
+                hint=f"give every LLM as --model {shape}",
             )
-        if llmapi:
-            raise RenderError(
-                f"--model (several LLMs in one repository) is not supported by profile {profile} yet",
-                key="--model",
-                hint="render one repository per checkpoint (--checkpoint-dir) and serve them side by side",
-            )
-        result = render_multi_repository([_parse_model(m) for m in model], output, options)
+        result = render_multi_repository([_parse_model(m, llmapi=llmapi) for m in model], output, options)
     elif llmapi:
         if engine_dir is None:
             raise RenderError(
@@ -291,8 +289,9 @@ def _render_multimodal(
     )
 
 
-def _parse_model(text: str) -> tuple[str, Path, Path]:
-    """``NAME=ENGINE_DIR,TOKENIZER_DIR`` -> (name, engine dir, tokenizer dir).
+def _parse_model(text: str, *, llmapi: bool = False) -> tuple[str, Path, Path | None]:
+    """``NAME=ENGINE_DIR,TOKENIZER_DIR`` -> (name, engine dir, tokenizer dir); for an llmapi profile
+    ``NAME=CHECKPOINT_DIR[,TOKENIZER_DIR]`` (tokenizer None: the checkpoint's).
 
     Raises:
         RenderError: another shape (names ``--model`` and the text).
@@ -301,12 +300,12 @@ def _parse_model(text: str) -> tuple[str, Path, Path]:
 
     name, sep, dirs = text.partition("=")
     engine, comma, tokenizer = dirs.partition(",")
+    if llmapi and sep and name.strip() and engine.strip() and (not comma or tokenizer.strip()):
+        return name.strip(), Path(engine.strip()), Path(tokenizer.strip()) if comma else None
     if not sep or not comma or not name.strip() or not engine.strip() or not tokenizer.strip():
-        raise RenderError(
-            f"'{text}' is not NAME=ENGINE_DIR,TOKENIZER_DIR",
-            key="--model",
-            hint="e.g. --model llama=/engines/llama,/hf/llama",
-        )
+        shape = "NAME=CHECKPOINT_DIR[,TOKENIZER_DIR]" if llmapi else "NAME=ENGINE_DIR,TOKENIZER_DIR"
+        example = "--model smol=/hf/smollm2" if llmapi else "--model llama=/engines/llama,/hf/llama"
+        raise RenderError(f"'{text}' is not {shape}", key="--model", hint=f"e.g. {example}")
     return name.strip(), Path(engine.strip()), Path(tokenizer.strip())
 
 

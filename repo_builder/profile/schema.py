@@ -424,6 +424,12 @@ def _unknown_key_message(schema: Schema, profile: str, key: str) -> str:
     return f"{key}: unknown parameter of profile {profile} (list them with `repo-builder params --profile {profile}`)"
 
 
+def unknown_key_message(profile: str, key: str) -> str:
+    """Why ``key`` is not a parameter of ``profile`` (``KEY: ...``, with a did-you-mean, the profile it exists in,
+    or what happened to it upstream); for readers of files other than ``--set`` (validate of model.yaml)."""
+    return _unknown_key_message(load_schema(), profile, key)
+
+
 _NOT_SETTABLE_HINT = {
     "engine_dir": "pass the engine with --engine-dir (and --engine-mode)",
     "tokenizer_dir": "pass the tokenizer with --tokenizer-dir",

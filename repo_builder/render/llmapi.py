@@ -119,36 +119,28 @@ def render_llmapi_config(profile: str, values: dict[str, Any], contract: Profile
     )
 
 
-def render_front_config(
-    profile: str, values: dict[str, Any], contract: ProfileContract, model_name: str, engine_model: str
-) -> str:
-    """``ensemble/config.pbtxt`` or ``tensorrt_llm_bls/config.pbtxt``: a text front door (Python model over
-    ``engine_model``) from ``model_templates/<profile>/<model_name>/config.pbtxt.j2``, decoupled exactly when
-    the llmapi model is.
-
-    Raises:
-        TemplateError: a missing template or one protobuf refuses (names it).
-    """
-    return _render_config(
-        profile,
-        model_name,
-        model_name,
-        contract=contract.models[model_name],
-        front_max_batch_size=FRONT_MAX_BATCH_SIZE,
-        decoupled=bool(values["triton_config.decoupled"]),
-        tensorrt_llm_model_name=engine_model,
-    )
-
-
-def front_door_files(profile: str, values: dict[str, Any], contract: ProfileContract) -> dict[str, bytes]:
-    """{relative path: bytes} of the text front doors (:data:`FRONT_DOORS`), each with the vendored runtime;
-    empty when ``text_front_doors`` is false."""
+def front_door_files(
+    profile: str, values: dict[str, Any], contract: ProfileContract, model_prefix: str = ""
+) -> dict[str, bytes]:
+    """{relative path: bytes} of the text front doors (:data:`FRONT_DOORS`, each named ``<model_prefix><door>``
+    over ``<model_prefix>tensorrt_llm``), each with the vendored runtime; empty when ``text_front_doors`` is
+    false."""
     if not values.get("text_front_doors"):
         return {}
     files: dict[str, bytes] = {}
     runtime = runtime_files()
-    for name in FRONT_DOORS:
-        files[f"{name}/config.pbtxt"] = render_front_config(profile, values, contract, name, LLMAPI_MODEL).encode()
+    engine_model = f"{model_prefix}{LLMAPI_MODEL}"
+    for door in FRONT_DOORS:  # Python models over engine_model, decoupled exactly when it is
+        name = f"{model_prefix}{door}"
+        files[f"{name}/config.pbtxt"] = _render_config(
+            profile,
+            door,
+            name,
+            contract=contract.models[door],
+            front_max_batch_size=FRONT_MAX_BATCH_SIZE,
+            decoupled=bool(values["triton_config.decoupled"]),
+            tensorrt_llm_model_name=engine_model,
+        ).encode()
         files[f"{name}/1/model.py"] = python_model_source(FRONT_SOURCE_KIND)
         for rel, data in runtime.items():
             files[f"{name}/1/{RUNTIME_FOLDER}/{rel}"] = data
@@ -170,6 +162,8 @@ class PreparedLLMAPIRender:
     checkpoint: CheckpointFacts
     placement: PlacementPlan
     values_source: dict[str, Any] | None = None
+    #: ``<name>_`` for one LLM of several (``render --model NAME=...``): every model folder and name is prefixed.
+    model_prefix: str = ""
 
     def finish(self) -> RenderPlan:
         """Inspect the tokenizer, resolve every value and render every file in memory.
@@ -191,14 +185,15 @@ class PreparedLLMAPIRender:
             profile, self.checkpoint, tokenizer, self.checked, model_path=model_path, streaming=opts.streaming
         )
         values = resolution.as_template_vars()
+        engine_model = f"{self.model_prefix}{LLMAPI_MODEL}"
         files: dict[str, bytes] = {
-            f"{LLMAPI_MODEL}/config.pbtxt": render_llmapi_config(profile, values, self.contract, LLMAPI_MODEL).encode(),
-            f"{LLMAPI_MODEL}/1/{MODEL_YAML}": model_yaml_text(profile, values, self.contract).encode(),
-            f"{LLMAPI_MODEL}/1/model.py": python_model_source(LLMAPI_SOURCE_KIND),
+            f"{engine_model}/config.pbtxt": render_llmapi_config(profile, values, self.contract, engine_model).encode(),
+            f"{engine_model}/1/{MODEL_YAML}": model_yaml_text(profile, values, self.contract).encode(),
+            f"{engine_model}/1/model.py": python_model_source(LLMAPI_SOURCE_KIND),
         }
         for rel, data in runtime_files().items():
-            files[f"{LLMAPI_MODEL}/1/{RUNTIME_FOLDER}/{rel}"] = data
-        files.update(front_door_files(profile, values, self.contract))
+            files[f"{engine_model}/1/{RUNTIME_FOLDER}/{rel}"] = data
+        files.update(front_door_files(profile, values, self.contract, self.model_prefix))
         targets = {f.target for f in self.placement.files}
         for rel in files:
             if rel in targets:
@@ -220,13 +215,18 @@ class PreparedLLMAPIRender:
             tokenizer_dir=str(self.tokenizer_path),
             values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
             world_size=tp * pp,
-            tensorrt_llm_model_names=[LLMAPI_MODEL],
+            tensorrt_llm_model_names=[engine_model],
             files=files,
             serve_path=opts.serve_path,
             engine_files=[f.target for f in self.placement.files],
             tp_size=tp,
             pp_size=pp,
-            python_instances={LLMAPI_MODEL: 1, **{m: 1 for m in FRONT_DOORS if f"{m}/config.pbtxt" in files}},
+            python_instances={
+                engine_model: 1,
+                **{
+                    f"{self.model_prefix}{m}": 1 for m in FRONT_DOORS if f"{self.model_prefix}{m}/config.pbtxt" in files
+                },
+            },
         )
         lock["checkpoint"] = self.checkpoint.lock_block()
         lock["tokenizer"].update(
@@ -259,10 +259,14 @@ def prepare_llmapi_render(
     tokenizer_dir: str | Path | None,
     output: str | Path,
     options: RenderOptions,
+    *,
+    model_prefix: str = "",
 ) -> PreparedLLMAPIRender:
     """Check what needs no tokenizer and plan the checkpoint placement (writes nothing).
 
     ``tokenizer_dir`` None: the checkpoint folder (the LLM API loads the tokenizer from the model folder).
+    ``model_prefix`` (one LLM of several, :func:`repo_builder.render.render_multi_repository`) prefixes every
+    model folder and name (``<prefix>tensorrt_llm``, ``<prefix>ensemble``, ...) and the checkpoint's folder.
 
     Raises:
         RenderError (unknown ``--engine-mode``, an output that may not be written, a relative serve path),
@@ -306,6 +310,10 @@ def prepare_llmapi_render(
             hint="render TensorRT-LLM engines with --profile trtllm-1.2 --engine-dir",
         )
     placement = plan_placement("hf", checkpoint_path, opts.engine_mode)
+    if model_prefix:
+        from .plan import _prefixed_placement
+
+        placement = _prefixed_placement(placement, model_prefix)
     return PreparedLLMAPIRender(
         options=opts,
         contract=contract,
@@ -318,4 +326,5 @@ def prepare_llmapi_render(
         checkpoint=facts,
         placement=placement,
         values_source=values_source,
+        model_prefix=model_prefix,
     )

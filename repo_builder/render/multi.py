@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import RenderError, RepoBuilderError
 from ..placement import PlacementPlan
 from ..repository.lockfile import LOCK_NAME, dumps
+from .llmapi import PreparedLLMAPIRender, prepare_llmapi_render
 from .options import RenderOptions
 from .plan import PreparedRender, RenderPlan, prepare_render
 from .write import RenderResult, write_plan, write_repository
@@ -29,7 +30,7 @@ def _named(name: str) -> Iterator[None]:
         raise
 
 
-def _check_names(llms: list[tuple[str, str | Path, str | Path]]) -> None:
+def _check_names(llms: list[tuple[str, str | Path, str | Path | None]]) -> None:
     """At least two LLMs, each named ``[A-Za-z0-9][A-Za-z0-9_.-]*`` (at most 64 characters) once."""
     if len(llms) < 2:
         raise RenderError(
@@ -51,7 +52,9 @@ def _check_names(llms: list[tuple[str, str | Path, str | Path]]) -> None:
 
 
 def _combined_plan(
-    opts: RenderOptions, prepared: list[tuple[str, PreparedRender]], placement: PlacementPlan
+    opts: RenderOptions,
+    prepared: list[tuple[str, PreparedRender | PreparedLLMAPIRender]],
+    placement: PlacementPlan,
 ) -> RenderPlan:
     """Finish every LLM's plan and merge them into one repository with one lock file.
 
@@ -102,7 +105,7 @@ def _combined_plan(
 
 
 def render_multi_repository(
-    llms: list[tuple[str, str | Path, str | Path]],
+    llms: list[tuple[str, str | Path, str | Path | None]],
     output: str | Path,
     options: RenderOptions | None = None,
     **fields: Any,
@@ -116,6 +119,12 @@ def render_multi_repository(
     (:func:`repo_builder.lockfile.build_multi_lock`). The engines must need the same world size: one launch
     serves them all, ranks > 0 load every ``<name>_tensorrt_llm``. ``options`` and ``fields``: as for
     ``render_repository`` (:class:`RenderOptions`). Every engine is copied while the LLMs' files are rendered.
+
+    An llmapi profile (``--profile llmapi-1.2``): each ``engine_dir`` is a Hugging Face checkpoint and
+    ``tokenizer_dir`` may be None (the checkpoint's); each LLM gets ``<name>_tensorrt_llm`` (NVIDIA's llmapi
+    model, its own ``1/model.yaml`` naming its own checkpoint) and, with ``text_front_doors``, its
+    ``<name>_ensemble`` and ``<name>_tensorrt_llm_bls`` over it; the world size is each one's
+    tensor x pipeline parallel size, which must agree.
 
     Raises:
         RenderError: fewer than two LLMs, a name that is not ``[A-Za-z0-9][A-Za-z0-9_.-]*`` or is repeated,
@@ -132,10 +141,23 @@ def render_multi_repository(
             hint="render one repository per LLM",
         )
     _check_names(llms)
-    prepared: list[tuple[str, PreparedRender]] = []
+    from ..profile.contract import profile_layout
+
+    llmapi = profile_layout(opts.profile) == "llmapi"
+    prepared: list[tuple[str, PreparedRender | PreparedLLMAPIRender]] = []
     for name, engine_dir, tokenizer_dir in llms:
         with _named(name):
-            prepared.append((name, prepare_render(engine_dir, tokenizer_dir, output, opts, model_prefix=f"{name}_")))
+            if llmapi:
+                prep: PreparedRender | PreparedLLMAPIRender = prepare_llmapi_render(
+                    engine_dir, tokenizer_dir, output, opts, model_prefix=f"{name}_"
+                )
+            elif tokenizer_dir is None:
+                raise RenderError(
+                    "missing the tokenizer directory", key="--model", hint="NAME=ENGINE_DIR,TOKENIZER_DIR"
+                )
+            else:
+                prep = prepare_render(engine_dir, tokenizer_dir, output, opts, model_prefix=f"{name}_")
+            prepared.append((name, prep))
     first = prepared[0][1].placement
     placement = PlacementPlan(
         first.mode, first.source_dir, first.engine_subdir, [f for _, p in prepared for f in p.placement.files]

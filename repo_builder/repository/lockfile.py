@@ -150,8 +150,9 @@ def build_multi_lock(
     ``llms`` is ``[(name, that LLM's own lock dict from build_lock)]``. The result has the single-LLM keys
     (``launch`` merged: the common world size, every LLM's TensorRT-LLM model, all Python stub counts;
     ``values`` empty, as values are per LLM) plus ``llms``: ``[{"name", "engine", "tokenizer", "values",
-    "models": {role: model name}}]``. ``engine``/``tokenizer`` at the top are the first LLM's (readers that know
-    one LLM only still find an engine); :func:`lock_llms` lists them all.
+    "models": {role: model name}}]`` (and ``"checkpoint"``, the checkpoint facts, for an llmapi profile).
+    ``engine``/``tokenizer`` at the top are the first LLM's (readers that know one LLM only still find an
+    engine); :func:`lock_llms` lists them all.
     """
     launches = [lock["launch"] for _, lock in llms]
     launch: dict[str, Any] = {
@@ -174,6 +175,7 @@ def build_multi_lock(
                 "tokenizer": lock["tokenizer"],
                 "values": lock["values"],
                 "models": {m[len(prefix) :]: m for m in models if m.startswith(prefix)},
+                **({"checkpoint": lock["checkpoint"]} if "checkpoint" in lock else {}),  # the llmapi profiles
             }
         )
     first = llms[0][1]

@@ -18,6 +18,8 @@ Checks (one :class:`Problem` per finding, each with the file and, where known, t
   directories (a tokenizer dir must hold tokenizer files, case B22); paths under the lock file's
   ``serve_path`` (or ``served_at``) are looked up inside the repository;
 * with a lock file: the sha256 of every rendered file matches (each changed or missing file is reported);
+* a model with ``1/model.yaml`` (the llmapi profiles): every key typed by the schema, ``triton_config`` against
+  config.pbtxt, the runtime limits against the checkpoint (:mod:`.validate_llmapi`);
 * with ``engine_dir`` (also for repositories repo-builder did not render): contradictions between the
   TRT-LLM model's config and the engine's ``config.json`` (batch size, beam width, streaming with beam
   search, logits dtype, KV-cache reuse and chunked context preconditions, in-flight batching without
@@ -44,6 +46,7 @@ from .validate_checks import (
     check_structure,
 )
 from .validate_engine import check_against_engine, check_placement_with_lock, repository_values
+from .validate_llmapi import check_llmapi_models
 from .validate_models import ENGINE_PATH_KEYS, Problem, RepoModel, load_models, lock_or_none, trtllm_models
 
 
@@ -89,7 +92,10 @@ def validate_repository(
     check_structure(models, problems)
     check_disaggregated(models, problems)
     check_backend_reads(models, lock, problems)
-    if engine_dir is not None:
+    llmapi = check_llmapi_models(root, models, lock, served, engine_dir)  # the llmapi profiles: model.yaml
+    if llmapi is not None:
+        problems.extend(llmapi)
+    elif engine_dir is not None:
         problems.extend(check_against_engine(models, engine_dir, root=root, served_at=served))
     elif lock is not None:
         problems.extend(check_placement_with_lock(models, lock))

@@ -11,7 +11,8 @@ What the llmapi model (:mod:`.llmapi_model`) calls, with the LLM API's names and
   LLM() argument of model.yaml (parallel sizes, KV-cache config, ...) is accepted and has no effect on a CPU.
 * ``LLM.generate_async(prompt, sampling_params=SamplingParams(...), streaming=bool)`` -> :class:`RequestOutput`,
   which is async-iterable (one item per step with new tokens when streaming, one final item otherwise) and
-  has ``abort()``; ``LLM.shutdown()``.
+  has ``abort()``; ``LLM.shutdown()``. A bool in the third (``lora_request``) position, where NVIDIA's 1.2.1
+  model.py passes its streaming flag, means no adapter and no streaming, as in TensorRT-LLM 1.2.1.
 * :class:`SamplingParams`: ``max_tokens`` (default 32, as upstream), ``end_id``/``pad_id`` (default: the
   tokenizer's EOS / PAD), ``stop`` (strings; the text is cut before the stop string, ``stop_reason`` names
   it), ``temperature``/``top_k``/``top_p`` (greedy when temperature is 0, top_k 1, or none given),
@@ -35,6 +36,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -93,12 +95,13 @@ class KvCacheMetrics:
 
 @dataclass
 class TimingMetrics:
-    """Per-request times (seconds since the epoch, floats; the LLM API gives timedeltas)."""
+    """Per-request times as ``datetime.timedelta`` since the epoch, the type the LLM API gives (NVIDIA's 1.2.1
+    model.py turns each into nanoseconds with ``pandas.Timedelta(...).value``)."""
 
-    arrival_time: float = 0.0
-    first_scheduled_time: float = 0.0
-    first_token_time: float = 0.0
-    last_token_time: float = 0.0
+    arrival_time: timedelta = timedelta(0)
+    first_scheduled_time: timedelta = timedelta(0)
+    first_token_time: timedelta = timedelta(0)
+    last_token_time: timedelta = timedelta(0)
 
 
 @dataclass
@@ -236,10 +239,10 @@ class _Group(RequestGroup):
         if self.params.return_perf_metrics:
             perf = RequestPerfMetrics(
                 TimingMetrics(
-                    self.arrival,
-                    seq.first_scheduled_ns / 1e9,
-                    seq.first_token_ns / 1e9,
-                    seq.last_token_ns / 1e9,
+                    timedelta(seconds=self.arrival),
+                    timedelta(microseconds=seq.first_scheduled_ns / 1e3),
+                    timedelta(microseconds=seq.first_token_ns / 1e3),
+                    timedelta(microseconds=seq.last_token_ns / 1e3),
                 )
             )
         return CompletionOutput(
@@ -332,6 +335,12 @@ class LLM:
             GenerationError: ``lora_request`` given (no LoRA here), ``best_of``/``n`` > 1, ``max_tokens`` < 1,
                 or a prompt that leaves no room below ``max_seq_len`` (each names the field).
         """
+        if isinstance(lora_request, bool):
+            # NVIDIA's 1.2.1 model.py calls generate_async(prompt, params, streaming): its streaming flag lands
+            # here (fixed after 1.2.1 by NVIDIA/TensorRT-LLM PR #14079). TensorRT-LLM 1.2.1 serves such a call
+            # as no adapter and not streamed (one final item, as triton-inference-server/server#8896's drafts
+            # observed), and so does the stand-in.
+            lora_request = None
         if lora_request is not None or prompt_adapter_request is not None:
             raise GenerationError("lora_request: LoRA adapters are not served by the CPU stand-in")
         if not isinstance(inputs, str):
