@@ -32,14 +32,14 @@ from ..placement import PlacementPlan, check_placement_mode, plan_placement
 from ..profile.contract import ProfileContract, load_contract
 from ..repository.lockfile import LOCK_NAME, build_lock, dumps
 from ..repository.pbtxt import parse_model_config
+from ..values.llmapi import LLMAPI_MODEL
 from .options import RenderOptions
 from .output import check_output
 from .plan import RenderPlan, serve_root_of, user_values
 from .templates import _tidy, make_environment, template_path
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 
-#: The model of an llmapi repository and its Python source kind (model_templates/python_models/<kind>/).
-LLMAPI_MODEL = "tensorrt_llm"
+#: The Python source kind of an llmapi repository's model (model_templates/python_models/<kind>/).
 LLMAPI_SOURCE_KIND = "llmapi"
 MODEL_YAML = "model.yaml"
 #: The text front doors (parameter ``text_front_doors``), their Python source kind and Triton max_batch_size:

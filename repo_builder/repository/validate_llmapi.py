@@ -125,7 +125,7 @@ def check_model_yaml(profile: str, doc: ModelYaml) -> list[tuple[str, str, str]]
         required keys, a string ``triton_config.decoupled``.
     """
     from ..profile.schema import load_schema, unknown_key_message
-    from ..render.llmapi import LLMAPI_MODEL
+    from ..values.llmapi import LLMAPI_MODEL
 
     params = load_schema().for_profile(profile, include_build_time=True)
     out: list[tuple[str, str, str]] = []

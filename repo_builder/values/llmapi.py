@@ -32,6 +32,9 @@ from ..profile.schema import check_text_value, load_schema, validate_user_values
 from ..tokenizer import TokenizerInfo
 from .resolve import Resolution, ResolvedValue
 
+#: The model of an llmapi repository: the Python-backend ``tensorrt_llm`` that reads ``1/model.yaml``.
+LLMAPI_MODEL = "tensorrt_llm"
+
 
 @dataclass(frozen=True)
 class LLMAPIFinding:
