@@ -11,7 +11,27 @@ from pathlib import Path
 import typer
 
 from ..cli import app, report_errors
-from ..server.options import DEFAULTS
+from ..server.options import DEFAULTS, launch_option
+
+_STOP_HELP = " Passed on as launch passes it: tritonserver gets --exit-timeout-secs = --exit-timeout + --unload-timeout"
+
+
+def _exit_timeout() -> int:
+    return launch_option("exit_timeout", help="Seconds a stop gives in-flight requests (launch's option)." + _STOP_HELP)
+
+
+def _unload_timeout(where: str) -> float:
+    return launch_option(
+        "unload_timeout",
+        help="Seconds a stop gives the models to unload once nothing is in flight (launch's option)."
+        + _STOP_HELP
+        + f"; {where}.",
+    )
+
+
+def _histogram_latencies() -> bool:
+    return launch_option("histogram_latencies")
+
 
 deploy_app = typer.Typer(
     help="Generate deployments (Kubernetes manifests, a Slurm batch script, Prometheus/Grafana monitoring) "
@@ -78,6 +98,9 @@ def kubernetes(
         help="Add a prometheus-operator ServiceMonitor scraping the Service's metrics port (docs/metrics.md).",
     ),
     scrape_interval: str = typer.Option("15s", "--scrape-interval", help="The ServiceMonitor's scrape interval."),
+    exit_timeout: int = _exit_timeout(),
+    unload_timeout: float = _unload_timeout("the pods' terminationGracePeriodSeconds is their sum + 15 (at least 60)"),
+    histogram_latencies: bool = _histogram_latencies(),
 ) -> None:
     """Kubernetes manifests: Deployment + Service (one node) or LeaderWorkerSet + RBAC + Service (several)."""
     from ..deploy.facts import default_name, read_facts
@@ -98,6 +121,9 @@ def kubernetes(
         shm_size=shm_size,
         startup_seconds=startup_seconds,
         service_monitor=scrape_interval if service_monitor else None,
+        exit_timeout=exit_timeout,
+        unload_timeout=unload_timeout,
+        histogram_latencies=histogram_latencies,
     )
     docs = manifests(facts, opts)
     _warn(facts)
@@ -165,6 +191,11 @@ def slurm(
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write the script to this file (mode 755) instead of stdout."
     ),
+    exit_timeout: int = _exit_timeout(),
+    unload_timeout: float = _unload_timeout(
+        "Slurm signals the job their sum + 30 s before its time limit (--signal=B:TERM@, at least 120)"
+    ),
+    histogram_latencies: bool = _histogram_latencies(),
 ) -> None:
     """An sbatch script: one srun task per GPU (--multi-prog ranks, MPI via PMIx), readiness wait, clean stop."""
     from ..deploy.facts import default_name, read_facts
@@ -191,6 +222,9 @@ def slurm(
         grpc_port=grpc_port,
         metrics_port=metrics_port,
         ready_timeout=ready_timeout,
+        exit_timeout=exit_timeout,
+        unload_timeout=unload_timeout,
+        histogram_latencies=histogram_latencies,
     )
     text = script(facts, opts)
     _warn(facts)
