@@ -7,7 +7,7 @@ its ``retired``, and a ``flush`` with nothing changed (the push thread's idle ti
 calls into tritonserver, measured on a real server by scripts/bench_server_cpu.py with
 ``--set repo_builder_metrics=true|false``).
 
-Usage: ``.venv/bin/python scripts/bench_metrics.py [--calls 200000]``
+Usage: ``.venv/bin/python scripts/bench_metrics.py [--calls 200000] [--tokens 64]``
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def per_call_ns(fn, calls: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=200_000)
+    ap.add_argument("--tokens", type=int, default=64, help="tokens per request (for the per-token estimate)")
     args = ap.parse_args()
     n = args.calls
     m = M.ModelMetrics(None, "tensorrt_llm", "1", M.ENGINE)
@@ -48,18 +49,36 @@ def main() -> None:
         )
         for _ in range(16)
     ]
+
+    def streamed_response() -> None:
+        """What postprocessing records per streamed response (one token): 2 clock reads, 2 counters."""
+        t0 = time.perf_counter()
+        m.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
+        m.inc("repo_builder_detokenize_tokens_total", 1)
+
     rows = [
         ("counter inc", lambda: m.inc("repo_builder_engine_output_tokens_total", 1.0)),
         ("histogram observe", lambda: m.observe("repo_builder_engine_first_token_seconds", 0.01)),
         ("refused (label lookup + inc)", lambda: m.refused("max_tokens")),
         ("NullMetrics inc (metrics off)", lambda: null.inc("repo_builder_engine_output_tokens_total", 1.0)),
+        ("postprocessing, one streamed token", streamed_response),
+        ("engine iteration, 1 sequence", lambda: obs.iteration(seqs[:1], 0, 1, 0, 0, 1)),
         ("engine iteration, 16 sequences", lambda: obs.iteration(seqs, 0, 16, 0, 0, 16)),
         ("engine retired (one sequence)", lambda: obs.retired(seqs[0], 1)),
     ]
+    us: dict[str, float] = {}
     for name, fn in rows:
-        print(f"{name:34s} {per_call_ns(fn, n) / 1000:8.3f} us")
+        us[name] = per_call_ns(fn, n) / 1000
+        print(f"{name:34s} {us[name]:8.3f} us")
         m.flush()  # drop the histogram observations collected (no Triton here)
     print(f"{'flush, nothing changed':34s} {per_call_ns(m.flush, n // 100) / 1000:8.3f} us")
+    # per streamed token of the ensemble path, a request of --tokens tokens: postprocessing's response, the
+    # engine's iteration share (1 or 16 sequences in the batch), the request's retirement and preprocessing's
+    # 3 counters spread over its tokens
+    per_request = (us["engine retired (one sequence)"] + 3 * us["counter inc"]) / args.tokens
+    for batch, key in ((1, "engine iteration, 1 sequence"), (16, "engine iteration, 16 sequences")):
+        token = us["postprocessing, one streamed token"] + us[key] / batch + per_request
+        print(f"per streamed token, {batch:2d} in the batch  {token:8.3f} us")
 
 
 if __name__ == "__main__":
