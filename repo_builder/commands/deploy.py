@@ -255,6 +255,12 @@ def monitoring(
         "--target",
         help="host:port of Triton's metrics endpoint to scrape (repeatable). Default: localhost:<metrics port>.",
     ),
+    openai_target: list[str] = typer.Option(
+        [],
+        "--openai-target",
+        help="host:port of an OpenAI front end (`launch --openai_port`, `repo-builder openai`) whose /metrics to "
+        "scrape in the same job (repeatable). Default: none.",
+    ),
     scrape_interval: str = typer.Option("5s", "--scrape-interval", help="Prometheus scrape interval."),
 ) -> None:
     """A Prometheus scrape config and a Grafana dashboard (throughput, TTFT/ITL, queue and KV cache, text cost)."""
@@ -266,6 +272,7 @@ def monitoring(
         facts,
         job=job or default_name(repo),
         targets=list(target) or [f"localhost:{facts.metrics_port}"],
+        openai_targets=list(openai_target),
         scrape_interval=scrape_interval,
     )
     _warn(facts)

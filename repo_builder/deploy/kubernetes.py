@@ -291,7 +291,13 @@ def manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str,
         from .monitoring import service_monitor
 
         docs.append(
-            service_monitor(opts.name, _selector(opts), namespace=opts.namespace, interval=opts.service_monitor)
+            service_monitor(
+                opts.name,
+                _selector(opts),
+                namespace=opts.namespace,
+                interval=opts.service_monitor,
+                openai=opts.openai_port is not None,
+            )
         )
     return docs
 

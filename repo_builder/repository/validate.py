@@ -301,7 +301,7 @@ def _trtllm_models(models: dict[str, _Model]) -> list[_Model]:
 def _check_structure(models: dict[str, _Model], problems: list[Problem]) -> None:
     for m in _trtllm_models(models):
         total = python_instances(m.cfg)  # Triton creates count instances per GPU a KIND_GPU group lists
-        if total > 1:
+        if total > 1 and m.config is not None and m.config.backend != "python":  # Python engines: any count
             problems.append(
                 Problem(
                     m.rel,

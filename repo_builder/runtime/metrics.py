@@ -12,7 +12,12 @@ engines from their own scheduler and KV cache; and the ``repo_builder_*`` famili
 (preprocessing, postprocessing, the BLS) and of the engines' request outcomes. docs/metrics.md lists them.
 
 Every series carries NVIDIA's labels ``model`` (the model's name) and ``version``; a family with a category
-label (``request_type``, ``reason``...) has one series per category value listed in the table.
+label (``request_type``, ``reason``...) has one series per category value listed in the table. The engines'
+series carry one label more, :data:`INSTANCE_LABEL` (Triton's instance name), so two instances of one engine
+model are two series: NVIDIA's backend labels only ``model`` and ``version`` (README "Triton Metrics"), and
+Triton's core hands a second instance asking for the same labels the same metric, so the instances' gauges
+would overwrite each other. The text models' series have no such label: their counters and histograms are
+shared by the model's instances and sum over them, which is their meaning.
 
 Cost: a recorded event only updates a Python number under a lock (:meth:`ModelMetrics.inc`, ``observe``);
 a daemon thread pushes what changed to Triton every ``period_s`` (each push is one IPC round trip to the
@@ -38,6 +43,10 @@ ENGINE, PRE, POST, BLS = "tensorrt_llm", "preprocessing", "postprocessing", "ten
 TOKEN_LEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
 #: buckets of repo-builder's latency histograms (seconds)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+#: the label naming the model instance on the engines' series (value: Triton's ``model_instance_name``, e.g.
+#: ``tensorrt_llm_0_1``). Not ``instance``: Prometheus sets that one to the scrape target.
+INSTANCE_LABEL = "model_instance"
 
 #: ``tokens_per`` of the Python engines' KV-cache blocks: trtllm-build's default ``--tokens_per_block``
 #: (64, also what NVIDIA's README example shows); their caches are not paged, blocks are an accounting unit.
@@ -307,6 +316,7 @@ class ModelMetrics:
         role: which families (:data:`FAMILIES` ``roles``) this model exports.
         period_s: seconds between pushes to Triton.
         log: called with a warning when Triton refuses a family (metrics then stay off for this model).
+        instance: the :data:`INSTANCE_LABEL` value of every series (None: no such label).
     Errors never escape: a family Triton refuses turns this model's metrics off with one warning.
     """
 
@@ -321,8 +331,10 @@ class ModelMetrics:
         *,
         period_s: float = 0.1,
         log: Callable[[str], None] | None = None,
+        instance: str | None = None,
     ) -> None:
         self.model, self.version, self.role = model, str(version), role
+        self.instance = instance
         self.period_s = max(0.01, float(period_s))
         self._log = log or (lambda _m: None)
         self._lock = threading.Lock()
@@ -352,6 +364,8 @@ class ModelMetrics:
                     made[fam.name] = pb.MetricFamily(name=fam.name, description=fam.description, kind=kinds[fam.kind])
                     self._families.append(made[fam.name])
                 labels = {"model": self.model, "version": self.version}
+                if self.instance is not None:
+                    labels[INSTANCE_LABEL] = self.instance
                 if fam.label is not None and s.category is not None:
                     labels[fam.label] = s.category
                 if fam.kind == HISTOGRAM:
@@ -515,13 +529,17 @@ def metrics_enabled(params: Any) -> bool:
 
 def for_model(pb: Any, args: Mapping[str, Any], params: Any, role: str, *, period_s: float = 0.1) -> Metrics:
     """The metrics of a model being initialized (``args`` of ``initialize``), or :data:`NULL_METRICS` when
-    ``repo_builder_metrics`` is false or this Python backend has no custom metrics (``pb.MetricFamily``)."""
+    ``repo_builder_metrics`` is false or this Python backend has no custom metrics (``pb.MetricFamily``).
+    An engine's (``role`` :data:`ENGINE`) carry :data:`INSTANCE_LABEL` = ``args["model_instance_name"]``."""
     if not metrics_enabled(params) or getattr(pb, "MetricFamily", None) is None:
         return NULL_METRICS
     logger = getattr(pb, "Logger", None)
     log = getattr(logger, "log_warn", None)
     name = str(args.get("model_name") or getattr(params, "model_name", "") or role)
-    return ModelMetrics(pb, name, str(args.get("model_version") or "1"), role, period_s=period_s, log=log)
+    instance = str(args.get("model_instance_name") or f"{name}_0") if role == ENGINE else None
+    return ModelMetrics(
+        pb, name, str(args.get("model_version") or "1"), role, period_s=period_s, log=log, instance=instance
+    )
 
 
 class Stopwatch:
