@@ -190,13 +190,17 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
         t_in, _ = _io_maps(target.config)
         for in_name, tensor in step.input_map.items():
             spec = t_in.get(in_name)
-            kline = (
-                ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"')
-                or ens.line_of(r'"' + re.escape(in_name) + r'"')
-                or line
-            )
+
+            def kline(in_name: str = in_name, tensor: str = tensor, line: int | None = line) -> int | None:
+                # searched only for a problem: a clean ensemble costs no regex per mapping
+                return (
+                    ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"')
+                    or ens.line_of(r'"' + re.escape(in_name) + r'"')
+                    or line
+                )
+
             if spec is None:
-                problems.append(Problem(rel, f"input_map: '{step.model_name}' has no input '{in_name}'", kline))
+                problems.append(Problem(rel, f"input_map: '{step.model_name}' has no input '{in_name}'", kline()))
                 continue
             if tensor not in tensor_dtype:
                 problems.append(
@@ -204,7 +208,7 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
                         rel,
                         f"input_map: '{tensor}' (for {step.model_name}.{in_name}) is neither an "
                         "ensemble input nor produced by a step",
-                        kline,
+                        kline(),
                     )
                 )
                 continue
@@ -214,7 +218,7 @@ def _check_ensemble(ens: _Model, models: dict[str, _Model], problems: list[Probl
                         rel,
                         f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
                         f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
-                        kline,
+                        kline(),
                     )
                 )
         fed = set(step.input_map)
@@ -396,7 +400,7 @@ def _check_disaggregated(models: dict[str, _Model], problems: list[Problem]) -> 
                     )
 
 
-def _check_lock(root: Path, problems: list[Problem]) -> LockFile | None:
+def _check_lock(root: Path, problems: list[Problem], *, hashes: bool = True) -> LockFile | None:
     from ..errors import RepoBuilderError
 
     try:
@@ -406,7 +410,7 @@ def _check_lock(root: Path, problems: list[Problem]) -> LockFile | None:
         return None
     if lock is None:
         return None
-    for rel, what in changed_files(root, lock):
+    for rel, what in changed_files(root, lock, hashes=hashes):
         if what == "missing":
             problems.append(Problem(rel, "listed in the lock file but missing"))
         else:
@@ -426,6 +430,7 @@ def validate_repository(
     engine_dir: str | Path | None = None,
     served_at: str | Path | None = None,
     warnings: bool = False,
+    file_hashes: bool = True,
 ) -> list[Problem]:
     """Lint the Triton model repository ``repo``; returns the problems found (empty = valid).
 
@@ -436,6 +441,8 @@ def validate_repository(
         engine_dir: an engine directory to cross-check the TRT-LLM model's config against.
         served_at: the path the server will see the repository at, when it differs from ``repo`` (the
             lock file's ``serve_path`` is used by default); parameters pointing below it are checked inside ``repo``.
+        file_hashes: compare every file listed in the lock file with its sha256 (False: only that it exists;
+            render, which has just written the files from the bytes it hashed, skips reading them back).
     Raises:
         RepoBuilderError: ``repo`` is not a directory; EngineError from inspecting ``engine_dir``.
     """
@@ -445,7 +452,7 @@ def validate_repository(
     if not root.is_dir():
         raise RepoBuilderError("not a directory", path=root, hint="pass the model repository folder")
     problems: list[Problem] = []
-    lock = _check_lock(root, problems)
+    lock = _check_lock(root, problems, hashes=file_hashes)
     if served_at is None and lock is not None and lock.serve_path:
         served_at = lock.serve_path
     served = Path(served_at) if served_at is not None else root.absolute()
