@@ -20,10 +20,11 @@ would overwrite each other. The text models' series have no such label: their co
 shared by the model's instances and sum over them, which is their meaning.
 
 Cost: a recorded event only updates a Python number under a lock (:meth:`ModelMetrics.inc`, ``observe``);
-a daemon thread pushes what changed to Triton every ``period_s`` (each push is one IPC round trip to the
-tritonserver process, python_backend ``src/metric.cc``), like NVIDIA's backend polls the executor's stats
-every ``stats_check_period_ms`` (default 100 ms). Gauges of the engine are read from the scheduler at each
-push (:class:`EngineMetrics`). ``repo_builder_metrics=false`` (model parameter) turns all of it off.
+a daemon thread pushes what changed to Triton every ``period_s`` (:data:`PUSH_PERIOD_S`; each changed series
+is one IPC round trip to the tritonserver process, python_backend ``src/metric.cc``), as NVIDIA's backend polls
+the executor's stats every ``stats_check_period_ms`` (default 100 ms, but in-process). Gauges of the engine
+are read from the scheduler at each push (:class:`EngineMetrics`).
+``repo_builder_metrics=false`` (model parameter) turns all of it off.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 
 #: roles of the models that export metrics (``Family.roles``)
 ENGINE, PRE, POST, BLS = "tensorrt_llm", "preprocessing", "postprocessing", "tensorrt_llm_bls"
+
+#: seconds between two pushes to Triton. Each changed series costs one IPC round trip in the model's process and
+#: in tritonserver; at NVIDIA's 100 ms a busy engine's ~6-10 changing gauges were measured at several percent
+#: of the server CPU per token (docs/performance.md §9, 2026-12-04), at 1 s they cost a tenth of that; a
+#: Prometheus scrape (every 1-15 s) sees values at most this old.
+PUSH_PERIOD_S = 1.0
 
 #: NVIDIA's buckets of the ``nv_llm_*_token_len`` histograms (tokens; custom_metrics_reporter.cc v0.19.0)
 TOKEN_LEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
@@ -329,7 +336,7 @@ class ModelMetrics:
         version: str,
         role: str,
         *,
-        period_s: float = 0.1,
+        period_s: float = PUSH_PERIOD_S,
         log: Callable[[str], None] | None = None,
         instance: str | None = None,
     ) -> None:
@@ -527,7 +534,7 @@ def metrics_enabled(params: Any) -> bool:
     return bool(params.bool("repo_builder_metrics", True))
 
 
-def for_model(pb: Any, args: Mapping[str, Any], params: Any, role: str, *, period_s: float = 0.1) -> Metrics:
+def for_model(pb: Any, args: Mapping[str, Any], params: Any, role: str, *, period_s: float = PUSH_PERIOD_S) -> Metrics:
     """The metrics of a model being initialized (``args`` of ``initialize``), or :data:`NULL_METRICS` when
     ``repo_builder_metrics`` is false or this Python backend has no custom metrics (``pb.MetricFamily``).
     An engine's (``role`` :data:`ENGINE`) carry :data:`INSTANCE_LABEL` = ``args["model_instance_name"]``."""
@@ -674,8 +681,8 @@ def attach_engine_metrics(
     pb: Any, args: Mapping[str, Any], params: Any, scheduler: Any, backend: Any, limits: Any
 ) -> Metrics:
     """Metrics of a Python engine (``tensorrt_llm`` slot): :class:`EngineMetrics` observing ``scheduler``,
-    pushed every 100 ms (NVIDIA's default ``stats_check_period_ms``)."""
-    metrics = for_model(pb, args, params, ENGINE, period_s=0.1)
+    pushed every :data:`PUSH_PERIOD_S`."""
+    metrics = for_model(pb, args, params, ENGINE)
     if metrics.enabled:
         device = getattr(backend, "device", "cpu")
         scheduler.observer = EngineMetrics(
