@@ -41,9 +41,9 @@ COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 ENGINE, PRE, POST, BLS = "tensorrt_llm", "preprocessing", "postprocessing", "tensorrt_llm_bls"
 
 #: seconds between two pushes to Triton. Each changed series costs one IPC round trip in the model's process and
-#: in tritonserver; at NVIDIA's 100 ms a busy engine's ~6-10 changing gauges were measured at several percent
-#: of the server CPU per token (docs/performance.md §9, 2026-12-04), at 1 s they cost a tenth of that; a
-#: Prometheus scrape (every 1-15 s) sees values at most this old.
+#: in tritonserver; a busy engine changes ~6-10 gauge series per push, so at NVIDIA's 100 ms that is 60-100 round
+#: trips a second, at 1 s a tenth (IPC calls per token counted by scripts/bench_metrics.py: 0.12 -> 0.07 at one
+#: sequence). A Prometheus scrape (every 1-15 s) sees values at most this old.
 PUSH_PERIOD_S = 1.0
 
 #: NVIDIA's buckets of the ``nv_llm_*_token_len`` histograms (tokens; custom_metrics_reporter.cc v0.19.0)
