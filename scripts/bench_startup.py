@@ -12,13 +12,18 @@ time (``time.perf_counter`` around ``subprocess.run``) and CPU time of the child
 packaged Mistral v1 SentencePiece tokenizer (``repo_builder.testing.packaged_tokenizer``, package
 mistral-common), so nothing beside the checkout is needed. The render's output is deleted before each run.
 
+The children write and reuse ``.pyc`` files, as a normally installed package does (pip compiles at install
+time, Python writes ``__pycache__``), also where ``PYTHONDONTWRITEBYTECODE`` is set in the environment (this
+project's shared machine sets it: every run would then compile every imported module from source, 1.2 s of the
+render's CPU); ``--source-each-run`` keeps the variable to measure that case.
+
 ``--importtime`` also prints the ten slowest top-level imports of the render (``python -X importtime``,
 cumulative microseconds) to say where the remaining time goes.
 
 Usage::
 
     .venv/bin/python scripts/bench_startup.py [--repeats 5] [--importtime] [--json results/startup.json]
-        [--before DIR]
+        [--before DIR] [--source-each-run]
 
 ``--before DIR`` also runs ``--help`` and the render with ``PYTHONPATH=DIR`` (an older ``repo_builder``
 package, e.g. ``git archive COMMIT repo_builder | tar -x -C DIR``), in the same rotation, for a before/after
@@ -46,10 +51,14 @@ from bench_common import fmt, load_average, machine, summary  # noqa: E402
 _CLI = "from repo_builder.cli import main; main()"
 
 
+#: environment of the children (``main`` drops ``PYTHONDONTWRITEBYTECODE`` from it unless ``--source-each-run``)
+BASE_ENV: dict[str, str] = dict(os.environ)
+
+
 def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``argv`` (``env``: extra environment variables); return (wall seconds, child CPU seconds). Raises
     SystemExit naming the command on failure."""
-    full_env = {**os.environ, **env} if env else None
+    full_env = {**BASE_ENV, **(env or {})}
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -63,7 +72,9 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple
 
 def _importtime(argv: list[str], cwd: Path, top: int = 10) -> list[tuple[str, int]]:
     """The ``top`` slowest top-level imports (cumulative µs) of ``argv`` run under ``-X importtime``."""
-    out = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], cwd=cwd, capture_output=True, text=True)
+    out = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]], cwd=cwd, capture_output=True, text=True, env=BASE_ENV
+    )
     rows: list[tuple[str, int]] = []
     for line in out.stderr.splitlines():
         parts = line.split("|")
@@ -82,11 +93,19 @@ def main() -> int:
     parser.add_argument("--importtime", action="store_true", help="also list the render's slowest imports")
     parser.add_argument("--json", type=Path, help="write raw times here")
     parser.add_argument("--before", type=Path, help="an older repo_builder tree (its parent folder) to compare")
+    parser.add_argument(
+        "--source-each-run",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE from the environment (no .pyc: every run compiles its imports)",
+    )
     args = parser.parse_args()
+    if not args.source_each_run:
+        BASE_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
 
     from repo_builder.testing import packaged_tokenizer
 
     info = machine()
+    info["bytecode"] = "source each run" if args.source_each_run else ".pyc written and reused"
     work = Path(tempfile.mkdtemp(prefix="rb-startup-"))
     try:
         engine = work / "engine"

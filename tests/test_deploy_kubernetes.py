@@ -269,12 +269,60 @@ def test_cli_stdout_is_the_multi_document_stream_and_output_writes_files(repo4, 
         (["--pvc", "m", "--baked"], "--pvc", "exclude"),
         (["--pvc", "m", "--name", "Bad_Name"], "--name", "not a valid name"),
         (["--pvc", "m", "--openai-port", "8001"], "--openai-port", "8001"),
+        (["--pvc", "m", "--unload-timeout", "0"], "--unload-timeout", "more than 0"),
+        (["--pvc", "m", "--exit-timeout", "-1"], "--exit_timeout", "at least 0"),
     ],
 )
 def test_bad_options_are_named(repo4, args, key, text) -> None:
     out = cli("kubernetes", str(repo4), "--image", IMAGE, *args)
     assert_refused(out, key, text)
     assert out.stdout == ""
+
+
+def test_stop_timeouts_and_histogram_latencies_pass_through_like_launch(repo1, repo4, lws_validator) -> None:
+    """``--exit-timeout``/``--unload-timeout``/``--histogram-latencies`` are launch's options (one declaration,
+    server/options.py): every rank gets tritonserver's ``--exit-timeout-secs`` = their sum, as ``launch`` gives
+    it, the pods a grace period that outlasts it, rank 0 the latency-distribution metrics settings."""
+    from repo_builder.server.command import LATENCY_DISTRIBUTIONS
+    from repo_builder.server.options import LAUNCH_OPTIONS
+
+    # defaults: launch's (5 + 20 s), no latency distributions, the 60 s grace period that already covers them
+    (dep, _svc) = manifests(read_facts(repo1), KubernetesOptions(image=IMAGE, name="llama", pvc="m"))
+    command = dep["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--exit-timeout-secs=25" in command and not any(a.startswith("--metrics-config") for a in command)
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+    # given on the command line: world size 4 on two nodes (mpirun in the leader's script), every rank
+    out = cli(
+        "kubernetes",
+        str(repo4),
+        "--image",
+        IMAGE,
+        "--pvc",
+        "m",
+        "--nodes",
+        "2",
+        "--exit-timeout",
+        "10",
+        "--unload-timeout",
+        "99.5",
+        "--histogram-latencies",
+    )
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    validate_all(docs, lws_validator)
+    lws = by_kind(docs)["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    script = lws["leaderTemplate"]["spec"]["containers"][0]["command"][2]
+    mpirun = shlex.split(script.splitlines()[-1].removeprefix("exec "))
+    ranks = " ".join(mpirun).split(" : ")
+    assert len(ranks) == 4 and all("--exit-timeout-secs=110" in r for r in ranks)
+    assert all(f"--metrics-config={s}" in ranks[0] for s in LATENCY_DISTRIBUTIONS)
+    assert not any("--metrics-config" in r for r in ranks[1:])  # ranks > 0 have no metrics endpoint
+    for template in ("leaderTemplate", "workerTemplate"):
+        assert lws[template]["spec"]["terminationGracePeriodSeconds"] == 110 + 15
+    # the help is launch's declaration: the same flags
+    helptext = cli("kubernetes", "--help").stdout + cli("slurm", "--help").stdout
+    for name in ("exit_timeout", "unload_timeout", "histogram_latencies"):
+        assert all(helptext.count(flag) >= 2 for flag in LAUNCH_OPTIONS[name].flags), name
 
 
 def test_repository_without_lock_file_is_refused(tmp_path) -> None:

@@ -62,6 +62,41 @@ def test_cli_writes_a_scrape_config_promtool_accepts_and_a_dashboard(repo, tmp_p
     assert any('model=~"ensemble|tensorrt_llm_bls"' in e for e in exprs)
 
 
+def test_scrape_config_holds_the_openai_front_ends_in_the_same_job(repo, tmp_path) -> None:
+    """``--openai-target`` adds the front ends' /metrics to the job the dashboard's queries select."""
+    out = cli(
+        "monitoring",
+        str(repo),
+        "--output",
+        str(tmp_path / "mon"),
+        "--job",
+        "llama",
+        "--target",
+        "triton:8002",
+        "--openai-target",
+        "front-a:9000",
+        "--openai-target",
+        "front-b:9000",
+    )
+    assert out.returncode == 0, out.stderr
+    (job,) = yaml.safe_load((tmp_path / "mon" / "prometheus.yml").read_text())["scrape_configs"]
+    assert job["job_name"] == "llama" and job["metrics_path"] == "/metrics"
+    assert job["static_configs"] == [{"targets": ["triton:8002"]}, {"targets": ["front-a:9000", "front-b:9000"]}]
+    check = subprocess.run(
+        [promtool(), "check", "config", str(tmp_path / "mon" / "prometheus.yml")], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    # the front end's panels select that job too
+    dash = json.loads((tmp_path / "mon" / "grafana-dashboard.json").read_text())
+    front = [
+        t["expr"]
+        for p in dash["panels"]
+        if p.get("title", "").startswith(("Completion", "Requests / s, by"))
+        for t in p["targets"]
+    ]
+    assert front and all('job="llama"' in e and "repo_builder_openai_" in e for e in front)
+
+
 def test_every_panel_query_is_valid_promql(repo, tmp_path) -> None:
     """promtool parses each query as a recording rule's expression (Prometheus's own PromQL parser)."""
     front = front_models(read_facts(repo))
@@ -88,6 +123,10 @@ def test_service_monitor_selects_the_service_and_its_metrics_port(repo) -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]} and endpoint["port"] == "metrics"
     assert endpoint["interval"] == "15s"
+    # with the OpenAI sidecar: its port, whose /metrics is the front end's, is scraped too
+    sidecar = manifests(read_facts(repo), KubernetesOptions(**{**opts.__dict__, "openai_port": 9000}))
+    ports = {p["name"] for p in sidecar[-2]["spec"]["ports"]}
+    assert [e["port"] for e in sidecar[-1]["spec"]["endpoints"]] == ["metrics", "openai"] and "openai" in ports
     without = manifests(read_facts(repo), KubernetesOptions(image=IMAGE, name="llama", pvc="models"))
     assert [d["kind"] for d in without] == ["Deployment", "Service"]
     out = cli("kubernetes", str(repo), "--image", IMAGE, "--pvc", "models", "--name", "llama", "--service-monitor")

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from cli_support import assert_refused, run_cli
 from conftest import free_ports
 from deploy_support import greedy_text, http_generate, rendered_repo, tiny_llama_repo
 
-from repo_builder.deploy.facts import read_facts
+from repo_builder.deploy.facts import DeployError, read_facts
 from repo_builder.deploy.slurm import SlurmOptions, script
 from repo_builder.server import procs
 from repo_builder.server.preflight import servers_on_repository
@@ -59,12 +60,30 @@ def test_two_nodes_four_ranks_script(tmp_path) -> None:
         if rank == 0:
             assert "--http-port=8000" in argv and "--load-model=tensorrt_llm" not in argv
         else:
-            assert argv[-4:] == [
+            assert argv[-5:] == [
                 "--load-model=tensorrt_llm",
                 "--allow-http=false",
                 "--allow-grpc=false",
                 "--allow-metrics=false",
+                "--exit-timeout-secs=25",  # launch's defaults: --exit-timeout 5 + --unload-timeout 20
             ]
+
+
+def test_stop_timeouts_and_histogram_latencies_pass_through_like_launch(tmp_path) -> None:
+    """launch's --exit-timeout/--unload-timeout/--histogram-latencies: every rank gets --exit-timeout-secs = their
+    sum, Slurm's stop signal comes early enough for it, rank 0 exports Triton's latency distributions."""
+    from repo_builder.server.command import LATENCY_DISTRIBUTIONS
+
+    facts = read_facts(rendered_repo(tmp_path, 2, 2))
+    opts = SlurmOptions(name="llama", nodes=2, exit_timeout=10, unload_timeout=199.5, histogram_latencies=True)
+    text = script(facts, opts)
+    assert "#SBATCH --signal=B:TERM@240" in text.splitlines()  # 10 + 200 s + 30 s for the clean-up
+    lines = [line.split()[1:] for line in multi_prog_lines(text)]
+    assert all("--exit-timeout-secs=210" in argv for argv in lines)
+    assert all(f"--metrics-config={s}" in lines[0] for s in LATENCY_DISTRIBUTIONS)
+    assert not any(a.startswith("--metrics-config") for argv in lines[1:] for a in argv)
+    with pytest.raises(DeployError, match="--unload-timeout"):
+        script(facts, SlurmOptions(name="llama", nodes=2, unload_timeout=0))
 
 
 def test_layout_that_contradicts_the_lock_file_is_refused(tmp_path) -> None:
@@ -208,6 +227,10 @@ def test_sbatch_script_serves_the_tiny_model_under_slurm(slurm_cluster, tmp_path
         "tiny",
         "--output",
         str(job_script),
+        # launch's stop timeouts and latency metrics, passed on (a loaded machine unloads slowly)
+        "--unload-timeout",
+        "60",
+        "--histogram-latencies",
     )
     assert out.returncode == 0, out.stderr
     sub = subprocess.run(
@@ -226,6 +249,7 @@ def test_sbatch_script_serves_the_tiny_model_under_slurm(slurm_cluster, tmp_path
         # the server that answers is this job's rank 0, started by slurmstepd with the job's shm prefix
         (pid,) = servers_on_repository(repo)
         assert f"--backend-config=python,shm-region-prefix-name=rb{job}_r0_" in procs.cmdline(pid)
+        assert "--exit-timeout-secs=65" in procs.cmdline(pid)
         parent = procs.proc_info(procs.proc_info(pid).ppid)
         assert parent is not None and parent.comm == "slurmstepd"
         body = http_generate(
@@ -235,6 +259,9 @@ def test_sbatch_script_serves_the_tiny_model_under_slurm(slurm_cluster, tmp_path
         )
         assert body["text_output"] == greedy_text(ckpt, PROMPT, 8)
         assert procs.shm_files(f"rb{job}_r0_"), "the job's Python-backend regions carry its prefix"
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=30) as resp:
+            exported = resp.read().decode()
+        assert 'nv_inference_request_summary_us_count{model="ensemble"' in exported  # --histogram-latencies
         # what Slurm does at the time limit (--signal=B:TERM@120): SIGTERM to the batch shell only
         subprocess.run(["scancel", "--batch", "--signal=TERM", job], env=env, check=True, timeout=60)
         _wait(lambda: _job_gone(env, job), 180, "the job to end", log)

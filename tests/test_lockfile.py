@@ -107,6 +107,9 @@ def test_validate_reports_each_changed_file(rendered, tmp_path):
     assert any(g.startswith("preprocessing/1/model.py: changed since it was rendered") for g in got)
     assert "tensorrt_llm_bls/1/wiring.json: listed in the lock file but missing" in got
     assert len(got) == 3
+    # render's check of the files it has just written from the hashed bytes: presence only, nothing read back
+    quick = [str(p) for p in validate_repository(repo, served_at=out, file_hashes=False)]
+    assert quick == ["tensorrt_llm_bls/1/wiring.json: listed in the lock file but missing"]
 
 
 def test_malformed_lock_is_reported(rendered, tmp_path):

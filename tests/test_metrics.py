@@ -151,6 +151,39 @@ def test_pushes_send_deltas_once_and_labels_like_nvidia():
         m.close()
 
 
+def test_engine_series_name_their_instance_and_text_series_do_not():
+    """Two instances of one engine model are two series (Triton's instance name in ``model_instance``); NVIDIA's
+    labels stay; a text model's series are shared by its instances (no instance label)."""
+    pb = fake_pb()
+    params = ModelParams({"name": "tensorrt_llm", "parameters": {}})
+    engines = [
+        M.for_model(
+            pb, {"model_name": "tensorrt_llm", "model_version": "1", "model_instance_name": n}, params, M.ENGINE
+        )
+        for n in ("tensorrt_llm_0_0", "tensorrt_llm_0_1")
+    ]
+    pre = M.for_model(pb, {"model_name": "preprocessing", "model_version": "1"}, params, M.PRE)
+    try:
+        for i, m in enumerate(engines):
+            m.set("nv_trt_llm_request_metrics", 3 + i, "active")
+            m.flush()
+        for i, instance in enumerate(("tensorrt_llm_0_0", "tensorrt_llm_0_1")):
+            s = series("nv_trt_llm_request_metrics", request_type="active", model_instance=instance)
+            assert s.labels == {
+                "model": "tensorrt_llm",
+                "version": "1",
+                "model_instance": instance,
+                "request_type": "active",
+            }
+            assert s.calls[-1] == ("set", 3 + i)
+        pre.inc("repo_builder_tokenize_requests_total")
+        pre.flush()
+        assert series("repo_builder_tokenize_requests_total").labels == {"model": "preprocessing", "version": "1"}
+    finally:
+        for m in (*engines, pre):
+            m.close()
+
+
 def test_close_pushes_what_is_left():
     pb = fake_pb()
     m = M.ModelMetrics(pb, "postprocessing", "1", M.POST, period_s=3600)

@@ -6,14 +6,38 @@ and tokenizer paths) comes from the repository's lock file, so it cannot disagre
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from ..cli import app, report_errors
 from ..cli_options import REQUIRED, command, forward, option
-from ..server.options import DEFAULTS
+from ..server.options import DEFAULTS, LAUNCH_OPTIONS
+
+_STOP_HELP = " Passed on as launch passes it: tritonserver gets --exit-timeout-secs = --exit-timeout + --unload-timeout"
+
+
+def _launch(name: str, help: str | None = None) -> Any:
+    """A field declaring launch's option ``name`` (:data:`repo_builder.server.options.LAUNCH_OPTIONS`: its
+    flags, default and bounds) for a generator that passes it on; ``help`` rewords it for the generator."""
+    spec = LAUNCH_OPTIONS[name] if help is None else replace(LAUNCH_OPTIONS[name], help=help)
+    return field(default=spec.default, metadata={"option": spec})
+
+
+def _exit_timeout() -> Any:
+    return _launch("exit_timeout", "Seconds a stop gives in-flight requests (launch's option)." + _STOP_HELP)
+
+
+def _unload_timeout(where: str) -> Any:
+    return _launch(
+        "unload_timeout",
+        "Seconds a stop gives the models to unload once nothing is in flight (launch's option)."
+        + _STOP_HELP
+        + f"; {where}.",
+    )
+
 
 deploy_app = typer.Typer(
     help="Generate deployments (Kubernetes manifests, a Slurm batch script, Prometheus/Grafana monitoring) "
@@ -87,6 +111,9 @@ class KubernetesArgs:
         help="Add a prometheus-operator ServiceMonitor scraping the Service's metrics port (docs/metrics.md).",
     )
     scrape_interval: str = option("15s", "--scrape-interval", help="The ServiceMonitor's scrape interval.")
+    exit_timeout: int = _exit_timeout()
+    unload_timeout: float = _unload_timeout("the pods' terminationGracePeriodSeconds is their sum + 15 (at least 60)")
+    histogram_latencies: bool = _launch("histogram_latencies")
 
 
 @command(KubernetesArgs)
@@ -168,6 +195,11 @@ class SlurmArgs:
     output: Path | None = option(
         None, "--output", "-o", help="Write the script to this file (mode 755) instead of stdout."
     )
+    exit_timeout: int = _exit_timeout()
+    unload_timeout: float = _unload_timeout(
+        "Slurm signals the job their sum + 30 s before its time limit (--signal=B:TERM@, at least 120)"
+    )
+    histogram_latencies: bool = _launch("histogram_latencies")
 
 
 @command(SlurmArgs)
@@ -216,6 +248,12 @@ class MonitoringArgs:
         "--target",
         help="host:port of Triton's metrics endpoint to scrape (repeatable). Default: localhost:<metrics port>.",
     )
+    openai_target: list[str] = option(
+        [],
+        "--openai-target",
+        help="host:port of an OpenAI front end (`launch --openai_port`, `repo-builder openai`) whose /metrics to "
+        "scrape in the same job (repeatable). Default: none.",
+    )
     scrape_interval: str = option("5s", "--scrape-interval", help="Prometheus scrape interval.")
 
 
@@ -230,6 +268,7 @@ def monitoring(args: MonitoringArgs) -> None:
         facts,
         job=args.job or default_name(args.repo),
         targets=list(args.target) or [f"localhost:{facts.metrics_port}"],
+        openai_targets=list(args.openai_target),
         scrape_interval=args.scrape_interval,
     )
     _warn(facts)

@@ -25,9 +25,9 @@ def _help(field: str) -> str:
 
 def _opt(field: str, **overrides: object) -> Any:
     """The ``typer.Option`` of launch option ``field`` (:data:`repo_builder.server.options.LAUNCH_OPTIONS`)."""
-    from ..server.options import LAUNCH_OPTIONS
+    from ..server.options import launch_option
 
-    return LAUNCH_OPTIONS[field].typer(**overrides)
+    return launch_option(field, **overrides)
 
 
 def _launch_fields() -> frozenset[str]:

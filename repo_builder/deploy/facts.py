@@ -248,3 +248,20 @@ def default_name(repo: Path) -> str:
     """A DNS-1123 name from the repository's folder name (``My_Repo`` -> ``my-repo``), ``triton`` if none."""
     base = re.sub(r"[^a-z0-9-]+", "-", Path(repo).absolute().name.lower()).strip("-")[:40].strip("-")
     return base or "triton"
+
+
+def check_stop_timeouts(exit_timeout: float, unload_timeout: float) -> None:
+    """``--exit-timeout`` / ``--unload-timeout`` within the bounds ``launch`` declares for them
+    (:data:`repo_builder.server.options.LAUNCH_OPTIONS`).
+
+    Raises:
+        DeployError: a value out of bounds, naming its option.
+    """
+    from ..server.options import LAUNCH_OPTIONS
+
+    for name, value in (("exit_timeout", exit_timeout), ("unload_timeout", unload_timeout)):
+        spec = LAUNCH_OPTIONS[name]
+        low = spec.ge if spec.ge is not None else spec.gt
+        if (spec.ge is not None and value < spec.ge) or (spec.gt is not None and value <= spec.gt):
+            relation = "at least" if spec.ge is not None else "more than"
+            raise DeployError(f"{spec.flag} must be {relation} {low:g} seconds, got {value:g}", key=spec.flag)

@@ -37,7 +37,8 @@ from typing import Any
 
 from ..server.binary import OPT_TRITONSERVER
 from ..server.command import launch_argv, llmapi_launch_argvs, rank_argv
-from .facts import DeployError, DeploymentFacts, check_name
+from ..server.options import DEFAULTS, server_exit_timeout
+from .facts import DeployError, DeploymentFacts, check_name, check_stop_timeouts
 
 #: LeaderWorkerSet label keys (kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go).
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -69,6 +70,10 @@ class KubernetesOptions:
         startup_seconds: how long the startup probe allows for loading the engine (and for the workers).
         service_monitor: also a prometheus-operator ``ServiceMonitor`` scraping the Service's metrics port every
             this interval (e.g. ``15s``; :func:`.monitoring.service_monitor`), or None.
+        exit_timeout, unload_timeout: seconds a stop gives in-flight requests, then the models' unloads
+            (``launch``'s options of those names): tritonserver gets ``--exit-timeout-secs`` = their sum and the
+            pods a ``terminationGracePeriodSeconds`` of at least that plus :data:`STOP_GRACE_S`.
+        histogram_latencies: rank 0 exports Triton's latency distributions (``launch --histogram-latencies``).
     """
 
     image: str
@@ -84,6 +89,20 @@ class KubernetesOptions:
     shm_size: str | None = None
     startup_seconds: int = 1800
     service_monitor: str | None = None
+    exit_timeout: int = DEFAULTS["exit_timeout"]
+    unload_timeout: float = DEFAULTS["unload_timeout"]
+    histogram_latencies: bool = DEFAULTS["histogram_latencies"]
+
+
+#: seconds a pod's ``terminationGracePeriodSeconds`` adds to tritonserver's ``--exit-timeout-secs`` (the
+#: process exits after its timer; Kubernetes sends SIGKILL at the grace period's end), and the least it is
+MIN_GRACE_S = 60
+STOP_GRACE_S = 15
+
+
+def termination_grace_s(opts: KubernetesOptions) -> int:
+    """``terminationGracePeriodSeconds`` of the serving pods: tritonserver's stop timer plus a margin."""
+    return max(MIN_GRACE_S, server_exit_timeout(opts.exit_timeout, opts.unload_timeout) + STOP_GRACE_S)
 
 
 def _quantity_mib(nbytes: int) -> str:
@@ -159,7 +178,7 @@ def _volumes(facts: DeploymentFacts, opts: KubernetesOptions, ranks: range) -> t
     return volumes, mounts
 
 
-def _rank_argvs(facts: DeploymentFacts, launch_id: str) -> list[list[str]]:
+def _rank_argvs(facts: DeploymentFacts, launch_id: str, opts: KubernetesOptions) -> list[list[str]]:
     """Every rank's argv; an llmapi repository's are ``trtllm-llmapi-launch`` + rank 0's (several nodes)."""
     argvs = [
         rank_argv(
@@ -173,6 +192,8 @@ def _rank_argvs(facts: DeploymentFacts, launch_id: str) -> list[list[str]]:
             grpc_port=facts.grpc_port,
             metrics_port=facts.metrics_port,
             trtllm_models=list(facts.tensorrt_llm_models),
+            exit_timeout=server_exit_timeout(opts.exit_timeout, opts.unload_timeout),
+            histogram_latencies=opts.histogram_latencies,
         )
         for r in range(facts.world_size)
     ]
@@ -244,6 +265,7 @@ def _check(facts: DeploymentFacts, opts: KubernetesOptions) -> int:
         check_name(opts.pvc, key="--pvc", max_len=253)
     if opts.replicas < 1:
         raise DeployError(f"--replicas must be at least 1, got {opts.replicas}", key="--replicas")
+    check_stop_timeouts(opts.exit_timeout, opts.unload_timeout)
     gpus = facts.rank_layout(opts.nodes, opts.gpus_per_node)
     if opts.openai_port is not None:
         taken = {facts.http_port, facts.grpc_port, facts.metrics_port}
@@ -269,7 +291,13 @@ def manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str,
         from .monitoring import service_monitor
 
         docs.append(
-            service_monitor(opts.name, _selector(opts), namespace=opts.namespace, interval=opts.service_monitor)
+            service_monitor(
+                opts.name,
+                _selector(opts),
+                namespace=opts.namespace,
+                interval=opts.service_monitor,
+                openai=opts.openai_port is not None,
+            )
         )
     return docs
 
@@ -277,7 +305,7 @@ def manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str,
 def _manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str, Any]]:
     gpus = _check(facts, opts)
     launch_id = "rb"
-    ranks = _rank_argvs(facts, launch_id)
+    ranks = _rank_argvs(facts, launch_id, opts)
     gpu_limits = {"limits": {"nvidia.com/gpu": str(gpus)}}
     if opts.nodes == 1:
         if facts.llmapi:  # one tritonserver; the LLM API spawns its tp x pp workers on the pod's GPUs itself
@@ -299,7 +327,7 @@ def _manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str
             "spec": {
                 "containers": [container, *_openai_sidecar(facts, opts)],
                 "volumes": volumes,
-                "terminationGracePeriodSeconds": 60,
+                "terminationGracePeriodSeconds": termination_grace_s(opts),
             },
         }
         deployment = {
@@ -394,7 +422,7 @@ def _leader_worker_set(
                         "serviceAccountName": sa,
                         "containers": [leader, *_openai_sidecar(facts, opts)],
                         "volumes": leader_volumes,
-                        "terminationGracePeriodSeconds": 60,
+                        "terminationGracePeriodSeconds": termination_grace_s(opts),
                     },
                 },
                 "workerTemplate": {
@@ -403,7 +431,7 @@ def _leader_worker_set(
                         "automountServiceAccountToken": False,
                         "containers": [worker],
                         "volumes": worker_volumes,
-                        "terminationGracePeriodSeconds": 60,
+                        "terminationGracePeriodSeconds": termination_grace_s(opts),
                     },
                 },
             },

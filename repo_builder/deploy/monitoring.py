@@ -6,7 +6,8 @@ all read it. Queries use Triton's own families (``nv_inference_*``, core r24.10)
 families (``nv_trt_llm_*``, ``nv_llm_*``; tensorrtllm_backend v0.19.0 README "Triton Metrics") and
 repo-builder's (``repo_builder_*``); :mod:`repo_builder.runtime.metrics` defines the latter two and
 docs/metrics.md explains them. Every query selects ``job="<job>"`` (the scrape job), so one Prometheus can
-hold several deployments.
+hold several deployments, and sums over the engine's ``model_instance`` label (two instances of one engine
+model are two series, :data:`repo_builder.runtime.metrics.INSTANCE_LABEL`) and over scrape targets.
 
 In a query text, ``{job}`` is the job name, ``{window}`` the rate window (Grafana: ``$__rate_interval``;
 tests: a fixed duration) and ``{front}`` a regex of the models clients call (ensemble and BLS models).
@@ -59,7 +60,8 @@ def _per_preprocessed_request(seconds_total: str) -> Query:
     )
 
 
-#: Every panel of the dashboard, in order (rows: throughput, latency, queue and KV cache, text-side cost).
+#: Every panel of the dashboard, in order (rows: throughput, latency, queue and KV cache, text-side cost, the
+#: OpenAI front end).
 PANELS: tuple[Panel, ...] = (
     # ---- throughput
     Panel(
@@ -210,10 +212,14 @@ PANELS: tuple[Panel, ...] = (
         "KV cache used",
         "percentunit",
         "timeseries",
-        "Used / max KV-cache blocks.",
+        "Used / max KV-cache blocks, over the engine model's instances.",
         (
             Query(
-                "max by (model) (nv_trt_llm_kv_cache_block_metrics{" + _J + ',kv_cache_block_type="fraction"})',
+                "sum by (model) (nv_trt_llm_kv_cache_block_metrics{"
+                + _J
+                + ',kv_cache_block_type="used"}) / sum by (model) (nv_trt_llm_kv_cache_block_metrics{'
+                + _J
+                + ',kv_cache_block_type="max"})',
                 "{{model}}",
             ),
         ),
@@ -296,6 +302,88 @@ PANELS: tuple[Panel, ...] = (
             Query("sum(rate(repo_builder_stop_strings_hit_total{" + _J + "}[{window}]))", "stop string"),
         ),
     ),
+    # ---- the OpenAI front end (its own /metrics: repo_builder.openai.metrics; `model` = the served model id)
+    Panel(
+        "openai_requests",
+        "OpenAI front end",
+        "Requests / s, by HTTP status",
+        "reqps",
+        "timeseries",
+        "Requests the OpenAI front end answered (/v1 and /health), by status.",
+        (Query("sum by (status) (rate(repo_builder_openai_requests_total{" + _J + "}[{window}]))", "{{status}}"),),
+    ),
+    Panel(
+        "openai_refused",
+        "OpenAI front end",
+        "Refused / s by reason, cancelled / s",
+        "reqps",
+        "timeseries",
+        "Requests refused as the client's mistake (4xx) by OpenAI error code; answers whose client went away.",
+        (
+            Query(
+                "sum by (reason) (rate(repo_builder_openai_requests_refused_total{" + _J + "}[{window}]))",
+                "{{reason}}",
+            ),
+            Query("sum(rate(repo_builder_openai_streams_cancelled_total{" + _J + "}[{window}]))", "cancelled"),
+        ),
+    ),
+    Panel(
+        "openai_ttft",
+        "OpenAI front end",
+        "Time to first token (front door)",
+        "s",
+        "timeseries",
+        "Streamed requests: from the request's arrival at the front end to its first text delta, p50 and p95.",
+        tuple(
+            Query(
+                f"histogram_quantile({q}, sum by (le) (rate(repo_builder_openai_first_token_seconds_bucket{{"
+                + _J
+                + "}[{window}])))",
+                label,
+            )
+            for q, label in ((0.5, "p50"), (0.95, "p95"))
+        ),
+    ),
+    Panel(
+        "openai_itl",
+        "OpenAI front end",
+        "Inter-token latency (front door)",
+        "s",
+        "timeseries",
+        "Streamed requests: time between successive text deltas at the front end, p50 and p95.",
+        tuple(
+            Query(
+                f"histogram_quantile({q}, sum by (le) (rate(repo_builder_openai_inter_token_seconds_bucket{{"
+                + _J
+                + "}[{window}])))",
+                label,
+            )
+            for q, label in ((0.5, "p50"), (0.95, "p95"))
+        ),
+    ),
+    Panel(
+        "openai_output_tokens_rate",
+        "OpenAI front end",
+        "Completion tokens / s",
+        "short",
+        "timeseries",
+        "Completion tokens answered per second (usage.completion_tokens), per served model.",
+        (
+            Query(
+                "sum by (model) (rate(repo_builder_openai_output_tokens_total{" + _J + "}[{window}]))",
+                "{{model}}",
+            ),
+        ),
+    ),
+    Panel(
+        "openai_output_tokens_total",
+        "OpenAI front end",
+        "Completion tokens (total)",
+        "short",
+        "stat",
+        "Completion tokens the front end answered since it started, per served model.",
+        (Query("sum by (model) (repo_builder_openai_output_tokens_total{" + _J + "})", "{{model}}"),),
+    ),
 )
 
 PANEL_BY_KEY: dict[str, Panel] = {p.key: p for p in PANELS}
@@ -320,13 +408,20 @@ def _check_interval(value: str, key: str) -> str:
     return value
 
 
-def prometheus_config(job: str, targets: list[str], *, scrape_interval: str = "5s") -> dict[str, Any]:
-    """A ``prometheus.yml`` (as a dict) with one scrape job for Triton's metrics endpoint(s) ``targets``
-    (``host:port``). Raises DeployError for a bad job name or interval."""
+def prometheus_config(
+    job: str, targets: list[str], *, openai_targets: list[str] | None = None, scrape_interval: str = "5s"
+) -> dict[str, Any]:
+    """A ``prometheus.yml`` (as a dict) with one scrape job for Triton's metrics endpoint(s) ``targets`` and the
+    OpenAI front ends' ``/metrics`` ``openai_targets`` (``host:port`` each; one job, so the dashboard's
+    ``job`` selector holds both, Prometheus's ``instance`` label tells them apart). Raises DeployError for a bad
+    job name or interval."""
     check_name(job, key="--job", max_len=63)
     _check_interval(scrape_interval, "--scrape-interval")
     if not targets:
         raise DeployError("no scrape target given", key="--target", hint="e.g. --target localhost:8002")
+    groups: list[dict[str, Any]] = [{"targets": list(targets)}]
+    if openai_targets:
+        groups.append({"targets": list(openai_targets)})
     return {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
         "scrape_configs": [
@@ -334,7 +429,7 @@ def prometheus_config(job: str, targets: list[str], *, scrape_interval: str = "5
                 "job_name": job,
                 "metrics_path": "/metrics",
                 "scrape_interval": scrape_interval,
-                "static_configs": [{"targets": list(targets)}],
+                "static_configs": groups,
             }
         ],
     }
@@ -420,9 +515,11 @@ def dashboard(facts: DeploymentFacts, job: str, *, title: str | None = None) -> 
     }
 
 
-def service_monitor(name: str, selector: dict[str, str], *, namespace: str | None, interval: str) -> dict[str, Any]:
+def service_monitor(
+    name: str, selector: dict[str, str], *, namespace: str | None, interval: str, openai: bool = False
+) -> dict[str, Any]:
     """A prometheus-operator ``ServiceMonitor`` (monitoring.coreos.com/v1) scraping the Service's ``metrics``
-    port every ``interval``."""
+    port every ``interval``, and its ``openai`` port (the front end's ``/metrics``) when ``openai``."""
     _check_interval(interval, "--scrape-interval")
     meta: dict[str, Any] = {"name": name}
     if namespace:
@@ -434,18 +531,26 @@ def service_monitor(name: str, selector: dict[str, str], *, namespace: str | Non
         "metadata": meta,
         "spec": {
             "selector": {"matchLabels": dict(selector)},
-            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": interval}],
+            "endpoints": [
+                {"port": port, "path": "/metrics", "interval": interval}
+                for port in ("metrics", "openai")[: 2 if openai else 1]
+            ],
         },
     }
 
 
 def monitoring_files(
-    facts: DeploymentFacts, *, job: str, targets: list[str], scrape_interval: str = "5s"
+    facts: DeploymentFacts,
+    *,
+    job: str,
+    targets: list[str],
+    openai_targets: list[str] | None = None,
+    scrape_interval: str = "5s",
 ) -> dict[str, str]:
     """``{file name: text}``: ``prometheus.yml`` and ``grafana-dashboard.json``."""
     import yaml
 
-    prom = prometheus_config(job, targets, scrape_interval=scrape_interval)
+    prom = prometheus_config(job, targets, openai_targets=openai_targets, scrape_interval=scrape_interval)
     return {
         "prometheus.yml": yaml.safe_dump(prom, sort_keys=False, default_flow_style=False),
         "grafana-dashboard.json": json.dumps(dashboard(facts, job), indent=2) + "\n",

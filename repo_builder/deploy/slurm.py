@@ -9,11 +9,12 @@ Python-backend ``shm-region-prefix-name`` ``rb<jobid>_r<rank>_``. MPI wiring is 
 distribution), so the script polls ``http://<first node>:<http port>/v2/health/ready`` until the server is
 ready, then waits for the step.
 
-Stopping: ``--signal=B:TERM@120`` makes Slurm send SIGTERM to the batch shell alone before the time limit
-(``scancel --batch --signal=TERM JOB`` does the same on demand). The script's trap then sends SIGTERM to the
-step's processes with ``scancel --signal=TERM JOB.0`` (tritonserver unloads every model and exits; the
-Python stubs only note the signal), waits for ``srun``, and removes the job's ``/dev/shm`` regions on its
-node. Not ``kill srun``: srun answers SIGTERM by killing the step ("forcing job termination", measured with
+Stopping: ``--signal=B:TERM@120`` (longer when ``--exit-timeout`` + ``--unload-timeout`` need it) makes Slurm
+send SIGTERM to the batch shell alone before the time limit (``scancel --batch --signal=TERM JOB`` does the
+same on demand). The script's trap then sends SIGTERM to the step's processes with ``scancel --signal=TERM
+JOB.0`` (tritonserver unloads every model and exits; the Python stubs only note the signal), waits for
+``srun``, and removes the job's ``/dev/shm`` regions on its node.
+Not ``kill srun``: srun answers SIGTERM by killing the step ("forcing job termination", measured with
 Slurm 22.05), and a plain ``scancel JOB`` does that too, so it is a kill, not a graceful stop.
 
 An llmapi repository (``--profile llmapi-1.2``) runs ``trtllm-llmapi-launch <rank 0's tritonserver command>`` on
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 
 from ..server.binary import OPT_TRITONSERVER, TritonBinary
 from ..server.command import llmapi_launch_argvs, rank_argv
-from .facts import DeployError, DeploymentFacts, check_name
+from ..server.options import DEFAULTS, server_exit_timeout
+from .facts import DeployError, DeploymentFacts, check_name, check_stop_timeouts
 
 _JOBID = "@SLURM_JOB_ID@"
 
@@ -52,6 +54,11 @@ class SlurmOptions:
         binary: tritonserver to run (default NVIDIA's container path, as is) with the environment it needs.
         http_port, grpc_port, metrics_port: rank 0's endpoints (None: the lock file defaults).
         ready_timeout: seconds the script waits for readiness before giving up (and cancelling).
+        exit_timeout, unload_timeout: seconds a stop gives in-flight requests, then the models' unloads
+            (``launch``'s options of those names): tritonserver gets ``--exit-timeout-secs`` = their sum, and the
+            stop signal comes that long plus :data:`STOP_GRACE_S` (at least :data:`MIN_SIGNAL_LEAD_S`) before
+            the time limit.
+        histogram_latencies: rank 0 exports Triton's latency distributions (``launch --histogram-latencies``).
     """
 
     name: str
@@ -68,6 +75,20 @@ class SlurmOptions:
     grpc_port: int | None = None
     metrics_port: int | None = None
     ready_timeout: int = 1800
+    exit_timeout: int = DEFAULTS["exit_timeout"]
+    unload_timeout: float = DEFAULTS["unload_timeout"]
+    histogram_latencies: bool = DEFAULTS["histogram_latencies"]
+
+
+#: seconds before the time limit that Slurm signals the batch shell: tritonserver's stop timer plus
+#: STOP_GRACE_S (the script's clean-up), and at least MIN_SIGNAL_LEAD_S
+MIN_SIGNAL_LEAD_S = 120
+STOP_GRACE_S = 30
+
+
+def signal_lead_s(opts: SlurmOptions) -> int:
+    """Seconds before the time limit of ``#SBATCH --signal=B:TERM@<this>``."""
+    return max(MIN_SIGNAL_LEAD_S, server_exit_timeout(opts.exit_timeout, opts.unload_timeout) + STOP_GRACE_S)
 
 
 def _heredoc_word(arg: str) -> str:
@@ -91,6 +112,7 @@ def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
             ``--multi-prog`` line cannot hold.
     """
     check_name(opts.name, key="--name", max_len=63)
+    check_stop_timeouts(opts.exit_timeout, opts.unload_timeout)
     gpus = facts.rank_layout(opts.nodes, opts.gpus_per_node)
     if not re.fullmatch(r"[a-z0-9_]+", opts.mpi):
         raise DeployError(
@@ -123,6 +145,8 @@ def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
             grpc_port=grpc,
             metrics_port=metrics,
             trtllm_models=list(facts.tensorrt_llm_models),
+            exit_timeout=server_exit_timeout(opts.exit_timeout, opts.unload_timeout),
+            histogram_latencies=opts.histogram_latencies,
         )
         for r in range(world)
     ]
@@ -135,7 +159,7 @@ def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
         f"--nodes={opts.nodes}",
         f"--ntasks-per-node={gpus}",
         f"--output={opts.name}-%j.out",
-        "--signal=B:TERM@120",
+        f"--signal=B:TERM@{signal_lead_s(opts)}",
     ]
     if opts.gres:
         sbatch.append(f"--gpus-per-node={gpus}")

@@ -413,15 +413,16 @@ def read_launch_block(repo: str | Path, *, error: type[RepoBuilderError] = Rende
     return view.launch if view is not None else None
 
 
-def changed_files(repo: str | Path, lock: LockFile) -> list[tuple[str, str]]:
-    """Files of ``repo`` whose sha256 differs from the lock file: [(relative path, "changed"|"missing")]."""
+def changed_files(repo: str | Path, lock: LockFile, *, hashes: bool = True) -> list[tuple[str, str]]:
+    """Files of ``repo`` whose sha256 differs from the lock file: [(relative path, "changed"|"missing")].
+    ``hashes=False``: only the missing ones (no file is read)."""
     root = Path(repo)
     out = []
     for rel, digest in lock.files.items():
         path = root / rel
         if not path.is_file():
             out.append((rel, "missing"))
-        elif sha256_file(path) != digest:
+        elif hashes and sha256_file(path) != digest:
             out.append((rel, "changed"))
     return out
 

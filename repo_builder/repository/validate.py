@@ -56,6 +56,7 @@ def validate_repository(
     engine_dir: str | Path | None = None,
     served_at: str | Path | None = None,
     warnings: bool = False,
+    file_hashes: bool = True,
 ) -> list[Problem]:
     """Lint the Triton model repository ``repo``; returns the problems found (empty = valid).
 
@@ -66,6 +67,8 @@ def validate_repository(
         engine_dir: an engine directory to cross-check the TRT-LLM model's config against.
         served_at: the path the server will see the repository at, when it differs from ``repo`` (the
             lock file's ``serve_path`` is used by default); parameters pointing below it are checked inside ``repo``.
+        file_hashes: compare every file listed in the lock file with its sha256 (False: only that it exists;
+            render, which has just written the files from the bytes it hashed, skips reading them back).
     Raises:
         RepoBuilderError: ``repo`` is not a directory; EngineError from inspecting ``engine_dir``.
     """
@@ -75,7 +78,7 @@ def validate_repository(
     if not root.is_dir():
         raise RepoBuilderError("not a directory", path=root, hint="pass the model repository folder")
     problems: list[Problem] = []
-    lock = check_lock(root, problems)
+    lock = check_lock(root, problems, hashes=file_hashes)
     if served_at is None and lock is not None and lock.serve_path:
         served_at = lock.serve_path
     served = Path(served_at) if served_at is not None else root.absolute()

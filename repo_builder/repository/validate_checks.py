@@ -112,13 +112,17 @@ def _check_step_inputs(
     t_in, _ = io_maps(target.config)
     for in_name, tensor in step.input_map.items():
         spec = t_in.get(in_name)
-        kline = (
-            ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"')
-            or ens.line_of(r'"' + re.escape(in_name) + r'"')
-            or line
-        )
+
+        def kline(in_name: str = in_name, tensor: str = tensor, line: int | None = line) -> int | None:
+            # searched only for a problem: a clean ensemble costs no regex per mapping
+            return (
+                ens.line_of(r'key\s*:\s*"' + re.escape(in_name) + r'"\s*value\s*:\s*"' + re.escape(tensor) + '"')
+                or ens.line_of(r'"' + re.escape(in_name) + r'"')
+                or line
+            )
+
         if spec is None:
-            problems.append(Problem(rel, f"input_map: '{step.model_name}' has no input '{in_name}'", kline))
+            problems.append(Problem(rel, f"input_map: '{step.model_name}' has no input '{in_name}'", kline()))
             continue
         if tensor not in tensor_dtype:
             problems.append(
@@ -126,7 +130,7 @@ def _check_step_inputs(
                     rel,
                     f"input_map: '{tensor}' (for {step.model_name}.{in_name}) is neither an "
                     "ensemble input nor produced by a step",
-                    kline,
+                    kline(),
                 )
             )
             continue
@@ -136,7 +140,7 @@ def _check_step_inputs(
                     rel,
                     f"dtype mismatch: '{tensor}' is {dtype_name(tensor_dtype[tensor])} but "
                     f"{step.model_name}.{in_name} expects {dtype_name(spec.data_type)}",
-                    kline,
+                    kline(),
                 )
             )
     fed = set(step.input_map)
@@ -210,7 +214,7 @@ def check_paths(m: RepoModel, root: Path, served_at: Path | None, problems: list
 def check_structure(models: dict[str, RepoModel], problems: list[Problem]) -> None:
     for m in trtllm_models(models):
         total = python_instances(m.cfg)  # Triton creates count instances per GPU a KIND_GPU group lists
-        if total > 1:
+        if total > 1 and m.config is not None and m.config.backend != "python":  # Python engines: any count
             problems.append(
                 Problem(
                     m.rel,
@@ -305,7 +309,7 @@ def check_disaggregated(models: dict[str, RepoModel], problems: list[Problem]) -
                     )
 
 
-def check_lock(root: Path, problems: list[Problem]) -> LockFile | None:
+def check_lock(root: Path, problems: list[Problem], *, hashes: bool = True) -> LockFile | None:
     from ..errors import RepoBuilderError
 
     try:
@@ -315,7 +319,7 @@ def check_lock(root: Path, problems: list[Problem]) -> LockFile | None:
         return None
     if lock is None:
         return None
-    for rel, what in changed_files(root, lock):
+    for rel, what in changed_files(root, lock, hashes=hashes):
         if what == "missing":
             problems.append(Problem(rel, "listed in the lock file but missing"))
         else:

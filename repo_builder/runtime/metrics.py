@@ -13,13 +13,19 @@ and KV cache; and the ``repo_builder_*`` families of the text side (preprocessin
 the engines' request outcomes. docs/metrics.md lists them.
 
 Every series carries NVIDIA's labels ``model`` (the model's name) and ``version``; a family with a category
-label (``request_type``, ``reason``...) has one series per category value listed in the table.
+label (``request_type``, ``reason``...) has one series per category value listed in the table. The engines'
+series carry one label more, :data:`INSTANCE_LABEL` (Triton's instance name), so two instances of one engine
+model are two series: NVIDIA's backend labels only ``model`` and ``version`` (README "Triton Metrics"), and
+Triton's core hands a second instance asking for the same labels the same metric, so the instances' gauges
+would overwrite each other. The text models' series have no such label: their counters and histograms are
+shared by the model's instances and sum over them, which is their meaning.
 
 Cost: a recorded event only updates a Python number under a lock (:meth:`ModelMetrics.inc`, ``observe``);
-a daemon thread pushes what changed to Triton every ``period_s`` (each push is one IPC round trip to the
-tritonserver process, python_backend ``src/metric.cc``), like NVIDIA's backend polls the executor's stats
-every ``stats_check_period_ms`` (default 100 ms). Gauges of the engine are read from the scheduler at each
-push (:class:`EngineMetrics`). ``repo_builder_metrics=false`` (model parameter) turns all of it off.
+a daemon thread pushes what changed to Triton every ``period_s`` (:data:`PUSH_PERIOD_S`; each changed series
+is one IPC round trip to the tritonserver process, python_backend ``src/metric.cc``), as NVIDIA's backend polls
+the executor's stats every ``stats_check_period_ms`` (default 100 ms, but in-process). Gauges of the engine
+are read from the scheduler at each push (:class:`EngineMetrics`).
+``repo_builder_metrics=false`` (model parameter) turns all of it off.
 """
 
 from __future__ import annotations
@@ -49,6 +55,16 @@ from .metric_families import (  # noqa: F401  (re-exported: moved from this modu
     refusal_reason,
 )
 
+#: seconds between two pushes to Triton. Each changed series costs one IPC round trip in the model's process and
+#: in tritonserver; a busy engine changes ~6-10 gauge series per push, so at NVIDIA's 100 ms that is 60-100 round
+#: trips a second, at 1 s a tenth (IPC calls per token counted by scripts/bench_metrics.py: 0.12 -> 0.07 at one
+#: sequence). A Prometheus scrape (every 1-15 s) sees values at most this old.
+PUSH_PERIOD_S = 1.0
+
+#: the label naming the model instance on the engines' series (value: Triton's ``model_instance_name``, e.g.
+#: ``tensorrt_llm_0_1``). Not ``instance``: Prometheus sets that one to the scrape target.
+INSTANCE_LABEL = "model_instance"
+
 # --------------------------------------------------------------------------------------------------
 # recording
 
@@ -74,6 +90,7 @@ class ModelMetrics:
         role: which families (:data:`FAMILIES` ``roles``) this model exports.
         period_s: seconds between pushes to Triton.
         log: called with a warning when Triton refuses a family (metrics then stay off for this model).
+        instance: the :data:`INSTANCE_LABEL` value of every series (None: no such label).
     Errors never escape: a family Triton refuses turns this model's metrics off with one warning.
     """
 
@@ -86,10 +103,12 @@ class ModelMetrics:
         version: str,
         role: str,
         *,
-        period_s: float = 0.1,
+        period_s: float = PUSH_PERIOD_S,
         log: Callable[[str], None] | None = None,
+        instance: str | None = None,
     ) -> None:
         self.model, self.version, self.role = model, str(version), role
+        self.instance = instance
         self.period_s = max(0.01, float(period_s))
         self._log = log or (lambda _m: None)
         self._lock = threading.Lock()
@@ -119,6 +138,8 @@ class ModelMetrics:
                     made[fam.name] = pb.MetricFamily(name=fam.name, description=fam.description, kind=kinds[fam.kind])
                     self._families.append(made[fam.name])
                 labels = {"model": self.model, "version": self.version}
+                if self.instance is not None:
+                    labels[INSTANCE_LABEL] = self.instance
                 if fam.label is not None and s.category is not None:
                     labels[fam.label] = s.category
                 if fam.kind == HISTOGRAM:
@@ -280,15 +301,19 @@ def metrics_enabled(params: Any) -> bool:
     return bool(params.bool("repo_builder_metrics", True))
 
 
-def for_model(pb: Any, args: Mapping[str, Any], params: Any, role: str, *, period_s: float = 0.1) -> Metrics:
+def for_model(pb: Any, args: Mapping[str, Any], params: Any, role: str, *, period_s: float = PUSH_PERIOD_S) -> Metrics:
     """The metrics of a model being initialized (``args`` of ``initialize``), or :data:`NULL_METRICS` when
-    ``repo_builder_metrics`` is false or this Python backend has no custom metrics (``pb.MetricFamily``)."""
+    ``repo_builder_metrics`` is false or this Python backend has no custom metrics (``pb.MetricFamily``).
+    An engine's (``role`` :data:`ENGINE`) carry :data:`INSTANCE_LABEL` = ``args["model_instance_name"]``."""
     if not metrics_enabled(params) or getattr(pb, "MetricFamily", None) is None:
         return NULL_METRICS
     logger = getattr(pb, "Logger", None)
     log = getattr(logger, "log_warn", None)
     name = str(args.get("model_name") or getattr(params, "model_name", "") or role)
-    return ModelMetrics(pb, name, str(args.get("model_version") or "1"), role, period_s=period_s, log=log)
+    instance = str(args.get("model_instance_name") or f"{name}_0") if role == ENGINE else None
+    return ModelMetrics(
+        pb, name, str(args.get("model_version") or "1"), role, period_s=period_s, log=log, instance=instance
+    )
 
 
 class Stopwatch:
@@ -423,8 +448,8 @@ def attach_engine_metrics(
     pb: Any, args: Mapping[str, Any], params: Any, scheduler: Any, backend: Any, limits: Any
 ) -> Metrics:
     """Metrics of a Python engine (``tensorrt_llm`` slot): :class:`EngineMetrics` observing ``scheduler``,
-    pushed every 100 ms (NVIDIA's default ``stats_check_period_ms``)."""
-    metrics = for_model(pb, args, params, ENGINE, period_s=0.1)
+    pushed every :data:`PUSH_PERIOD_S`."""
+    metrics = for_model(pb, args, params, ENGINE)
     if metrics.enabled:
         device = getattr(backend, "device", "cpu")
         scheduler.observer = EngineMetrics(

@@ -6,6 +6,7 @@ Kept free of heavy imports (only :mod:`repo_builder.cli_options`, ``typing`` and
 ``repo-builder --help`` does not pay for pydantic.
 """
 
+import math
 from typing import Any
 
 from ..cli_options import REQUIRED, Opt
@@ -101,6 +102,20 @@ LAUNCH_OPTIONS: dict[str, Opt] = {
         default=False, flags=("--histogram-latencies", "--histogram_latencies"), help=HELP["histogram_latencies"]
     ),
 }
+
+
+def launch_option(field: str, **overrides: Any) -> Any:
+    """The ``typer.Option`` of launch option ``field`` (:data:`LAUNCH_OPTIONS`), for ``launch`` and for the
+    deploy generators that pass the same setting on (``overrides``: :meth:`Opt.typer`'s)."""
+    return LAUNCH_OPTIONS[field].typer(**overrides)
+
+
+def server_exit_timeout(exit_timeout: float, unload_timeout: float) -> int:
+    """tritonserver's ``--exit-timeout-secs`` for ``--exit-timeout`` and ``--unload-timeout`` (seconds):
+    their sum, rounded up, since tritonserver 2.51 counts in-flight requests and model unloads against one
+    timer (core r24.10 ``server.cc`` ``InferenceServer::Stop``)."""
+    return int(math.ceil(exit_timeout) + math.ceil(unload_timeout))
+
 
 #: The default of every launch option but ``model_repo`` (required) and ``server_args`` (empty list).
 DEFAULTS: dict[str, Any] = {

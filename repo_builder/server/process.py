@@ -11,7 +11,6 @@ rank 0 is alive and holds the listening HTTP socket (observed with tritonserver 
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import shutil
@@ -28,6 +27,7 @@ from .command import launch_argv, rank_argv, shm_prefix
 from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan_repository
 from .launch_processes import MODEL_POLL_S, POLL_S, LaunchProcesses, StopReport
 from .launch_state import LaunchInterrupted, default_pid_file, state_dir  # noqa: F401  (default_pid_file: re-exported)
+from .options import server_exit_timeout
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
 from .probe import connect_host, is_ready, model_states
 from .server_log import TAIL_LINES, ServerLog
@@ -190,7 +190,7 @@ class TritonServer:
                 verbose=cfg.log,
                 extra_args=cfg.server_args,
                 # tritonserver counts in-flight requests and unloads against one timer; the stop bounds each
-                exit_timeout=cfg.exit_timeout + math.ceil(cfg.unload_timeout),
+                exit_timeout=server_exit_timeout(cfg.exit_timeout, cfg.unload_timeout),
                 histogram_latencies=cfg.histogram_latencies,
             )
             for r in range(plan.world_size)

@@ -93,9 +93,10 @@ def engine_limits(ctx: RuleContext) -> Iterator[Finding]:
 
 
 def instance_count(ctx: RuleContext) -> Iterator[Finding]:
-    """B10: one tensorrt_llm instance drives every GPU of the engine."""
+    """B10: one tensorrt_llm instance drives every GPU of the engine (a TensorRT-LLM engine; repo-builder's
+    Python engines, ``hf`` and ``synthetic``, run as several independent instances)."""
     count = ctx.v("tensorrt_llm_instance_count")
-    if isinstance(count, int) and count != 1:
+    if isinstance(count, int) and count != 1 and ctx.engine.kind == "trtllm":
         yield Finding(
             "tensorrt_llm_instance_count",
             f"{count} instances of tensorrt_llm are not supported (one "

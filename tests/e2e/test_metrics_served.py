@@ -4,10 +4,14 @@ tritonserver serving a synthetic-engine repository under load, and every dashboa
 implies: 8 concurrent streams show as 8 active engine requests with KV-cache blocks in use, the tokens counted
 equal the tokens the clients received, everything returns to 0 afterwards, a refused request is counted by its
 field, a stop string in the BLS is counted (streamed or not), and the launcher's ``histogram_latencies`` option
-turns on Triton's own first-response histogram.
+turns on Triton's own first-response histogram. The engine model runs as two instances: their ``nv_trt_llm_*``
+series are told apart by ``model_instance`` and the panels sum over them. The OpenAI front end
+(``repo-builder openai``) is scraped in the same job: its panels show the requests the ``openai`` SDK sent by
+status, the refused and the cancelled ones, TTFT and inter-token latency at the front door, and the completion
+tokens counted equal the ``usage.completion_tokens`` the SDK received.
 
-One server and one Prometheus for the module. The scrape config is the one ``repo-builder deploy monitoring``
-writes (``monitoring_files``), with a 1 s scrape interval.
+One server, one front end and one Prometheus for the module. The scrape config is the one ``repo-builder deploy
+monitoring`` writes (``monitoring_files``), with a 1 s scrape interval.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 import pytest
 from cli_support import run_cli
 from conftest import free_ports
-from e2e_support import Stream, grpc_input, http_generate
+from e2e_support import Stream, grpc_input, http_generate, openai_front_end
 
 from repo_builder.deploy.facts import read_facts
 from repo_builder.deploy.monitoring import PANEL_BY_KEY, PANELS, front_models, monitoring_files, promql
@@ -41,6 +45,9 @@ TOKENS = 300  # per stream; at 20 ms per token a stream lasts about 6 s
 WINDOW = "15s"
 JOB = "rbtest"
 PROMPT = "Tell me a long story about the sea"
+ENGINE_INSTANCES = 2
+OPENAI_STREAMS = 4
+OPENAI_TOKENS = 24
 
 
 def _prometheus_binary() -> str:
@@ -62,7 +69,8 @@ def server(tmp_path_factory, render_repo_module, serve_module):
     engine.mkdir()
     spec = {"vocab_size": 32000, "max_batch_size": STREAMS, "max_input_len": 64, "max_seq_len": 1024}
     (engine / "synthetic_engine.json").write_text(json.dumps(spec))
-    repo = render_repo_module(engine, tok, streaming=True, values={"synthetic_token_delay_ms": 20}, name="metrics")
+    values = {"synthetic_token_delay_ms": 20, "tensorrt_llm_instance_count": ENGINE_INSTANCES}
+    repo = render_repo_module(engine, tok, streaming=True, values=values, name="metrics")
     with serve_module(repo, histogram_latencies=True) as srv:
         srv.repo = repo
         yield srv
@@ -94,11 +102,24 @@ class Prometheus:
 
 
 @pytest.fixture(scope="module")
-def prom(server, tmp_path_factory):
+def front(server, tmp_path_factory):
+    """``repo-builder openai`` against the module's server: its base URL."""
+    with openai_front_end(server.repo, server.grpc_url, log_dir=tmp_path_factory.mktemp("front")) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def prom(server, front, tmp_path_factory):
     binary = _prometheus_binary()
     base = tmp_path_factory.mktemp("prometheus")
     host_port = server.metrics_url.split("//", 1)[1].split("/", 1)[0]
-    files = monitoring_files(read_facts(server.repo), job=JOB, targets=[host_port], scrape_interval="1s")
+    files = monitoring_files(
+        read_facts(server.repo),
+        job=JOB,
+        targets=[host_port],
+        openai_targets=[front.split("//", 1)[1]],
+        scrape_interval="1s",
+    )
     (base / "prometheus.yml").write_text(files["prometheus.yml"])
     json.loads(files["grafana-dashboard.json"])  # the dashboard the panels come from is valid JSON
     (port,) = free_ports(1)
@@ -120,7 +141,7 @@ def prom(server, tmp_path_factory):
         deadline = time.monotonic() + 60
         while True:
             try:
-                if p.values(f'up{{job="{JOB}"}}').get("") == 1.0:
+                if p.values(f'sum(up{{job="{JOB}"}})').get("") == 2.0:  # Triton and the front end
                     break
             except OSError:
                 pass
@@ -205,6 +226,26 @@ def test_engine_requests_during_the_streams(load):
     assert states["active"] == STREAMS
     assert states["scheduled"] == STREAMS  # all fit in one batch
     assert states["waiting"] == 0
+
+
+def test_two_engine_instances_are_two_series_and_the_panels_sum_them(load, prom, server):
+    """NVIDIA's labels plus ``model_instance``: each instance of the engine model has its own gauges (without the
+    label Triton would hand both instances one series, and the last to set it would win)."""
+    at = load["busy_at"]
+    q = 'nv_trt_llm_request_metrics{job="%s",model="tensorrt_llm",request_type="%s"}'
+    per_instance = prom.values(q % (JOB, "max"), "model_instance", at)
+    assert sorted(per_instance) == [f"tensorrt_llm_0_{i}" for i in range(ENGINE_INSTANCES)]
+    assert set(per_instance.values()) == {STREAMS}  # each instance's own max batch size
+    active = prom.values(q % (JOB, "active"), "model_instance", at)
+    assert sorted(active) == sorted(per_instance) and sum(active.values()) == STREAMS == load["busy"]["active"]
+    (labels,) = {
+        frozenset(r["metric"]) - {"model_instance", "instance", "job", "__name__"}
+        for r in prom.query(q % (JOB, "active"), at)
+    }
+    assert labels == {"model", "version", "request_type"}  # NVIDIA's labels, kept
+    # the per-instance counters add up to the total the panel shows
+    iterations = prom.values('nv_trt_llm_general_metrics{general_type="iteration_counter"}', "model_instance", at)
+    assert len(iterations) == ENGINE_INSTANCES
 
 
 def test_kv_cache_and_throughput_during_the_streams(load, prom, server):
@@ -343,6 +384,85 @@ def test_histogram_latencies_flag_exports_triton_latency_distributions(load, ser
         text = resp.read().decode()
     if "nv_inference_first_response_histogram_ms" in text:  # tritonserver 2.52+
         assert scraped(server, "nv_inference_first_response_histogram_ms_count", model="tensorrt_llm") >= STREAMS
+
+
+# ---------------------------------------------------------------------------------------------- the OpenAI front end
+@pytest.fixture(scope="module")
+def openai_load(front, prom, load):
+    """After the engine load (so it does not change that load's figures): streamed completions with usage, a
+    completion, a request for a model that is not served, a chat request the tokenizer cannot format; what the
+    SDK received."""
+    from openai import BadRequestError, NotFoundError, OpenAI
+
+    client = OpenAI(base_url=f"{front}/v1", api_key="unused", max_retries=0)
+    (model,) = [m.id for m in client.models.list().data]
+    usage: list[int] = []
+    deltas: list[int] = []
+
+    def stream() -> None:
+        chunks = client.completions.create(
+            model=model,
+            prompt=PROMPT,
+            max_tokens=OPENAI_TOKENS,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        n = 0
+        for chunk in chunks:
+            if chunk.choices and chunk.choices[0].text:
+                n += 1
+            if chunk.usage is not None:
+                usage.append(chunk.usage.completion_tokens)
+        deltas.append(n)
+
+    threads = [threading.Thread(target=stream) for _ in range(OPENAI_STREAMS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    answer = client.completions.create(model=model, prompt=PROMPT, max_tokens=OPENAI_TOKENS)
+    assert answer.usage is not None
+    usage.append(answer.usage.completion_tokens)
+    with pytest.raises(NotFoundError):
+        client.completions.create(model="not-served", prompt=PROMPT, max_tokens=4)
+    with pytest.raises(BadRequestError, match="chat template"):  # this tokenizer has none
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
+    assert len(usage) == OPENAI_STREAMS + 1 and all(u == OPENAI_TOKENS for u in usage), usage
+    assert len(deltas) == OPENAI_STREAMS and all(d > 1 for d in deltas), deltas
+    return {"client": client, "model": model, "tokens": sum(usage), "done_at": time.time()}
+
+
+def test_openai_panels_count_what_the_sdk_received(openai_load, prom, server):
+    at = openai_load["done_at"] + 2
+    wait_for("a scrape after the front end's load", lambda: time.time() > at + 1, timeout=10)
+
+    def counted() -> Any:
+        total = panel(prom, server, "openai_output_tokens_total", "model").get(openai_load["model"])
+        return total == openai_load["tokens"] or total
+
+    wait_for("the front end's token count", lambda: counted() is True)
+    assert panel(prom, server, "openai_output_tokens_rate", "model", at)[openai_load["model"]] > 0
+    statuses = panel(prom, server, "openai_requests", "status", at)
+    assert statuses["200"] > 0 and statuses["404"] > 0 and statuses["400"] > 0 and statuses["500"] == 0
+    refused = panel(prom, server, "openai_refused", "reason", at)
+    assert refused["model_not_found"] > 0 and refused["no_chat_template"] > 0 and refused["invalid_value"] == 0
+    assert panel(prom, server, "openai_refused", at=at, query=1)[""] == 0  # nothing cancelled yet
+    ttft = [panel(prom, server, "openai_ttft", at=at, query=i)[""] for i in (0, 1)]
+    assert 0 < ttft[0] <= ttft[1] and math.isfinite(ttft[1])
+    itl = [panel(prom, server, "openai_itl", at=at, query=i)[""] for i in (0, 1)]
+    # the synthetic engine's pace is 20 ms per token; deltas at the front door are no closer than that on
+    # the median (buckets 10 ms / 25 ms: the quantile interpolates within them)
+    assert 0.01 <= itl[0] <= itl[1] and math.isfinite(itl[1])
+
+
+def test_openai_cancelled_stream_is_counted(openai_load, prom, server):
+    client = openai_load["client"]
+    chunks = client.completions.create(model=openai_load["model"], prompt=PROMPT, max_tokens=200, stream=True)
+    for chunk in chunks:
+        if chunk.choices and chunk.choices[0].text:
+            break
+    chunks.close()  # the client goes away mid-answer
+    wait_for("the cancelled stream in Prometheus", lambda: panel(prom, server, "openai_refused", query=1)[""] > 0)
 
 
 def test_every_panel_is_checked_here():
