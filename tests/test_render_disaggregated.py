@@ -153,17 +153,85 @@ def test_dry_run_lists_the_layouts_files(parts, tmp_path):
     assert json.loads(result.plan.files[LOCK_NAME])["layout"]["name"] == "disaggregated"
 
 
-def test_launch_and_deploy_refuse_the_orchestrator_mode_they_do_not_start(parts, tmp_path):
-    from repo_builder.deploy.facts import DeployError, read_facts
+def test_launch_plans_the_orchestrator_ranks_and_refuses_ids_that_do_not_add_up(parts, tmp_path):
+    """``launch`` starts NVIDIA's orchestrator mode: world size = both phases' engine ranks + 1, every rank > 0 loads
+    both engine models, the two TRTLLM_ORCHESTRATOR variables; --dry-run lists which rank runs what on which GPU."""
+    import shutil
+    import subprocess
+    import sys
+
     from repo_builder.errors import LaunchError
     from repo_builder.server.config import LaunchConfig, resolve_plan, scan_repository
 
     repo = tmp_path / "repo"
-    render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated")
-    assert read_lock(repo).data["launch"]["orchestrator_world_size"] == 3
-    with pytest.raises(LaunchError, match="--world_size 3") as err:
+    render_repository(parts["tp2"], parts["tok"], repo, layout="disaggregated")
+    plan = resolve_plan(LaunchConfig(model_repo=repo), scan_repository(repo), cpu_count=2, have_mpirun=True)
+    assert plan.world_size == 5 and plan.trtllm_models == ["context", "generation"]
+    assert [(p.rank, p.model, p.engine_rank, p.gpu) for p in plan.orchestrator.participants] == [
+        (1, "context", 0, 0),
+        (2, "context", 1, 1),
+        (3, "generation", 0, 2),
+        (4, "generation", 1, 3),
+    ]
+    with pytest.raises(LaunchError, match="--world_size 5") as err:
+        resolve_plan(LaunchConfig(model_repo=repo, world_size=2), scan_repository(repo), cpu_count=2, have_mpirun=True)
+    assert err.value.key == "launch.orchestrator_world_size"
+    if shutil.which("mpirun") is not None:
+        out = subprocess.run(
+            [sys.executable, "-m", "repo_builder", "launch", str(repo), "--dry-run", "--http_port", "18987",
+             "--grpc_port", "18988", "--metrics_port", "18989"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert "rank 0: orchestrator (every model, HTTP/gRPC/metrics; no engine rank), world size 5" in lines
+        assert "rank 3: generation participant (instance 0, engine rank 0), GPU 2" in lines
+        argv = lines[-1].split()
+        assert argv[0] == "mpirun" and argv.count("-n") == 5
+        assert {"TRTLLM_ORCHESTRATOR", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES"} <= {
+            argv[i + 1] for i, a in enumerate(argv) if a == "-x"
+        }
+        assert lines[-1].count("--load-model=context --load-model=generation") == 4
+    # a hand edit that takes a rank away from generation: named by model and key
+    gen = repo / "generation" / "config.pbtxt"
+    gen.write_text(gen.read_text().replace('string_value: "3,4"', 'string_value: "3,5"'))
+    with pytest.raises(LaunchError, match="leave rank") as err:
         resolve_plan(LaunchConfig(model_repo=repo), scan_repository(repo), cpu_count=2, have_mpirun=True)
-    assert err.value.key == "launch.orchestrator_world_size"
+    assert err.value.key == "context participant_ids"
+    gen.write_text(gen.read_text().replace('string_value: "3,5"', 'string_value: "3"'))
+    with pytest.raises(LaunchError, match="its engine has 2") as err:
+        resolve_plan(LaunchConfig(model_repo=repo), scan_repository(repo), cpu_count=2, have_mpirun=True)
+    assert err.value.key == "generation participant_ids"
+
+
+def test_deploy_generators_write_the_orchestrator_launch(parts, tmp_path):
+    from repo_builder.deploy.facts import DeployError, read_facts
+    from repo_builder.deploy.kubernetes import KubernetesOptions, manifests
+    from repo_builder.deploy.slurm import SlurmOptions, script
+
+    repo = tmp_path / "repo"
+    render_repository(parts["tp1"], parts["tok"], repo, layout="disaggregated")
+    facts = read_facts(repo)
+    assert facts.world_size == 3 and facts.orchestrator.gpu_count == 2
+    text = script(facts, SlurmOptions(name="disagg", nodes=1))
+    assert "#SBATCH --ntasks-per-node=3" in text and "#SBATCH --gpus-per-node=2" in text
+    assert "export TRTLLM_ORCHESTRATOR=1" in text and "export TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES=0" in text
+    assert "# rank 2: generation participant (instance 0, engine rank 0), GPU 1" in text
+    assert [ln.split()[0] for ln in text.splitlines() if "--load-model=context --load-model=generation" in ln] == [
+        "1",
+        "2",
+    ]
     with pytest.raises(DeployError) as err:
-        read_facts(repo)
-    assert err.value.key == "launch.orchestrator_world_size"
+        script(facts, SlurmOptions(name="disagg", nodes=2))
+    assert err.value.key == "--nodes"
+    with pytest.raises(DeployError) as err:
+        script(facts, SlurmOptions(name="disagg", nodes=1, gpus_per_node=3))
+    assert err.value.key == "--gpus-per-node"
+    deployment = manifests(facts, KubernetesOptions(name="disagg", image="img", pvc="models"))[0]
+    pod = deployment["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert {"name": "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES", "value": "0"} in container["env"]
+    command = container["command"]
+    assert command[0] == "mpirun" and command.count("-n") == 3 and "TRTLLM_ORCHESTRATOR" in command
+    assert "rank 1: context participant" in pod["metadata"]["annotations"]["repo-builder/ranks"]
