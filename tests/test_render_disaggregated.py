@@ -235,3 +235,99 @@ def test_deploy_generators_write_the_orchestrator_launch(parts, tmp_path):
     command = container["command"]
     assert command[0] == "mpirun" and command.count("-n") == 3 and "TRTLLM_ORCHESTRATOR" in command
     assert "rank 1: context participant" in pod["metadata"]["annotations"]["repo-builder/ranks"]
+
+
+def _edited_engine(src, out, **build):
+    """A copy of the fake TensorRT-LLM engine ``src`` with ``build`` keys changed (pretrained_config if the key is
+    there, else build_config)."""
+    import shutil
+
+    shutil.copytree(src, out)
+    cfg = json.loads((out / "config.json").read_text())
+    for key, value in build.items():
+        section = "pretrained_config" if key in cfg["pretrained_config"] else "build_config"
+        cfg[section][key] = value
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def test_separate_generation_engine_gets_its_own_ranks_and_is_recorded(parts, tmp_path):
+    """--generation-engine-dir: a tp1 generation engine beside a tp2 context engine (NVIDIA lets the phases
+    differ in parallelism): its model points at it where it is, its participant follows the context's, the world
+    size is 2 + 1 + 1, and the lock file records both engines."""
+    repo = tmp_path / "repo"
+    gen_dir = tmp_path / "gen_tp1"
+    import shutil
+
+    shutil.copytree(parts["tp1"], gen_dir)
+    render_repository(parts["tp2"], parts["tok"], repo, layout="disaggregated", generation_engine_dir=gen_dir)
+    ctx, gen = string_parameters(config(repo, "context")), string_parameters(config(repo, "generation"))
+    assert ctx["gpt_model_path"] == str(repo / "context" / "1")
+    assert gen["gpt_model_path"] == str(gen_dir)
+    assert (ctx["participant_ids"], gen["participant_ids"], gen["gpu_device_ids"]) == ("1,2", "3", "2")
+    assert not any((repo / "generation" / "1").iterdir())  # referenced, not copied
+    lock = read_lock(repo).data
+    assert lock["engine"]["dir"] == str(parts["tp2"])
+    assert lock["layout"]["generation_engine"]["dir"] == str(gen_dir)
+    assert lock["layout"]["generation_engine"]["world_size"] == 1
+    assert lock["launch"]["orchestrator_world_size"] == 4
+    assert not [p for p in validate_repository(repo) if p.severity == "error"]
+    from repo_builder.server.config import LaunchConfig, resolve_plan, scan_repository
+
+    plan = resolve_plan(LaunchConfig(model_repo=repo), scan_repository(repo), cpu_count=2, have_mpirun=True)
+    assert plan.world_size == 4 and [p.model for p in plan.orchestrator.participants] == [
+        "context",
+        "context",
+        "generation",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        ({"vocab_size": 32064}, "vocab_size"),
+        ({"dtype": "bfloat16"}, "dtype"),
+        ({"logits_dtype": "float16"}, "logits_dtype"),
+        ({"max_beam_width": 4}, "max_beam_width"),
+        ({"max_seq_len": 1536}, "max_seq_len"),
+        ({"architecture": "MistralForCausalLM"}, "architecture"),
+    ],
+)
+def test_generation_engine_that_disagrees_is_refused_naming_the_key(parts, tmp_path, edit, key):
+    from repo_builder.errors import EngineError
+
+    gen_dir = _edited_engine(parts["tp1"], tmp_path / "gen", **edit)
+    with pytest.raises(EngineError) as err:
+        render_repository(
+            parts["tp1"], parts["tok"], tmp_path / "repo", layout="disaggregated", generation_engine_dir=gen_dir
+        )
+    assert err.value.key == key and err.value.path == gen_dir / "config.json"
+    assert not (tmp_path / "repo").exists()
+
+
+def test_generation_engine_dir_needs_layout_disaggregated(parts, tmp_path):
+    with pytest.raises(RenderError) as err:
+        render_repository(parts["tp1"], parts["tok"], tmp_path / "repo", generation_engine_dir=parts["tp1"])
+    assert err.value.key == "--generation-engine-dir"
+
+
+def test_generation_checkpoint_with_another_tokenizer_is_refused_naming_the_file(tiny_llama, tmp_path):
+    """HF checkpoints (the CPU reference engine): the generation model points at its own checkpoint; one whose
+    tokenizer.json differs from the context checkpoint's is refused naming that file."""
+    import shutil
+
+    from repo_builder.errors import EngineError
+
+    gen_dir = tmp_path / "gen_ckpt"
+    shutil.copytree(tiny_llama, gen_dir)
+    repo = tmp_path / "repo"
+    render_repository(tiny_llama, tiny_llama, repo, layout="disaggregated", generation_engine_dir=gen_dir)
+    assert string_parameters(config(repo, "generation"))["engine_dir"] == str(gen_dir)
+    assert string_parameters(config(repo, "context"))["engine_dir"] == str(repo / "context" / "1" / "engine")
+    tok = next(n for n in ("tokenizer.json", "tokenizer.model") if (gen_dir / n).is_file())
+    (gen_dir / tok).write_bytes((gen_dir / tok).read_bytes() + b" ")
+    with pytest.raises(EngineError) as err:
+        render_repository(
+            tiny_llama, tiny_llama, tmp_path / "repo2", layout="disaggregated", generation_engine_dir=gen_dir
+        )
+    assert err.value.key == tok and err.value.path == gen_dir / tok

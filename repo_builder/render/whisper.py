@@ -303,6 +303,10 @@ def refuse_unsupported(layout: str, opts: RenderOptions, out: Path, checkpoint: 
         )
     if opts.streaming:
         raise RenderError(f"layout {layout} has no streaming (decoupled) mode yet", key="--streaming")
+    if opts.generation_engine_dir is not None:
+        raise RenderError(
+            f"--generation-engine-dir is for layout disaggregated, not {layout}", key="--generation-engine-dir"
+        )
     if out.exists():
         raise RenderError("already exists", path=out, hint=f"layout {layout} writes a new directory; remove it first")
     if not checkpoint.is_dir():
