@@ -127,6 +127,7 @@ def render(
     dry_run: bool = _render("dry_run"),
     draft_engine_dir: Path | None = _render("draft_engine_dir"),
     layout: str = _render("layout"),
+    generation_engine_dir: Path | None = _render("generation_engine_dir"),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
 
@@ -169,6 +170,7 @@ def render(
         progress=not dry_run,
         layout=layout,
         draft_engine_dir=draft_engine_dir,
+        generation_engine_dir=generation_engine_dir,
     )
     if layout == "whisper":
         _render_whisper(engine_dir, tokenizer_dir, output, options, bool(model))
