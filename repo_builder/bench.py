@@ -152,9 +152,59 @@ def build_request(settings: BenchSettings, info: ModelInfo, prompt: Prompt) -> G
         req.exclude_input_in_output = True
     if settings.end_id is not None:
         req.end_id = settings.end_id
+    if settings.num_draft_tokens:
+        req.extra["num_draft_tokens"] = settings.num_draft_tokens
+        req.extra["return_perf_metrics"] = True
     if settings.protocol == "grpc" and not settings.all_outputs:
-        req.outputs = [name for name in ("text_output", "output_ids") if name in info.outputs] or None
+        wanted = ("text_output", "output_ids", *(SPECULATIVE_OUTPUTS if settings.num_draft_tokens else ()))
+        req.outputs = [name for name in wanted if name in info.outputs] or None
     return req
+
+
+#: The perf outputs of a speculative request (NVIDIA's BLS; cumulative over the draft loop's iterations).
+SPECULATIVE_OUTPUTS = ("total_draft_tokens", "total_accepted_draft_tokens")
+
+
+def _draft_counts(result: GenerateResult) -> tuple[int, int] | None:
+    """(draft tokens proposed, draft tokens accepted) of one request: the last response carrying the perf
+    outputs (they add up over the iterations), None when none does."""
+    for event in reversed(result.events):
+        values = [event.outputs.get(name) for name in SPECULATIVE_OUTPUTS]
+        if all(v is not None for v in values):
+            import numpy as np
+
+            draft, accepted = (int(np.asarray(v).reshape(-1)[0]) for v in values)
+            return draft, accepted
+    return None
+
+
+def speculative_stats(done: list[_Done], records: list[RequestRecord]) -> dict[str, Any]:
+    """The level's speculative figures: draft tokens proposed and accepted (summed over the requests that
+    reported them), ``acceptance_rate`` = accepted / proposed, and ``tokens_per_step`` = output tokens per target
+    call. Each target call returns the draft tokens it accepts plus one token of its own, so the calls are
+    output tokens - accepted tokens (exact unless an end id or stop word cuts a call short); None when the
+    output tokens are not counted (no tokenizer, no ids)."""
+    draft = accepted = tokens = 0
+    counted, reported = True, 0
+    for d, rec in zip(done, records):
+        counts = _draft_counts(d.result) if d.result.ok else None
+        if counts is None:
+            continue
+        reported += 1
+        draft += counts[0]
+        accepted += counts[1]
+        if rec.output_tokens is None:
+            counted = False
+        else:
+            tokens += rec.output_tokens
+    steps = tokens - accepted
+    return {
+        "requests_reporting": reported,
+        "draft_tokens": draft,
+        "accepted_draft_tokens": accepted,
+        "acceptance_rate": accepted / draft if draft else None,
+        "tokens_per_step": tokens / steps if counted and reported and steps > 0 else None,
+    }
 
 
 @dataclass
@@ -258,6 +308,13 @@ def run_bench(
                 key="--stream",
                 hint="drop --stream or serve a streaming repository",
             )
+        if settings.num_draft_tokens and not info.accepts("num_draft_tokens"):
+            raise ClientError(
+                f"model '{info.name}' has no num_draft_tokens input: speculative requests go to tensorrt_llm_bls "
+                "of a repository rendered with --draft-engine-dir",
+                key="--num-draft-tokens",
+                hint="pass --model tensorrt_llm_bls, or drop --num-draft-tokens",
+            )
         if settings.prompts_file:
             prompts = load_prompts(settings.prompts_file)
             source = str(settings.prompts_file)
@@ -305,6 +362,8 @@ def run_bench(
             level["chunks_per_request"] = (
                 sum(len(r.chunk_ns) for r in records if r.ok) / stats.completed if stats.completed else None
             )
+            if settings.num_draft_tokens:
+                level["speculative"] = speculative_stats(done, records)
             levels.append(level)
             for rec, d in zip(records, done):
                 all_records.append(
@@ -368,12 +427,18 @@ def write_report(report: dict[str, Any], output_dir: str | Path) -> dict[str, Pa
     summary = {k: v for k, v in report.items() if k != "records"}
     paths["json"].write_text(json.dumps(summary, indent=2) + "\n")
     with paths["csv"].open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS + ["client_cpu_ms_per_request"])
+        speculative = (
+            ["acceptance_rate", "tokens_per_step"] if any("speculative" in lv for lv in report["levels"]) else []
+        )
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS + ["client_cpu_ms_per_request", *speculative])
         writer.writeheader()
         for level in report["levels"]:
             stats = _stats_from_dict(level)
             row = csv_row(stats)
             row["client_cpu_ms_per_request"] = level.get("client_cpu_ms_per_request", "")
+            for key in speculative:
+                value = (level.get("speculative") or {}).get(key)
+                row[key] = "" if value is None else value
             writer.writerow(row)
     with paths["requests"].open("w") as fh:
         for rec in report.get("records", []):
@@ -466,6 +531,7 @@ def format_table(report: dict[str, Any]) -> Any:
         "out tok/s",
         "req/s",
         "client CPU ms/req",
+        *(("accepted", "tok/step") if any("speculative" in lv for lv in report["levels"]) else ()),
     ):
         table.add_column(col, justify="right", no_wrap=True)
     for lv in report["levels"]:
@@ -483,5 +549,10 @@ def format_table(report: dict[str, Any]) -> Any:
             f(lv["output_tokens_per_s"]),
             f(lv["requests_per_s"], 2),
             f(lv["client_cpu_ms_per_request"], 2),
+            *(
+                (f(lv["speculative"]["acceptance_rate"], 3), f(lv["speculative"]["tokens_per_step"], 2))
+                if "speculative" in lv
+                else ()
+            ),
         )
     return table

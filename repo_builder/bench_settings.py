@@ -47,6 +47,8 @@ class BenchSettings:
         min_tokens: send ``min_tokens`` = output length when the model has it.
         end_id: sent as ``end_id`` if set (e.g. -1 to disable end-of-sequence on engines that support it).
         seed: seed of the synthetic prompts.
+        num_draft_tokens: draft tokens per speculative iteration (``num_draft_tokens`` of ``tensorrt_llm_bls``
+            with a draft model; ``return_perf_metrics`` is sent too), None = not sent.
         all_outputs: over gRPC, ask for every output the model produces instead of only ``text_output`` (and
             ``output_ids`` if declared); HTTP ``/generate_stream`` cannot select outputs.
     """
@@ -82,6 +84,13 @@ class BenchSettings:
         None, "--end-id", help="Send this end_id (e.g. -1: never stop at end-of-sequence, where supported)."
     )
     seed: int = option(0, "--seed", help="Seed of the synthetic prompts.")
+    num_draft_tokens: int | None = option(
+        None,
+        "--num-draft-tokens",
+        help="Draft-target speculative decoding: send num_draft_tokens (and return_perf_metrics) to a BLS with a "
+        "draft model; the report adds the acceptance rate and tokens per target step.",
+        ge=1,
+    )
     all_outputs: bool = option(
         False,
         "--all-outputs/--text-output-only",

@@ -38,6 +38,8 @@ class RenderOptions:
             (``all_models/disaggregated_serving``: :mod:`repo_builder.render.disaggregated`).
         draft_engine_dir: a draft engine for speculative decoding: adds the ``tensorrt_llm_draft`` model
             (:mod:`repo_builder.render.speculative`).
+        generation_engine_dir: layout disaggregated: the generation phase's engine when it is not the context's
+            (:func:`repo_builder.render.disaggregated.check_generation_engine`).
     """
 
     profile: str = option("trtllm-1.2", "--profile", help="Template profile (see `repo-builder params`).")
@@ -81,6 +83,14 @@ class RenderOptions:
         "--draft-engine-dir",
         help="Draft engine for draft-target speculative decoding: adds tensorrt_llm_draft, which the BLS calls "
         "for requests with num_draft_tokens > 0 (docs/layouts.md).",
+    )
+
+    generation_engine_dir: str | Path | None = option(
+        None,
+        "--generation-engine-dir",
+        help="Layout disaggregated: the generation phase's own engine (default: --engine-dir serves both). "
+        "It must agree with the context engine on vocabulary, dtypes, KV-cache shape and beam width; its model "
+        "points at it where it is (docs/layouts.md).",
     )
 
     @classmethod

@@ -346,3 +346,28 @@ def test_one_renderer_builds_both_endpoints_answers_and_streams(endpoint, includ
     choice = body["choices"][0]
     text = choice["message"]["content"] if chat else choice["text"]
     assert text == ("" if chat else "hi") + "".join(parts) and choice["finish_reason"] == "length"
+
+
+def test_num_draft_tokens_is_refused_naming_the_field_without_a_draft_model(tiny_llama, tmp_path):
+    """The extension field num_draft_tokens: a repository rendered without --draft-engine-dir has no draft model
+    (its lock file says so), and the request is refused naming the field; one with a draft model records it."""
+    from repo_builder.openai.jobs import draft_fields
+    from repo_builder.openai.served import FrontEndConfig, load_served_models
+    from repo_builder.render import render_repository
+
+    plain, spec = tmp_path / "plain", tmp_path / "spec"
+    render_repository(tiny_llama, tiny_llama, plain)
+    render_repository(tiny_llama, tiny_llama, spec, draft_engine_dir=tiny_llama)
+    (served,) = load_served_models(FrontEndConfig(grpc_url="127.0.0.1:1", repo=plain))
+    assert served.draft_model is None
+    req = parse_request(CompletionRequest, {"model": "m", "prompt": "hi", "num_draft_tokens": 4})
+    with pytest.raises(APIError) as exc:
+        draft_fields(req, served.draft_model, None)  # type: ignore[arg-type]  # refused before Triton is asked
+    assert exc.value.param == "num_draft_tokens" and "--draft-engine-dir" in str(exc.value.message)
+    (served,) = load_served_models(FrontEndConfig(grpc_url="127.0.0.1:1", repo=spec))
+    assert served.draft_model == "tensorrt_llm_draft"
+    no_draft = parse_request(CompletionRequest, {"model": "m", "prompt": "hi", "num_draft_tokens": 0})
+    assert draft_fields(no_draft, None, None) == {}  # type: ignore[arg-type]
+    with pytest.raises(APIError) as exc:
+        parse_request(CompletionRequest, {"model": "m", "prompt": "hi", "num_draft_tokens": -1})
+    assert exc.value.param == "num_draft_tokens"

@@ -139,6 +139,7 @@ def render(
     dry_run: bool = _render("dry_run"),
     draft_engine_dir: Path | None = _render("draft_engine_dir"),
     layout: str = _render("layout"),
+    generation_engine_dir: Path | None = _render("generation_engine_dir"),
 ) -> None:
     """Render a Triton model repository for an engine and a tokenizer.
 

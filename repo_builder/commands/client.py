@@ -115,6 +115,7 @@ def bench(
     timeout_s: float = _bench("timeout_s"),
     progress: bool = _PROGRESS.typer(),
     all_outputs: bool = _bench("all_outputs"),
+    num_draft_tokens: int | None = _bench("num_draft_tokens"),
 ) -> None:
     """Measure TTFT, inter-token latency, end-to-end latency and throughput at several concurrency levels."""
     options = dict(locals())

@@ -50,6 +50,9 @@ app.add_typer(deploy_app, name="deploy")
 def _warn(facts: object) -> None:
     for note in facts.notes:  # type: ignore[attr-defined]
         typer.echo(f"note: {note}", err=True)
+    orchestrator = getattr(facts, "orchestrator", None)
+    for line in orchestrator.lines() if orchestrator is not None else []:  # layout disaggregated's ranks
+        typer.echo(f"note: {line}", err=True)
 
 
 def _repo() -> Path:

@@ -15,9 +15,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import RepoBuilderError
 from ..repository.lockfile import LOCK_NAME, read_launch, require_lock
+from ..server.orchestrator import OrchestratorRanks
 
 #: DNS-1123 label (Kubernetes object names used as pod hostnames, Slurm job names stay readable too).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -68,6 +70,9 @@ class DeploymentFacts:
     grpc_port: int
     metrics_port: int
     notes: list[str] = field(default_factory=list)
+    #: the ranks of orchestrator mode (layout disaggregated on TensorRT-LLM engines; :attr:`world_size` is then
+    #: every participant + 1), else None.
+    orchestrator: OrchestratorRanks | None = None
 
     @property
     def llmapi(self) -> bool:
@@ -114,9 +119,30 @@ class DeploymentFacts:
 
         ``gpus_per_node`` None means world size / nodes.
 
+        In orchestrator mode (:attr:`orchestrator`) every rank runs on one node and the GPUs are the
+        participants' (rank 0 needs none): that count is returned.
+
         Raises:
-            DeployError: nodes < 1, the world size does not split evenly, or nodes x GPUs != world size.
+            DeployError: nodes < 1, the world size does not split evenly, or nodes x GPUs != world size; in
+                orchestrator mode more than one node, or GPUs other than the participants.
         """
+        if self.orchestrator is not None:
+            gpus = self.orchestrator.gpu_count
+            if nodes != 1:
+                raise DeployError(
+                    f"orchestrator mode (layout disaggregated) is generated for one node here, not {nodes}",
+                    key="--nodes",
+                    path=self.lock_path,
+                    hint=f"--nodes 1: {self.world_size} ranks (the orchestrator + {gpus} engine ranks) on {gpus} GPUs",
+                )
+            if gpus_per_node is not None and gpus_per_node != gpus:
+                raise DeployError(
+                    f"{gpus_per_node} GPU(s), but the engine models have {gpus} participant(s), one GPU each",
+                    key=key,
+                    path=self.lock_path,
+                    hint=f"drop {key} or pass {gpus}",
+                )
+            return gpus
         if nodes < 1:
             raise DeployError(f"--nodes must be at least 1, got {nodes}", key="--nodes")
         if gpus_per_node is None:
@@ -155,14 +181,6 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
     lock = require_lock(root)
     path = root / LOCK_NAME
     launch = read_launch(lock, path=path)
-    if launch.orchestrator_world_size:
-        raise DeployError(
-            "the repository's engine models run in orchestrator mode with participant ids (layout disaggregated); "
-            "the deployment generators do not write that launch",
-            path=path,
-            key="launch.orchestrator_world_size",
-            hint="render the default layout for a deployment, or launch by hand (docs/layouts.md)",
-        )
     notes: list[str] = []
     files = lock.files
     models = lock.models
@@ -203,6 +221,7 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
         if isinstance(tokenizer.get("dir"), str) and tokenizer["dir"]:
             tokenizer_dirs.append(tokenizer["dir"])
     first_engine = llms[0].engine
+    orchestrator = _orchestrator(lock, launch, path) if launch.orchestrator_world_size else None
     serve_path = lock.serve_path or str(root.absolute())
     defaults = LaunchConfig.model_fields
     return DeploymentFacts(
@@ -210,7 +229,7 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
         lock_path=path,
         serve_path=str(serve_path),
         profile=str(lock.profile),
-        world_size=launch.world_size,
+        world_size=orchestrator.world_size if orchestrator else launch.world_size,
         tp_size=launch.tp_size,
         pp_size=launch.pp_size,
         tensorrt_llm_models=tuple(launch.tensorrt_llm_model_names),
@@ -224,6 +243,43 @@ def read_facts(repo: str | Path) -> DeploymentFacts:
         grpc_port=defaults["grpc_port"].default,
         metrics_port=defaults["metrics_port"].default,
         notes=notes,
+        orchestrator=orchestrator,
+    )
+
+
+def _orchestrator(lock: Any, launch: Any, path: Path) -> OrchestratorRanks:
+    """The orchestrator-mode ranks from the lock file: the ``layout`` block's models and the values
+    ``context_``/``generation_`` ``participant_ids`` and ``gpu_device_ids`` (:mod:`repo_builder.server.orchestrator`).
+
+    Raises:
+        DeployError: the lock file lacks the ``layout`` block or the ids do not add up (names the key).
+    """
+    from ..server.orchestrator import orchestrator_ranks
+
+    layout = lock.data.get("layout") or {}
+    models = layout.get("models") or {}
+    if not all(isinstance(models.get(p), str) for p in ("context", "generation")):
+        raise DeployError(
+            "the lock file's layout block names no context and generation models",
+            key="layout.models",
+            path=path,
+            hint="re-render the repository",
+        )
+    values = lock.data.get("values") or {}
+
+    def groups(key: str) -> list[list[int]] | None:
+        entry = values.get(key)
+        value = entry.get("value") if isinstance(entry, dict) else None
+        return [[int(i) for i in g] for g in value] if isinstance(value, list) else None
+
+    names = {phase: models[phase] for phase in ("context", "generation")}
+    return orchestrator_ranks(
+        {name: groups(f"{phase}_participant_ids") for phase, name in names.items()},
+        {name: groups(f"{phase}_gpu_device_ids") for phase, name in names.items()},
+        engine_ranks={},  # render checked each group against its engine; the lock file has no per-phase tp x pp
+        world_size=launch.orchestrator_world_size,
+        error=DeployError,
+        where={name: path for name in names.values()},
     )
 
 

@@ -161,11 +161,14 @@ def _probes(opts: KubernetesOptions) -> dict[str, Any]:
 
 
 def _pod_annotations(facts: DeploymentFacts, opts: KubernetesOptions) -> dict[str, str]:
-    return {
+    out = {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(facts.metrics_port),
         "prometheus.io/path": "/metrics",
     }
+    if facts.orchestrator is not None:  # which rank runs which engine rank on which GPU, for a reader of the pod
+        out["repo-builder/ranks"] = "\n".join(facts.orchestrator.lines())
+    return out
 
 
 def _volumes(facts: DeploymentFacts, opts: KubernetesOptions, ranks: range) -> tuple[list[dict], list[dict]]:
@@ -200,6 +203,13 @@ def _rank_argvs(facts: DeploymentFacts, launch_id: str, opts: KubernetesOptions)
     if facts.llmapi:
         return llmapi_launch_argvs(argvs[0], facts.world_size)
     return argvs
+
+
+def _orchestrator_env(facts: DeploymentFacts) -> dict[str, str]:
+    """The environment of orchestrator mode (layout disaggregated), else ``{}``."""
+    from ..server.orchestrator import ORCHESTRATOR_ENV
+
+    return dict(ORCHESTRATOR_ENV) if facts.orchestrator is not None else {}
 
 
 def _openai_sidecar(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str, Any]]:
@@ -311,12 +321,17 @@ def _manifests(facts: DeploymentFacts, opts: KubernetesOptions) -> list[dict[str
         if facts.llmapi:  # one tritonserver; the LLM API spawns its tp x pp workers on the pod's GPUs itself
             command = ranks[0][1:]
         else:
-            command = launch_argv(ranks, use_mpi=facts.world_size > 1)
+            command = launch_argv(ranks, use_mpi=facts.world_size > 1, export_env=sorted(_orchestrator_env(facts)))
         volumes, mounts = _volumes(facts, opts, range(facts.world_size))
         container = {
             "name": "triton",
             "image": opts.image,
             "command": command,
+            **(
+                {"env": [{"name": k, "value": v} for k, v in sorted(_orchestrator_env(facts).items())]}
+                if facts.orchestrator
+                else {}
+            ),
             "ports": _ports(facts, opts),
             "resources": gpu_limits,
             "volumeMounts": mounts,

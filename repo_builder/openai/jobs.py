@@ -23,6 +23,10 @@ How OpenAI fields become ensemble inputs (names of the ensemble/BLS contract,
   :class:`~repo_builder.runtime.stopstrings.StopStringMatcher` here, which cuts the stop string and what
   follows from the text (OpenAI leaves the stop sequence out) and ends the Triton request when the text
   matches although the tokens did not. ``ignore_eos`` -> ``end_id`` -1 (no end-of-sequence stop).
+* ``num_draft_tokens`` (an extension, NVIDIA's BLS input of the same name) -> ``num_draft_tokens`` of
+  ``tensorrt_llm_bls``, which then runs its draft loop (``runtime/bls_draft.py``). Refused (400 naming the
+  field) where the repository has no draft model (rendered without ``--draft-engine-dir``) or the requests go
+  to a model without that input (the ensemble: serve with ``--triton-model tensorrt_llm_bls``). 0 = no draft.
 """
 
 from __future__ import annotations
@@ -115,6 +119,35 @@ def request_id(request: Any) -> str | None:
     return value
 
 
+def draft_fields(req: SamplingFields, draft_model: str | None, triton: TritonBackend) -> dict[str, Any]:
+    """``{"num_draft_tokens": n}`` for a request that asks for draft tokens, else ``{}``.
+
+    Raises:
+        APIError: 400 naming ``num_draft_tokens``: the repository has no draft model, or the Triton model the
+            requests go to has no such input.
+    """
+    n = req.num_draft_tokens
+    if not n:
+        return {}
+    if draft_model is None:
+        raise APIError(
+            400,
+            "num_draft_tokens asks for speculative decoding, but this repository has no draft model "
+            "(render it with --draft-engine-dir DRAFT)",
+            param="num_draft_tokens",
+            code="invalid_value",
+        )
+    if not triton.accepts("num_draft_tokens"):
+        raise APIError(
+            400,
+            f"num_draft_tokens is an input of tensorrt_llm_bls; requests go to {triton.model}, which has none "
+            "(serve with --triton-model tensorrt_llm_bls)",
+            param="num_draft_tokens",
+            code="invalid_value",
+        )
+    return {"num_draft_tokens": n}
+
+
 def make_job(
     prefix: str,
     req: SamplingFields,
@@ -123,14 +156,21 @@ def make_job(
     param: str,
     triton: TritonBackend,
     rid: str | None = None,
+    *,
+    draft_model: str | None = None,
 ) -> Job:
     """The request as ensemble fields; its id (the response ``id`` and the Triton request id) is
-    ``<prefix>-<X-Request-Id>`` when the client sent that header, else ``<prefix>-<random hex>``."""
+    ``<prefix>-<X-Request-Id>`` when the client sent that header, else ``<prefix>-<random hex>``.
+
+    Raises:
+        APIError: ``num_draft_tokens`` without a draft model (:func:`draft_fields`).
+    """
     # Always stream from a decoupled model, also for a non-streamed answer: the BLS polls its client's
     # cancellation between engine responses, so only a streamed engine request can be cancelled mid-way there;
     # the deltas add up to the non-streamed text (postprocessing's incremental detokenizer).
     fields = {"text_input": text, "max_tokens": max_tokens, "stream": triton.streams}
     fields.update(sampling_fields(req, triton.accepts))
+    fields.update(draft_fields(req, draft_model, triton))
     return Job(
         rid=f"{prefix}-{rid or uuid.uuid4().hex}",
         req=req,

@@ -122,6 +122,8 @@ class SamplingFields(_Request):
     min_tokens: StrictInt | None = Field(None, ge=0)
     repetition_penalty: float | None = _float(gt=0.0)
     ignore_eos: StrictBool | None = None
+    # extension: draft-target speculative decoding (NVIDIA's BLS input of the same name; docs/layouts.md)
+    num_draft_tokens: StrictInt | None = Field(None, ge=0)
 
     def stop_list(self) -> list[str]:
         """``stop`` as a list without empty strings."""

@@ -221,7 +221,9 @@ async def completions(request: Request) -> Any:
         raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
     max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
     limit_max_tokens(served, max_tokens, "max_tokens")
-    job = make_job("cmpl", req, prompt, max_tokens, "max_tokens", triton, request_id(request))
+    job = make_job(
+        "cmpl", req, prompt, max_tokens, "max_tokens", triton, request_id(request), draft_model=served.draft_model
+    )
     renderer = _renderer(request, COMPLETION, served.name, job, echo=prompt if req.echo else "")
     return await run(request, route, job, bool(req.stream), renderer)
 
@@ -235,5 +237,7 @@ async def chat_completions(request: Request) -> Any:
     if max_tokens is None:
         max_tokens = default_chat_max_tokens(served, text)
     limit_max_tokens(served, max_tokens, param)
-    job = make_job("chatcmpl", req, text, max_tokens, param, triton, request_id(request))
+    job = make_job(
+        "chatcmpl", req, text, max_tokens, param, triton, request_id(request), draft_model=served.draft_model
+    )
     return await run(request, route, job, bool(req.stream), _renderer(request, CHAT, served.name, job))

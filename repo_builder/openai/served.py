@@ -59,6 +59,8 @@ class ServedModel:
     created: int = field(default_factory=lambda: int(time.time()))
     #: the Triton model this LLM's requests go to (``ensemble``, ``NAME_ensemble``, ``NAME_tensorrt_llm_bls``).
     triton_model: str = "ensemble"
+    #: the BLS's draft model (``render --draft-engine-dir``), None without one: ``num_draft_tokens`` is refused.
+    draft_model: str | None = None
 
     @property
     def has_chat_template(self) -> bool:
@@ -128,6 +130,7 @@ def load_served_models(config: FrontEndConfig) -> list[ServedModel]:
                     else str(info.value("tensorrt_llm_model_name") or "tensorrt_llm")
                 ),
                 triton_model=info.triton_model(config.triton_model),
+                draft_model=str(info.value("tensorrt_llm_draft_model_name") or "") or None,
             )
         )
     return served

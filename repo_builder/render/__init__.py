@@ -78,6 +78,14 @@ def render_repository(
 
     opts = RenderOptions.of(options, fields)
     prepared: PreparedRender | PreparedLLMAPIRender
+    if opts.generation_engine_dir is not None and opts.layout != "disaggregated":
+        from ..errors import RenderError
+
+        raise RenderError(
+            f"--generation-engine-dir is for layout disaggregated, not {opts.layout}",
+            key="--generation-engine-dir",
+            hint="add --layout disaggregated, or drop the flag",
+        )
     if profile_layout(opts.profile) == "llmapi":
         from ..errors import RenderError
 

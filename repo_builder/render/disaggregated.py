@@ -45,14 +45,75 @@ from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 from .write import RenderResult, write_plan, write_repository
 
 BLS = "disaggregated_serving_bls"
+#: What a separate generation engine (``--generation-engine-dir``) must share with the context engine:
+#: (EngineInfo field, the key named in the error, why). The context phase's KV cache and first token are the
+#: generation phase's input (NVIDIA/TensorRT-LLM ``docs/source/advanced/disaggregated-service.md``: the KV cache
+#: moves between the two executors, so its layers, heads, head size and dtype must match); one BLS and one ensemble
+#: declare the outputs of both (logits dtype, beam width).
+GENERATION_MUST_AGREE = (
+    ("kind", "--generation-engine-dir", "both phases run on one backend"),
+    ("architecture", "architecture", "the generation phase resumes the context phase's sequence"),
+    ("vocab_size", "vocab_size", "the generation phase continues the context phase's token ids"),
+    ("dtype", "dtype", "the KV cache moves between the two engines"),
+    ("kv_cache_bytes_per_value", "kv_cache_quant_algo", "the KV cache moves between the two engines"),
+    ("num_layers", "num_hidden_layers", "the KV cache moves between the two engines"),
+    ("num_kv_heads", "num_key_value_heads", "the KV cache moves between the two engines"),
+    ("head_size", "head_size", "the KV cache moves between the two engines"),
+    ("hidden_size", "hidden_size", "the KV cache moves between the two engines"),
+    ("tokens_per_block", "tokens_per_block", "KV-cache blocks move whole between the two engines"),
+    ("logits_dtype", "logits_dtype", "disaggregated_serving_bls declares one dtype for both phases' logits"),
+    ("max_beam_width", "max_beam_width", "disaggregated_serving_bls and the ensemble declare one beam width"),
+)
 
 
-def _default_ids(world: int) -> dict[str, list[list[int]]]:
+def check_generation_engine(context: Any, generation: Any) -> None:
+    """Refuse a generation engine that cannot resume the context engine's requests.
+
+    Args:
+        context, generation: the two engines' :class:`~repo_builder.engine.EngineInfo`.
+
+    Raises:
+        EngineError: a field of :data:`GENERATION_MUST_AGREE` differs (names its key and the generation engine's
+            ``config.json``), its ``max_seq_len`` is shorter than the context engine's, or a tokenizer file both
+            directories hold differs (names the file).
+    """
+    from ..errors import EngineError
+    from ..runtime.tokenizer_files import TOKENIZER_FILES
+
+    config = generation.config_file
+    for attr, key, why in GENERATION_MUST_AGREE:
+        ctx, gen = getattr(context, attr), getattr(generation, attr)
+        if ctx is not None and gen is not None and ctx != gen:
+            raise EngineError(
+                f"the generation engine has {key} {gen}, the context engine {ctx}: {why}",
+                key=key,
+                path=config,
+                hint="build both engines from one checkpoint with the same dtype, KV-cache and beam settings",
+            )
+    if generation.max_seq_len < context.max_seq_len:
+        raise EngineError(
+            f"the generation engine holds {generation.max_seq_len} tokens (max_seq_len), the context engine "
+            f"{context.max_seq_len}: requests the context phase takes would fail in the generation phase",
+            key="max_seq_len",
+            path=config,
+            hint="build the generation engine with --max_seq_len at least the context engine's",
+        )
+    for name in TOKENIZER_FILES:
+        a, b = Path(context.dir) / name, Path(generation.dir) / name
+        if a.is_file() and b.is_file() and a.read_bytes() != b.read_bytes():
+            raise EngineError(
+                f"{name} differs from the context engine's ({a}): both phases detokenize with one tokenizer",
+                key=name,
+                path=b,
+            )
+
+
+def _default_ids(world: int, generation_world: int) -> dict[str, list[list[int]]]:
     return {
         "context_participant_ids": [list(range(1, world + 1))],
-        "generation_participant_ids": [list(range(world + 1, 2 * world + 1))],
+        "generation_participant_ids": [list(range(world + 1, world + generation_world + 1))],
         "context_gpu_device_ids": [list(range(world))],
-        "generation_gpu_device_ids": [list(range(world, 2 * world))],
+        "generation_gpu_device_ids": [list(range(world, world + generation_world))],
     }
 
 
@@ -122,8 +183,10 @@ def _render_bls(profile: str, values: Mapping[str, Any], engine_kind: str, contr
 class _Prepared:
     """The plain plan's preparation plus what this layout needs to reshape it."""
 
-    def __init__(self, prepared: PreparedRender) -> None:
+    def __init__(self, prepared: PreparedRender, generation: Any = None) -> None:
         self.prepared = prepared
+        #: the generation phase's own engine (``--generation-engine-dir``), None when the context engine serves both
+        self.generation = generation
 
     def finish(self) -> RenderPlan:
         """Finish the plain plan, then reshape it (see the module docstring).
@@ -141,12 +204,16 @@ class _Prepared:
         resolution = plain.resolution
         is_trt = engine.kind == "trtllm"
         world = engine.world_size if is_trt else 1
+        gen_engine = self.generation
+        gen_world = gen_engine.world_size if is_trt and gen_engine is not None else world
         if is_trt:
-            for key, ids in _default_ids(world).items():
+            for key, ids in _default_ids(world, gen_world).items():
                 if resolution.values[key].value is None:
                     resolution.values[key] = ResolvedValue(ids, "engine")
         values = resolution.as_template_vars()
-        problems = [f for f in disaggregated_findings(world, values) if f.severity == "error"]
+        problems = [
+            f for f in disaggregated_findings(world, values, generation_world=gen_world) if f.severity == "error"
+        ]
         if problems:
             raise ParameterError(
                 f"{len(problems)} problem(s) with layout disaggregated:\n"
@@ -168,6 +235,11 @@ class _Prepared:
             phase_values = dict(values)
             phase_values["participant_ids"] = values.get(f"{phase}_participant_ids")
             phase_values["gpu_device_ids"] = values.get(f"{phase}_gpu_device_ids")
+            if phase == "generation" and gen_engine is not None:  # its own engine, where it is (nothing copied)
+                phase_values["engine_dir"] = str(gen_engine.dir)
+                if not is_trt:  # the Python engines' limits come from their checkpoint
+                    phase_values["max_input_len"] = gen_engine.max_input_len
+                    phase_values["max_seq_len"] = gen_engine.max_seq_len
             text = render_configs(
                 profile, phase_values, engine_kind=engine.kind, contract=contract, names={"tensorrt_llm": name}
             )["tensorrt_llm"]
@@ -222,6 +294,15 @@ class _Prepared:
             "models": {"context": ctx, "generation": gen, "bls": BLS},
             "orchestrator": is_trt,
         }
+        if gen_engine is not None:  # the context engine is lock["engine"]; the generation one is referenced
+            lock["layout"]["generation_engine"] = {
+                "dir": str(gen_engine.dir),
+                "kind": gen_engine.kind,
+                "placement": "reference",
+                "fingerprint": engine_fingerprint(gen_engine),
+                "engine_dir": str(gen_engine.dir),
+                "world_size": gen_world,
+            }
         if prep.values_source is not None:
             lock["values_source"] = prep.values_source
         files[LOCK_NAME] = dumps(lock)
@@ -250,13 +331,22 @@ def render_disaggregated_repository(
     output: str | Path,
     options: RenderOptions,
 ) -> RenderResult:
-    """Render the disaggregated layout for one engine (both phases) and a tokenizer.
+    """Render the disaggregated layout for one engine (both phases; or ``options.generation_engine_dir`` for the
+    generation phase, checked by :func:`check_generation_engine` and referenced where it is) and a tokenizer.
 
     Raises:
         whatever :func:`repo_builder.render.render_repository` raises; RenderError (profile, placement);
         ParameterError naming the key of a bad model name or id.
     """
+    generation = None
+    if options.generation_engine_dir is not None:
+        from ..engine import check_rank_files, inspect_engine
+
+        generation = inspect_engine(Path(options.generation_engine_dir).expanduser().resolve())
+        check_rank_files(generation)
     prepared = prepare_render(engine_dir, tokenizer_dir, output, options)
+    if generation is not None:
+        check_generation_engine(prepared.engine, generation)
     names = {
         key: prepared.checked.get(key, default)
         for key, default in (("context_model_name", "context"), ("generation_model_name", "generation"))
@@ -265,7 +355,7 @@ def render_disaggregated_repository(
     if bad:
         raise ParameterError(bad[0].message, key=bad[0].key)
     prepared.placement = _moved_placement(prepared.placement, str(names["context_model_name"]))
-    job = _Prepared(prepared)
+    job = _Prepared(prepared, generation)
     if options.dry_run:
         return write_plan(job.finish(), dry_run=True)
     return write_repository(prepared.output, prepared.placement, job.finish, progress=options.progress)

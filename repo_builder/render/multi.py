@@ -134,6 +134,10 @@ def render_multi_repository(
     opts = RenderOptions.of(options, fields)
     if opts.draft_engine_dir is not None:
         raise RenderError("--draft-engine-dir serves one LLM", key="--draft-engine-dir")
+    if opts.generation_engine_dir is not None:
+        raise RenderError(
+            "--generation-engine-dir is for layout disaggregated (one LLM)", key="--generation-engine-dir"
+        )
     if opts.layout != "inflight_batcher_llm":
         raise RenderError(
             f"layout {opts.layout} serves one LLM; several --model are not supported with it",

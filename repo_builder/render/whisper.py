@@ -310,6 +310,10 @@ def refuse_unsupported(layout: str, opts: RenderOptions, out: Path, checkpoint: 
         )
     if opts.streaming and layout not in _STREAMING_LAYOUTS:
         raise RenderError(f"layout {layout} has no streaming (decoupled) mode yet", key="--streaming")
+    if opts.generation_engine_dir is not None:
+        raise RenderError(
+            f"--generation-engine-dir is for layout disaggregated, not {layout}", key="--generation-engine-dir"
+        )
     if not checkpoint.is_dir():
         raise EngineError("not a directory", path=checkpoint, key="--engine-dir")
     return check_output(

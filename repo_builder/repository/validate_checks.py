@@ -284,7 +284,8 @@ def check_disaggregated(models: dict[str, RepoModel], problems: list[Problem]) -
                     )
                 )
         groups = values.get("context_participant_ids") or values.get("context_gpu_device_ids") or [[0]]
-        for finding in disaggregated_findings(len(groups[0]), values):
+        gen_groups = values.get("generation_participant_ids") or values.get("generation_gpu_device_ids") or groups
+        for finding in disaggregated_findings(len(groups[0]), values, generation_world=len(gen_groups[0])):
             phase, _, kind = finding.key.partition("_")
             target = (
                 models.get(str(names.get(f"{phase}_model_name")))

@@ -18,6 +18,7 @@ from ..errors import LaunchError
 from ..repository.lockfile import LOCK_NAME, read_lock_view
 from ..repository.pbtxt import python_instances, read_model_folders
 from .options import HELP, LAUNCH_OPTIONS
+from .orchestrator import OrchestratorRanks
 
 DEFAULT_TRTLLM_MODEL = "tensorrt_llm"
 
@@ -99,6 +100,8 @@ class RepositoryInfo:
     lock_path: Path | None = None
     engine_world_sizes: dict[str, tuple[int, Path]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: {tensorrtllm-backend model: (participant_ids, gpu_device_ids) as written in its config} (orchestrator mode)
+    engine_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def trtllm_backend_models(self) -> list[str]:
@@ -169,6 +172,7 @@ def scan_repository(repo: Path) -> RepositoryInfo:
     models: list[ModelEntry] = []
     warnings: list[str] = []
     engine_ws: dict[str, tuple[int, Path]] = {}
+    engine_ids: dict[str, tuple[str, str]] = {}
     folders = read_model_folders(repo)
     for folder in folders:
         if folder.unreadable == "missing":
@@ -184,6 +188,10 @@ def scan_repository(repo: Path) -> RepositoryInfo:
             found = _engine_world_size(cfg, folder.path, warnings)
             if found is not None:
                 engine_ws[folder.name] = found
+            params = cfg.parameters
+            engine_ids[folder.name] = tuple(  # type: ignore[assignment]
+                params[k].string_value if k in params else "" for k in ("participant_ids", "gpu_device_ids")
+            )
         models.append(
             ModelEntry(
                 name=folder.name,
@@ -224,6 +232,7 @@ def scan_repository(repo: Path) -> RepositoryInfo:
         lock_path=lock.path if launch and lock else None,
         engine_world_sizes=engine_ws,
         warnings=warnings,
+        engine_ids=engine_ids,
     )
 
 
@@ -239,6 +248,8 @@ class LaunchPlan:
     notes: list[str] = field(default_factory=list)
     #: host of every rank when launched with ``--hostfile`` (rank 0 first), else None (all on this machine).
     rank_hosts: list[str] | None = None
+    #: the ranks of orchestrator mode (layout disaggregated on TensorRT-LLM engines), else None.
+    orchestrator: OrchestratorRanks | None = None
 
 
 # Over 80 lines on purpose: one chain of launch decisions (world size, model names, hosts, mpirun), each refusing
@@ -259,18 +270,9 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
             not installed.
     """
     notes: list[str] = list(repo.warnings)
-    if repo.lock_orchestrator_world_size:
-        raise LaunchError(
-            "the repository's engine models run in orchestrator mode with participant ids (layout "
-            f"disaggregated, world size {repo.lock_orchestrator_world_size}); repo-builder's launch does not "
-            "start that mode",
-            path=repo.lock_path,
-            key="launch.orchestrator_world_size",
-            hint="start it with tensorrtllm_backend's scripts/launch_triton_server.py --multi-model "
-            f"--disable-spawn-processes --world_size {repo.lock_orchestrator_world_size} (docs/layouts.md)",
-        )
+    orchestrator = _orchestrator(config, repo) if repo.lock_orchestrator_world_size else None
     engine_sizes = {ws for ws, _ in repo.engine_world_sizes.values()}
-    if len(engine_sizes) > 1:
+    if len(engine_sizes) > 1 and orchestrator is None:  # orchestrator mode: each engine has its own participants
         detail = ", ".join(f"{m}: {ws} ({path})" for m, (ws, path) in sorted(repo.engine_world_sizes.items()))
         raise LaunchError(
             f"the TensorRT-LLM engines need different world sizes: {detail}",
@@ -278,7 +280,10 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
             hint="serve engines built with the same tp x pp in one repository",
         )
     engine = next(iter(repo.engine_world_sizes.values()), None)
-    if config.world_size is not None:
+    if orchestrator is not None:  # the engines' ranks were checked against their participants
+        engine = None
+        world_size, origin = orchestrator.world_size, f"{LOCK_NAME} launch.orchestrator_world_size"
+    elif config.world_size is not None:
         world_size, origin = config.world_size, "--world_size"
         if repo.lock_world_size is not None and repo.lock_world_size != config.world_size:
             raise LaunchError(
@@ -308,7 +313,7 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
             key="--no-mpi",
             hint="drop --no-mpi (mpirun starts one rank per engine shard)",
         )
-    if config.multi_model and world_size != 1:
+    if config.multi_model and world_size != 1 and orchestrator is None:
         raise LaunchError(
             f"--multi-model (orchestrator mode) needs world size 1, got {world_size} ({origin})",
             key="--multi-model",
@@ -376,4 +381,54 @@ def resolve_plan(config: LaunchConfig, repo: RepositoryInfo, *, cpu_count: int, 
         oversubscribe=oversubscribe,
         notes=notes,
         rank_hosts=hosts,
+        orchestrator=orchestrator,
+    )
+
+
+def _orchestrator(config: LaunchConfig, repo: RepositoryInfo) -> OrchestratorRanks:
+    """The ranks of an orchestrator-mode repository (lock file ``launch.orchestrator_world_size``), from the
+    engine models' ``participant_ids``/``gpu_device_ids`` (:mod:`.orchestrator`).
+
+    Raises:
+        LaunchError: ``--world_size`` or ``--no-mpi`` contradicts the lock file; the ids do not add up (names the
+            model's key, see :func:`.orchestrator.orchestrator_ranks`).
+    """
+    from .orchestrator import orchestrator_ranks, parse_groups
+
+    world = repo.lock_orchestrator_world_size
+    if config.world_size is not None and config.world_size != world:
+        raise LaunchError(
+            f"--world_size {config.world_size} contradicts the repository's lock file: orchestrator mode needs "
+            f"world size {world} (every engine rank of both phases + the orchestrator)",
+            path=repo.lock_path,
+            key="launch.orchestrator_world_size",
+            hint=f"drop --world_size or pass --world_size {world}",
+        )
+    if config.no_mpi:
+        raise LaunchError(
+            f"--no-mpi runs a single tritonserver, but orchestrator mode needs {world} MPI ranks",
+            key="--no-mpi",
+            hint="drop --no-mpi",
+        )
+    names = list(config.tensorrt_llm_model_name or repo.lock_model_names or repo.trtllm_backend_models)
+    missing = [n for n in names if n not in repo.engine_ids]
+    if missing:
+        raise LaunchError(
+            f"{missing[0]} is not a TensorRT-LLM (backend tensorrtllm) model of the repository",
+            key="launch.tensorrt_llm_model_names",
+            path=repo.lock_path,
+        )
+    where = {n: next(m.config_path for m in repo.models if m.name == n) for n in names}
+    try:
+        groups = {n: parse_groups(repo.engine_ids[n][0]) for n in names}
+        gpus = {n: parse_groups(repo.engine_ids[n][1]) for n in names}
+    except ValueError as exc:
+        raise LaunchError(f"an id is not an integer: {exc}", key="participant_ids", path=repo.path) from exc
+    return orchestrator_ranks(
+        groups,
+        gpus,
+        engine_ranks={n: ws for n, (ws, _) in repo.engine_world_sizes.items()},
+        world_size=world,
+        error=LaunchError,
+        where=where,
     )

@@ -208,6 +208,10 @@ class TritonServer:
         env = dict(binary.env)
         if cfg.multi_model:
             env["TRTLLM_ORCHESTRATOR"] = "1"
+        if plan.orchestrator is not None:  # --multi-model --disable-spawn-processes (server/orchestrator.py)
+            from .orchestrator import ORCHESTRATOR_ENV
+
+            env.update(ORCHESTRATOR_ENV)
         self.env = env
         self.argv = launch_argv(
             ranks,

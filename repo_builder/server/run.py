@@ -90,7 +90,10 @@ def launch(
                 for rank, host in enumerate(plan.rank_hosts):
                     role = "all models + HTTP/gRPC/metrics" if rank == 0 else ",".join(plan.trtllm_models)
                     echo(f"rank {rank} -> {host} ({role})")
-            if plan is not None:
+            if plan is not None and plan.orchestrator is not None:
+                for line in plan.orchestrator.lines():
+                    echo(line)
+            elif plan is not None:
                 import os
 
                 from .devices import rank_device_lines

@@ -164,12 +164,15 @@ def unset(ctx: RuleContext) -> Iterator[Finding]:
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-def disaggregated_findings(world: int, values: Mapping[str, Any]) -> list[Finding]:
+def disaggregated_findings(
+    world: int, values: Mapping[str, Any], *, generation_world: int | None = None
+) -> list[Finding]:
     """A finding for every contradiction between the disaggregated layout's names and ids and an engine of
     ``world`` (tp x pp) ranks: model names that are empty, not a folder name, equal, or taken by another model
     of the layout; participant
     ids that are not one per engine rank in each ``;`` group, repeat within or across the phases, or use
-    rank 0 (the orchestrator); GPU ids that are not one per rank. Used by render and by ``validate``.
+    rank 0 (the orchestrator); GPU ids that are not one per rank. ``generation_world``: the generation engine's
+    ranks when it is another engine (``--generation-engine-dir``). Used by render and by ``validate``.
     """
     out: list[Finding] = []
     ctx, gen = values.get("context_model_name"), values.get("generation_model_name")
@@ -190,12 +193,13 @@ def disaggregated_findings(world: int, values: Mapping[str, Any]) -> list[Findin
             groups = values.get(key)
             if groups is None:
                 continue
+            ranks = generation_world if phase == "generation" and generation_world is not None else world
             for group in groups:
-                if len(group) != world:
+                if len(group) != ranks:
                     shown = ";".join(",".join(str(i) for i in g) for g in groups)
                     out.append(
                         Finding(
-                            key, f"'{shown}' lists {len(group)} id(s) for an instance; the engine has {world} rank(s)"
+                            key, f"'{shown}' lists {len(group)} id(s) for an instance; the engine has {ranks} rank(s)"
                         )
                     )
                     break

@@ -1,10 +1,11 @@
 """End to end through a real tritonserver: layout disaggregated (``render --layout disaggregated``).
 
-One repository, one server: the tiny random LLaMA served by the CPU reference engine as ``context`` and
-``generation``, joined by ``disaggregated_serving_bls``; the ensemble goes through the BLS. The plain layout's
-answer comes from the same server: a second ensemble, ``ensemble_plain``, added after the render, whose engine
-step names ``context`` directly (a context-and-generation request, exactly what the plain layout's ensemble
-sends its ``tensorrt_llm``). Checked:
+One repository, one server: the tiny random LLaMA served by the CPU reference engine as ``context`` (from the
+checkpoint copied into the repository) and ``generation`` (from a second checkpoint directory, a copy of the
+first, given as ``--generation-engine-dir``), joined by ``disaggregated_serving_bls``; the ensemble goes
+through the BLS. The plain layout's answer comes from the same server: a second ensemble, ``ensemble_plain``,
+added after the render, whose engine step names ``context`` directly (a context-and-generation request,
+exactly what the plain layout's ensemble sends its ``tensorrt_llm``). Checked:
 
 * greedy text through the disaggregated ensemble equals the plain ensemble's, non-streaming (HTTP) and
   streamed (gRPC: the deltas concatenate to the same text);
@@ -31,10 +32,17 @@ N_TOKENS = 24
 
 @pytest.fixture(scope="module")
 def server(tiny_llama, tmp_path_factory, serve_module):
+    import shutil
+
     from repo_builder.render import render_repository
 
-    repo = tmp_path_factory.mktemp("disagg") / "repo"
-    render_repository(tiny_llama, tiny_llama, repo, streaming=True, layout="disaggregated")
+    base = tmp_path_factory.mktemp("disagg")
+    generation_dir = base / "generation_checkpoint"  # a second checkpoint directory (the same weights)
+    shutil.copytree(tiny_llama, generation_dir)
+    repo = base / "repo"
+    render_repository(
+        tiny_llama, tiny_llama, repo, streaming=True, layout="disaggregated", generation_engine_dir=generation_dir
+    )
     plain = repo / "ensemble_plain"
     (plain / "1").mkdir(parents=True)
     text = (repo / "ensemble" / "config.pbtxt").read_text()
@@ -50,6 +58,11 @@ def test_rendered_layout(server):
     lock = json.loads((repo / "repo-builder.lock.json").read_text())
     assert lock["launch"]["tensorrt_llm_model_names"] == ["context", "generation"]
     assert lock["layout"]["name"] == "disaggregated"
+    # two reference-engine models from two checkpoint directories: context's copy and generation's own
+    generation_dir = lock["layout"]["generation_engine"]["dir"]
+    assert generation_dir != lock["engine"]["dir"]
+    assert f'string_value: "{generation_dir}"' in (repo / "generation" / "config.pbtxt").read_text()
+    assert f'string_value: "{repo / "context" / "1" / "engine"}"' in (repo / "context" / "config.pbtxt").read_text()
     assert not (repo / "tensorrt_llm").exists() and not (repo / "tensorrt_llm_bls").exists()
 
 
