@@ -23,7 +23,20 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine/tokenizer", ("engine", "tokenizer", "testing", "testing_whisper", "testing_multimodal", "realmodel")),
     ("values", ("values", "resolve", "rules")),
     ("repository", ("repository", "lockfile", "pbtxt", "validate")),
-    ("render", ("render", "render_options", "placement", "adopt", "adopt_values", "adoption", "semdiff", "upgrade")),
+    (
+        "render",
+        (
+            "render",
+            "render_options",
+            "placement",
+            "adopt",
+            "adopt_values",
+            "adoption",
+            "semdiff",
+            "semdiff_change",
+            "upgrade",
+        ),
+    ),
     ("serving", ("server", "openai", "deploy", "client", "bench", "bench_settings", "bench_stats", "top")),
     ("commands", ("commands", "cli", "__main__")),
 )

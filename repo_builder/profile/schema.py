@@ -46,6 +46,7 @@ from .conversions import (  # noqa: F401  (re-exported: moved from this module)
 )
 from .dtypes import DTYPE_ALIASES
 from .paths import templates_dir
+from .problems import problems_error  # re-exported: moved from this module
 from .yamlio import safe_load
 
 ParamType = Literal["int", "float", "bool", "str", "path", "enum", "dtype", "int_list", "int_list_groups", "int_tuples"]
@@ -493,10 +494,3 @@ def validate_user_values(profile: str, values: Mapping[str, Any], *, source: str
     if problems:
         raise problems_error(problems, source=source)
     return out
-
-
-def problems_error(problems: list[str], *, source: str, cls: type[ParameterError] = ParameterError) -> ParameterError:
-    """One error listing ``problems`` (one per line, each naming its key); ``.problems`` holds the lines."""
-    exc = cls(f"{len(problems)} problem(s) in values from {source}:\n" + "\n".join(problems))
-    exc.problems = list(problems)  # type: ignore[attr-defined]
-    return exc

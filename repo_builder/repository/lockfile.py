@@ -36,7 +36,6 @@ schema's models live in :mod:`.lock_schema` (re-exported here).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from ..errors import RenderError, RepoBuilderError, field_problems, field_problems_text
+from .digests import sha256_bytes, sha256_file  # re-exported: moved from this module
 from .lock_schema import (  # noqa: F401  (re-exported: moved from this module)
     LOCK_NAME,
     LaunchBlock,
@@ -62,20 +62,6 @@ from .lock_schema import (  # noqa: F401  (re-exported: moved from this module)
 #: (repo-builder 0.1.0 before 2026-12-04): {file name: layout}. Read only by :func:`repository_layout` (which
 #: front end serves such a repository); they are no lock file (``render --force`` refuses to replace them).
 LEGACY_LAYOUT_FILES = {"repo-builder.whisper.json": "whisper", "repo-builder.multimodal.json": "multimodal"}
-
-
-def sha256_bytes(data: bytes) -> str:
-    """``"sha256:<hex>"`` of ``data``."""
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | Path) -> str:
-    """``"sha256:<hex>"`` of a file's bytes (read in 8 MiB blocks)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(8 * 1024 * 1024), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
 
 
 def _jsonable(value: Any) -> Any:

@@ -5,6 +5,7 @@ streamed engine responses (:func:`merge_responses`, :data:`MERGE_RULES`). See :m
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -190,3 +191,18 @@ def _sequence_runs(batch: Sequence[Mapping[str, np.ndarray]]) -> list[list[Mappi
             runs.append([r])
             last = key
     return runs
+
+
+def _encode_like(texts: Sequence[str], like: np.ndarray) -> np.ndarray:
+    """``texts`` as UTF-8 bytes in an object array shaped like ``like`` (moved here from :mod:`.bls`)."""
+    out = np.empty(len(texts), dtype=object)
+    out[:] = [t.encode("utf-8") for t in texts]
+    return out.reshape(like.shape)
+
+
+@dataclass
+class _SeqState:
+    """The BLS's stop-string state of one streamed sequence (moved here from :mod:`.bls`)."""
+
+    filter: StopStringFilter
+    text: str = ""  # accumulated emitted text (accumulate_tokens)
