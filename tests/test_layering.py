@@ -37,7 +37,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "upgrade",
         ),
     ),
-    ("serving", ("server", "openai", "deploy", "client", "bench", "bench_settings", "bench_stats", "top")),
+    (
+        "serving",
+        ("server", "openai", "deploy", "client", "bench", "bench_prompts", "bench_settings", "bench_stats", "top"),
+    ),
     ("commands", ("commands", "cli", "__main__")),
 )
 

@@ -41,3 +41,15 @@ def default_pid_file(model_repo: Path) -> Path:
 
     digest = hashlib.sha256(os.path.realpath(model_repo).encode()).hexdigest()[:16]
     return state_dir("run") / f"tritonserver-{digest}.json"
+
+
+def write_pid_file(record: dict[str, Any], path: Path) -> Path:
+    """Write the pid-file ``record`` (JSON) to ``path`` atomically (a temp file renamed over it); returns the path."""
+    import json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path

@@ -26,7 +26,7 @@ from .binary import TritonBinary, find_tritonserver
 from .command import launch_argv, rank_argv, shm_prefix
 from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan_repository
 from .launch_processes import MODEL_POLL_S, POLL_S, LaunchProcesses, StopReport
-from .launch_state import LaunchInterrupted, default_pid_file, state_dir  # noqa: F401  (default_pid_file: re-exported)
+from .launch_state import LaunchInterrupted, state_dir, write_pid_file
 from .options import server_exit_timeout
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
 from .probe import connect_host, is_ready, model_states
@@ -455,12 +455,7 @@ class TritonServer:
 
     def write_pid_file(self, path: Path, extra: dict[str, Any] | None = None) -> Path:
         """Write :meth:`pid_record` (plus ``extra``) to ``path`` atomically; returns the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**self.pid_record(), **(extra or {})}, indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_pid_file({**self.pid_record(), **(extra or {})}, path)
 
     @classmethod
     def attach(cls, pid_file: Path) -> TritonServer:
