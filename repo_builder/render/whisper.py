@@ -49,6 +49,7 @@ from .whisper_facts import (  # noqa: F401  (re-exported: moved from this module
     _read_json,
     whisper_facts,
 )
+from .write import swap_into_place
 
 BLS = "whisper_bls"
 ENGINE = "tensorrt_llm"
@@ -259,7 +260,6 @@ def write_checkpoint_repository(
     existed = out.exists()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    old: Path | None = None
     try:
         os.chmod(tmp, 0o755)
         for rel, data in files.items():
@@ -272,22 +272,10 @@ def write_checkpoint_repository(
         engine.mkdir(parents=True, exist_ok=True)
         for src in weights:
             shutil.copyfile(src, engine / src.name)
-        if existed:
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.rmdir(old)
-            os.rename(out, old)
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            if old is not None:
-                os.rename(old, out)
-                old = None
-            raise
+        swap_into_place(tmp, out, existed)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return existed
 
 

@@ -193,6 +193,28 @@ def write_plan(plan: RenderPlan, *, dry_run: bool = False, progress: bool = Fals
     return write_repository(plan.output, plan.placement, lambda: plan, progress=progress)
 
 
+def swap_into_place(tmp: Path, out: Path, existed: bool) -> None:
+    """Rename the finished repository ``tmp`` to ``out``. An existing ``out`` (``existed``) is renamed aside
+    first, put back when the second rename fails, and deleted only once the new one is in place.
+
+    Raises:
+        OSError: a rename failed; ``out`` is then as it was and ``tmp`` is left for the caller to remove.
+    """
+    old: Path | None = None
+    if existed:
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-old-", dir=out.parent))
+        os.rmdir(old)
+        os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def write_repository(
     out: Path, placement: PlacementPlan, make_plan: Callable[[], RenderPlan], *, progress: bool = False
 ) -> RenderResult:
@@ -215,7 +237,6 @@ def write_repository(
         created_parents.append(parent)
         parent = parent.parent
     tmp: Path | None = None
-    old: Path | None = None
     job: PlacementJob | None = None
     with _WriteSignals() as signals:
         try:
@@ -243,21 +264,8 @@ def write_repository(
             job.join()
             job = None
             with signals.deferred(reraise=False):  # the swap is two renames: a signal waits until both are done
-                if existed:
-                    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.repo-builder-old-", dir=out.parent))
-                    os.rmdir(old)
-                    os.rename(out, old)
-                try:
-                    os.rename(tmp, out)
-                except OSError:
-                    if old is not None:
-                        os.rename(old, out)
-                        old = None
-                    raise
+                swap_into_place(tmp, out, existed)
                 tmp = None
-                if old is not None:
-                    shutil.rmtree(old, ignore_errors=True)
-                    old = None
             if signals.received is not None:
                 raise Interrupted(
                     signals.received,

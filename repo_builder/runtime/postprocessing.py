@@ -289,6 +289,26 @@ class Postprocessor(CountedStreams):
             metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
         return {"OUTPUT": texts.reshape(-1)}
 
+    def _sequence_ids(self, tokens: np.ndarray, lengths: np.ndarray | None) -> tuple[list[int], int]:
+        """(the ids of one streamed sequence to decode, how many the engine sent): ``TOKENS_BATCH`` flattened
+        and cut to its ``SEQUENCE_LENGTH``, ids past the tokenizer's vocabulary dropped (logged).
+
+        Raises:
+            RequestError: ``SEQUENCE_LENGTH`` has more than one value, or an id is negative (naming it).
+        """
+        flat = tokens.reshape(-1)
+        if lengths is not None:
+            if np.size(lengths) != 1:
+                raise RequestError("SEQUENCE_LENGTH", f"has {np.size(lengths)} values for 1 x 1 sequences")
+            flat = flat[: max(0, int(np.asarray(lengths).reshape(-1)[0]))]
+        ids = flat.tolist()
+        sent = len(ids)
+        if ids and min(ids) < 0:
+            check_token_ids("TOKENS_BATCH", flat, None)  # raises, naming the id
+        if ids and max(ids) >= self.vocab_size:
+            ids = self._drop_undecodable(ids)
+        return ids, sent
+
     def _one_sequence(
         self, inputs: Mapping[str, np.ndarray | None], tokens: np.ndarray, request_id: str, correlation_id: int | str
     ) -> dict[str, np.ndarray] | None:
@@ -313,17 +333,7 @@ class Postprocessor(CountedStreams):
             if not (request_id or arrived or correlation_id):
                 return None
             stream_key = ("ens", request_id, correlation_id, arrived)
-        lengths = inputs.get("SEQUENCE_LENGTH")
-        flat = tokens.reshape(-1)
-        if lengths is not None:
-            if np.size(lengths) != 1:
-                raise RequestError("SEQUENCE_LENGTH", f"has {np.size(lengths)} values for 1 x 1 sequences")
-            flat = flat[: max(0, int(np.asarray(lengths).reshape(-1)[0]))]
-        ids = flat.tolist()
-        if ids and min(ids) < 0:
-            check_token_ids("TOKENS_BATCH", flat, None)  # raises, naming the id
-        if ids and max(ids) >= self.vocab_size:
-            ids = self._drop_undecodable(ids)
+        ids, _ = self._sequence_ids(tokens, inputs.get("SEQUENCE_LENGTH"))
         row = _flag(batch_index, 0)
         full_key = (*stream_key, 0 if row is None else int(row), int(_flag(seq_index, 0) or 0), 0)
         t0 = time.perf_counter()
@@ -378,18 +388,7 @@ class Postprocessor(CountedStreams):
                 stream_key = ("ens", "", 0, 0)  # an empty id is keyed alone only while registered
             else:
                 return None
-        lengths = inputs.get("SEQUENCE_LENGTH")
-        flat = tokens.reshape(-1)
-        if lengths is not None:
-            if np.size(lengths) != 1:
-                raise RequestError("SEQUENCE_LENGTH", f"has {np.size(lengths)} values for 1 x 1 sequences")
-            flat = flat[: max(0, int(np.asarray(lengths).reshape(-1)[0]))]
-        ids = flat.tolist()
-        sent = len(ids)  # what the engine counts in token_offset, before undecodable ids are dropped
-        if ids and min(ids) < 0:
-            check_token_ids("TOKENS_BATCH", flat, None)  # raises, naming the id
-        if ids and max(ids) >= self.vocab_size:
-            ids = self._drop_undecodable(ids)
+        ids, sent = self._sequence_ids(tokens, inputs.get("SEQUENCE_LENGTH"))
         row = _flag(batch_index, 0)
         full_key = (*stream_key, 0 if row is None else int(row), int(_flag(seq_index, 0) or 0), 0)
         h = stream_hash(full_key)
