@@ -28,20 +28,18 @@ threads) is reported as ``client_cpu_s`` and per request, so a client bottleneck
 
 from __future__ import annotations
 
-import csv
-import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from .bench_prompts import WORDS_PER_TOKEN, Prompt, load_prompts, synthetic_prompts  # noqa: F401  (re-exported)
+from .bench_report import format_table, plot_levels, write_report  # noqa: F401  (re-exported)
 from .bench_settings import BenchSettings as BenchSettings
 from .bench_settings import parse_concurrency as parse_concurrency
-from .bench_stats import CSV_COLUMNS, LevelStats, RequestRecord, csv_row, summarize
+from .bench_stats import LevelStats, RequestRecord, summarize
 from .client import GenerateRequest, GenerateResult, LLMClient, ModelInfo, load_tokenizer, token_counter
 from .errors import ClientError
 
@@ -194,26 +192,16 @@ def _records(done: list[_Done], info: ModelInfo, count: Callable[[str], int] | N
     return records
 
 
-def run_bench(
-    settings: BenchSettings, progress: bool = True, log: Callable[[str], None] | None = None
-) -> dict[str, Any]:
-    """Run every concurrency level and return the report (a JSON-serialisable dict).
+def _probe(settings: BenchSettings, tokenizer: Any) -> tuple[ModelInfo, str, list[Prompt], str]:
+    """Check the served model against ``settings``, load the prompts and send the warm-up requests.
 
-    The report holds ``settings``, ``server`` (model name, decoupled, max_batch_size), ``prompts`` (source and
-    measured input length), ``levels`` (one :class:`~repo_builder.bench_stats.LevelStats` dict per level plus
-    ``client_cpu_s`` and ``client_cpu_ms_per_request``) and ``records`` (per-request timings, used for
-    requests.jsonl).
+    Takes the checked settings and the tokenizer (or None) that cuts synthetic prompts. Returns (model info,
+    server version string, prompts, prompt source: the prompts file's path or ``"synthetic"``).
 
     Raises:
-        ClientError: bad settings, unreachable server, unknown model, a request refused client-side.
+        ClientError: unreachable server, unknown model, ``--stream`` on a model that is not decoupled,
+            ``--num-draft-tokens`` on a model without that input, a failed warm-up request.
     """
-    settings.check()
-    say = log or (lambda _msg: None)
-    tokenizer = None
-    count = None
-    if settings.tokenizer_dir:
-        tokenizer = load_tokenizer(settings.tokenizer_dir)
-        count = token_counter(tokenizer)
     with LLMClient(settings.url, settings.protocol, settings.model, settings.timeout_s) as probe:  # type: ignore[arg-type]
         info = probe.model_info()
         server_version = probe.server_version()
@@ -244,57 +232,112 @@ def run_bench(
                     key="--model",
                     hint="check the server log; the benchmark stops before measuring",
                 )
-    prompt_tokens = [count(p.text) for p in prompts] if count else None
-    if not settings.min_tokens or not info.accepts("min_tokens"):
-        say("note: the model has no min_tokens input (or --no-min-tokens); requests may end early at end_id")
-    if count is None:
-        say("note: no --tokenizer-dir and the model returns no token ids: output tokens are not counted")
+    return info, server_version, prompts, source
 
+
+def _start_bar(progress: bool) -> Any:
+    """A started rich Progress bar with one line per level (``c=<concurrency>``), or None without ``progress``."""
+    if not progress:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("[bold]c={task.fields[c]}[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=False,
+    )
+    bar.start()
+    return bar
+
+
+def _level_report(
+    settings: BenchSettings, c: int, done: list[_Done], records: list[RequestRecord], wall: int, cpu: float
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One level's summary and its per-request rows for requests.jsonl.
+
+    Takes the level's concurrency ``c``, its finished requests and their records, the wall time (ns) and the
+    client CPU time (s). Returns (the :class:`LevelStats` dict plus ``client_cpu_s``,
+    ``client_cpu_ms_per_request``, ``chunks_per_request`` and, with draft tokens, ``speculative``; the rows).
+    """
+    stats: LevelStats = summarize(records, concurrency=c, wall=wall)
+    level = stats.to_dict()
+    level["client_cpu_s"] = cpu
+    level["client_cpu_ms_per_request"] = cpu * 1000 / max(1, len(done))
+    level["chunks_per_request"] = (
+        sum(len(r.chunk_ns) for r in records if r.ok) / stats.completed if stats.completed else None
+    )
+    if settings.num_draft_tokens:
+        level["speculative"] = speculative_stats(done, records)
+    rows = [
+        {
+            "concurrency": c,
+            "request_id": d.result.request_id,
+            "start_ns": rec.start_ns,
+            "chunk_ns": list(rec.chunk_ns),
+            "end_ns": rec.end_ns,
+            "output_tokens": rec.output_tokens,
+            "error": rec.error,
+        }
+        for rec, d in zip(records, done)
+    ]
+    return level, rows
+
+
+def _run_levels(
+    settings: BenchSettings,
+    info: ModelInfo,
+    prompts: list[Prompt],
+    count: Callable[[str], int] | None,
+    progress: bool,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run every level of ``settings.concurrency`` in order. Returns (level dicts, per-request rows of all levels)."""
     levels: list[dict[str, Any]] = []
     all_records: list[dict[str, Any]] = []
-    bar: Any = None
-    if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        bar = Progress(
-            TextColumn("[bold]c={task.fields[c]}[/bold]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            transient=False,
-        )
-        bar.start()
+    bar = _start_bar(progress)
     try:
         for c in settings.concurrency:
             task = bar.add_task("level", total=settings.requests, c=c) if bar else None
             advance = (lambda task=task: bar.advance(task)) if bar else None
             done, wall, cpu = _run_level(settings, info, prompts, c, advance)
             records = _records(done, info, count)
-            stats: LevelStats = summarize(records, concurrency=c, wall=wall)
-            level = stats.to_dict()
-            level["client_cpu_s"] = cpu
-            level["client_cpu_ms_per_request"] = cpu * 1000 / max(1, len(done))
-            level["chunks_per_request"] = (
-                sum(len(r.chunk_ns) for r in records if r.ok) / stats.completed if stats.completed else None
-            )
-            if settings.num_draft_tokens:
-                level["speculative"] = speculative_stats(done, records)
+            level, rows = _level_report(settings, c, done, records, wall, cpu)
             levels.append(level)
-            for rec, d in zip(records, done):
-                all_records.append(
-                    {
-                        "concurrency": c,
-                        "request_id": d.result.request_id,
-                        "start_ns": rec.start_ns,
-                        "chunk_ns": list(rec.chunk_ns),
-                        "end_ns": rec.end_ns,
-                        "output_tokens": rec.output_tokens,
-                        "error": rec.error,
-                    }
-                )
+            all_records.extend(rows)
     finally:
         if bar:
             bar.stop()
+    return levels, all_records
+
+
+def run_bench(
+    settings: BenchSettings, progress: bool = True, log: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Run every concurrency level and return the report (a JSON-serialisable dict).
+
+    The report holds ``settings``, ``server`` (model name, decoupled, max_batch_size), ``prompts`` (source and
+    measured input length), ``levels`` (one :class:`~repo_builder.bench_stats.LevelStats` dict per level plus
+    ``client_cpu_s`` and ``client_cpu_ms_per_request``) and ``records`` (per-request timings, used for
+    requests.jsonl).
+
+    Raises:
+        ClientError: bad settings, unreachable server, unknown model, a request refused client-side.
+    """
+    settings.check()
+    say = log or (lambda _msg: None)
+    tokenizer = None
+    count = None
+    if settings.tokenizer_dir:
+        tokenizer = load_tokenizer(settings.tokenizer_dir)
+        count = token_counter(tokenizer)
+    info, server_version, prompts, source = _probe(settings, tokenizer)
+    prompt_tokens = [count(p.text) for p in prompts] if count else None
+    if not settings.min_tokens or not info.accepts("min_tokens"):
+        say("note: the model has no min_tokens input (or --no-min-tokens); requests may end early at end_id")
+    if count is None:
+        say("note: no --tokenizer-dir and the model returns no token ids: output tokens are not counted")
+    levels, all_records = _run_levels(settings, info, prompts, count, progress)
     return {
         "tool": "repo-builder bench",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -320,154 +363,3 @@ def run_bench(
         "levels": levels,
         "records": all_records,
     }
-
-
-# --------------------------------------------------------------------------------------------------------
-# Writing
-# --------------------------------------------------------------------------------------------------------
-
-
-def write_report(report: dict[str, Any], output_dir: str | Path) -> dict[str, Path]:
-    """Write ``bench.json`` (report without per-request records), ``bench.csv`` (one row per level),
-    ``requests.jsonl`` (per-request timings) and ``bench.png`` (latency and throughput against concurrency)
-    into ``output_dir``. Returns the paths by kind."""
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "json": out / "bench.json",
-        "csv": out / "bench.csv",
-        "png": out / "bench.png",
-        "requests": out / "requests.jsonl",
-    }
-    summary = {k: v for k, v in report.items() if k != "records"}
-    paths["json"].write_text(json.dumps(summary, indent=2) + "\n")
-    with paths["csv"].open("w", newline="") as fh:
-        speculative = (
-            ["acceptance_rate", "tokens_per_step"] if any("speculative" in lv for lv in report["levels"]) else []
-        )
-        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS + ["client_cpu_ms_per_request", *speculative])
-        writer.writeheader()
-        for level in report["levels"]:
-            stats = _stats_from_dict(level)
-            row = csv_row(stats)
-            row["client_cpu_ms_per_request"] = level.get("client_cpu_ms_per_request", "")
-            for key in speculative:
-                value = (level.get("speculative") or {}).get(key)
-                row[key] = "" if value is None else value
-            writer.writerow(row)
-    with paths["requests"].open("w") as fh:
-        for rec in report.get("records", []):
-            fh.write(json.dumps(rec) + "\n")
-    plot_levels(
-        report["levels"],
-        paths["png"],
-        title=f"{report['server']['model']} "
-        f"({report['settings']['protocol']}, {'stream' if report['settings']['stream'] else 'no stream'})",
-    )
-    return paths
-
-
-def _stats_from_dict(level: dict[str, Any]) -> LevelStats:
-    from .bench_stats import Distribution
-
-    keys = {f for f in LevelStats.__dataclass_fields__}
-    data = {k: v for k, v in level.items() if k in keys}
-    for name in ("ttft_ms", "itl_ms", "e2e_ms"):
-        data[name] = Distribution(**level[name])
-    return LevelStats(**data)
-
-
-def plot_levels(levels: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """PNG with latency (ms, left) and throughput (right) against concurrency (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    xs = [lv["concurrency"] for lv in levels]
-
-    def series(metric: str, key: str) -> list[float]:
-        return [float("nan") if lv[metric][key] is None else lv[metric][key] for lv in levels]
-
-    fig, (ax_lat, ax_thr) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for metric, key, style in (
-        ("ttft_ms", "p50", "o-"),
-        ("ttft_ms", "p99", "o--"),
-        ("itl_ms", "p50", "s-"),
-        ("e2e_ms", "p50", "^-"),
-        ("e2e_ms", "p99", "^--"),
-    ):
-        ax_lat.plot(xs, series(metric, key), style, label=f"{metric[:-3].upper()} {key}")
-    ax_lat.set_xlabel("concurrency (requests in flight)")
-    ax_lat.set_ylabel("latency (ms)")
-    ax_lat.set_xscale("log", base=2)
-    ax_lat.set_xticks(xs, [str(x) for x in xs])
-    ax_lat.grid(True, alpha=0.3)
-    ax_lat.legend(fontsize=8)
-    ax_lat.set_title("latency")
-    tok = [float("nan") if lv["output_tokens_per_s"] is None else lv["output_tokens_per_s"] for lv in levels]
-    ax_thr.plot(xs, tok, "o-", color="tab:blue", label="output tokens/s")
-    ax_thr.set_xlabel("concurrency (requests in flight)")
-    ax_thr.set_ylabel("output tokens/s", color="tab:blue")
-    ax_thr.set_xscale("log", base=2)
-    ax_thr.set_xticks(xs, [str(x) for x in xs])
-    ax_thr.grid(True, alpha=0.3)
-    ax_req = ax_thr.twinx()
-    ax_req.plot(xs, [lv["requests_per_s"] for lv in levels], "s--", color="tab:orange", label="requests/s")
-    ax_req.set_ylabel("requests/s", color="tab:orange")
-    ax_thr.set_ylim(bottom=0)
-    ax_req.set_ylim(bottom=0)
-    ax_thr.set_title("throughput")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return Path(path)
-
-
-def format_table(report: dict[str, Any]) -> Any:
-    """A rich Table of the levels (ms and per-second figures) for the terminal."""
-    from rich.table import Table
-
-    def f(v: Any, digits: int = 1) -> str:
-        return "-" if v is None else f"{v:.{digits}f}"
-
-    table = Table(
-        title=f"{report['server']['model']} over {report['settings']['protocol']}"
-        f"{' (stream)' if report['settings']['stream'] else ''}"
-    )
-    for col in (
-        "conc",
-        "ok/err",
-        "TTFT ms p50/90/99",
-        "ITL ms p50/90/99",
-        "E2E ms p50/90/99",
-        "out tok/s",
-        "req/s",
-        "client CPU ms/req",
-        *(("accepted", "tok/step") if any("speculative" in lv for lv in report["levels"]) else ()),
-    ):
-        table.add_column(col, justify="right", no_wrap=True)
-    for lv in report["levels"]:
-
-        def trio(name: str, lv: dict = lv) -> str:
-            d = lv[name]
-            return f"{f(d['p50'])}/{f(d['p90'])}/{f(d['p99'])}"
-
-        table.add_row(
-            str(lv["concurrency"]),
-            f"{lv['completed']}/{lv['errors']}",
-            trio("ttft_ms"),
-            trio("itl_ms"),
-            trio("e2e_ms"),
-            f(lv["output_tokens_per_s"]),
-            f(lv["requests_per_s"], 2),
-            f(lv["client_cpu_ms_per_request"], 2),
-            *(
-                (f(lv["speculative"]["acceptance_rate"], 3), f(lv["speculative"]["tokens_per_step"], 2))
-                if "speculative" in lv
-                else ()
-            ),
-        )
-    return table

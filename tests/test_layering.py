@@ -39,7 +39,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "serving",
-        ("server", "openai", "deploy", "client", "bench", "bench_prompts", "bench_settings", "bench_stats", "top"),
+        (
+            "server",
+            "openai",
+            "deploy",
+            "client",
+            "bench",
+            "bench_prompts",
+            "bench_report",
+            "bench_settings",
+            "bench_stats",
+            "top",
+        ),
     ),
     ("commands", ("commands", "cli", "__main__")),
 )
