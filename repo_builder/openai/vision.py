@@ -125,11 +125,12 @@ def sse_response(name: str, max_tokens: int, tokenizer: Any, first: str, texts: 
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
-def create_vision_app(config: Any) -> Any:
-    """The FastAPI application serving ``config.repo`` (layout multimodal) through Triton at ``config.grpc_url``.
+def _read_facts(config: Any) -> tuple[dict[str, Any], Any]:
+    """The repository's multimodal facts (``preprocessing/1/multimodal/multimodal.json``) and the tokenizer
+    saved beside them.
 
     Raises:
-        RepoBuilderError: the repository's facts or tokenizer cannot be read.
+        RepoBuilderError: the facts or the tokenizer cannot be read.
     """
     from ..errors import RepoBuilderError
 
@@ -142,6 +143,126 @@ def create_vision_app(config: Any) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:  # noqa: BLE001 - OSError, ValueError, the tokenizer's own errors
         raise RepoBuilderError(f"cannot read the multimodal facts / tokenizer: {exc}", path=folder) from exc
+    return facts, tokenizer
+
+
+def _prompt_of(tokenizer: Any, conversation: list[dict[str, str]]) -> str:
+    """The prompt of ``conversation``: the tokenizer's chat template over it (with the generation prompt), or,
+    for a tokenizer without one, the text of its single user message.
+
+    Raises:
+        APIError: 400 naming ``messages``: the template refused the conversation, or (no template) it is not
+            exactly one user message.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            return str(tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True))
+        except Exception as exc:  # noqa: BLE001 - jinja2 errors, raise_exception() in templates
+            raise APIError(400, f"the chat template refused the conversation: {exc}", param="messages") from None
+    if len(conversation) != 1 or conversation[0]["role"] != "user":
+        raise APIError(
+            400,
+            "this model's tokenizer has no chat template: send exactly one user message",
+            param="messages",
+            code="invalid_value",
+        )
+    return conversation[0]["content"]
+
+
+def _check_fields(req: ChatCompletionRequest, streaming: bool) -> None:
+    """Refuse the request's set fields this route does not honour (``stream`` too, unless ``streaming``).
+
+    Raises:
+        APIError: 400 ``unsupported_parameter`` naming the first such field.
+    """
+    honoured = _HONOURED | ({"stream"} if streaming else set())
+    for field, value in req.model_dump(exclude_none=True).items():
+        if field == "stream" and value and not streaming:
+            raise APIError(
+                400,
+                "stream is not supported by this repository (render it with --streaming)",
+                param="stream",
+                code="unsupported_parameter",
+            )
+        if field not in honoured and value not in _NEUTRAL.get(field, ()):
+            raise APIError(
+                400,
+                f"{field} is not supported for this model (one greedy, non-streamed completion)",
+                param=field,
+                code="unsupported_parameter",
+            )
+
+
+def _ensemble_inputs(req: ChatCompletionRequest, prompt: str, max_tokens: int, urls: list[str]) -> list[Any]:
+    """The ensemble's gRPC ``InferInput`` list, each of shape [1, n]: ``text_input`` (BYTES), ``max_tokens``
+    (INT32), the sampling fields the request sets (``temperature``/``top_p`` FP32, ``seed`` UINT64) and, with
+    images, ``image_url_input`` (BYTES, one per URL)."""
+    import tritonclient.grpc as grpcclient
+
+    arrays: list[tuple[str, Any, str]] = [
+        ("text_input", np.array([[prompt.encode()]], dtype=object), "BYTES"),
+        ("max_tokens", np.array([[max_tokens]], np.int32), "INT32"),
+    ]
+    for field, tname, dtype, wire in _SAMPLING:
+        value = getattr(req, field, None)
+        if value is not None:
+            arrays.append((tname, np.array([[value]], dtype), wire))
+    if urls:
+        arrays.append(("image_url_input", np.array([[u.encode() for u in urls]], dtype=object), "BYTES"))
+    inputs = []
+    for tname, arr, wire in arrays:
+        t = grpcclient.InferInput(tname, list(arr.shape), wire)
+        t.set_data_from_numpy(arr)
+        inputs.append(t)
+    return inputs
+
+
+def _failure(exc: Any) -> APIError:
+    """The APIError of a Triton ``InferenceServerException``: a model's refusal (INVALID_ARG, or no status, as
+    over a stream) is 400 naming the field its message names (default ``messages``); UNAVAILABLE is 503;
+    anything else 500."""
+    text = exc.message() or str(exc)
+    # a model's refusal: INVALID_ARG, or over a stream (the aio client gives streamed errors no status)
+    if "INVALID_ARG" in str(exc.status()) or exc.status() is None:
+        named = [f for f in ("max_tokens", "temperature", "top_p", "seed") if f"{f}:" in text]
+        field = named[0] if named else "messages"
+        return APIError(400, text, param=field, code="invalid_value")
+    return APIError(503 if "UNAVAILABLE" in str(exc.status()) else 500, text, type="server_error")
+
+
+def _completion_body(name: str, text: str, tokenizer: Any, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """OpenAI's ``chat.completion`` object for ``text``; its usage counts re-encode ``text`` and ``prompt`` with
+    ``tokenizer`` (``finish_reason`` ``length`` once the completion reaches ``max_tokens``)."""
+    completion = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    prompt_tokens = len(tokenizer(prompt)["input_ids"])
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": name,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "length" if completion >= max_tokens else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        },
+    }
+
+
+def create_vision_app(config: Any) -> Any:
+    """The FastAPI application serving ``config.repo`` (layout multimodal) through Triton at ``config.grpc_url``.
+
+    Raises:
+        RepoBuilderError: the repository's facts or tokenizer cannot be read.
+    """
+    facts, tokenizer = _read_facts(config)
     name = config.served_model_name or served_id(facts)
     max_images = int(facts["max_num_images"])
     marker = QWEN2_VL_MARKER if facts.get("model_type") == "qwen2_vl" else IMAGE_MARKER
@@ -150,24 +271,8 @@ def create_vision_app(config: Any) -> Any:
         config, title="repo-builder OpenAI-compatible API (vision)", served_name=name, triton_model="ensemble"
     )
 
-    def prompt_of(conversation: list[dict[str, str]]) -> str:
-        if getattr(tokenizer, "chat_template", None):
-            try:
-                return str(tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True))
-            except Exception as exc:  # noqa: BLE001 - jinja2 errors, raise_exception() in templates
-                raise APIError(400, f"the chat template refused the conversation: {exc}", param="messages") from None
-        if len(conversation) != 1 or conversation[0]["role"] != "user":
-            raise APIError(
-                400,
-                "this model's tokenizer has no chat template: send exactly one user message",
-                param="messages",
-                code="invalid_value",
-            )
-        return conversation[0]["content"]
-
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
         check_key(request)
@@ -178,52 +283,13 @@ def create_vision_app(config: Any) -> Any:
         req = parse_request(ChatCompletionRequest, body)
         if req.model != name:
             raise APIError(404, f"The model '{req.model}' does not exist", param="model", code="model_not_found")
-        honoured = _HONOURED | ({"stream"} if streaming else set())
-        for field, value in req.model_dump(exclude_none=True).items():
-            if field == "stream" and value and not streaming:
-                raise APIError(
-                    400,
-                    "stream is not supported by this repository (render it with --streaming)",
-                    param="stream",
-                    code="unsupported_parameter",
-                )
-            if field not in honoured and value not in _NEUTRAL.get(field, ()):
-                raise APIError(
-                    400,
-                    f"{field} is not supported for this model (one greedy, non-streamed completion)",
-                    param=field,
-                    code="unsupported_parameter",
-                )
+        _check_fields(req, streaming)
         chat_in = image_chat(req.messages, max_images=max_images, marker=marker)
-        prompt = prompt_of(chat_in.conversation)
+        prompt = _prompt_of(tokenizer, chat_in.conversation)
         max_tokens = req.requested_max_tokens()[0] or DEFAULT_MAX_TOKENS
-        arrays: list[tuple[str, Any, str]] = [
-            ("text_input", np.array([[prompt.encode()]], dtype=object), "BYTES"),
-            ("max_tokens", np.array([[max_tokens]], np.int32), "INT32"),
-        ]
-        for field, tname, dtype, wire in _SAMPLING:
-            value = getattr(req, field, None)
-            if value is not None:
-                arrays.append((tname, np.array([[value]], dtype), wire))
-        if chat_in.urls:
-            arrays.append(("image_url_input", np.array([[u.encode() for u in chat_in.urls]], dtype=object), "BYTES"))
-        inputs = []
-        for tname, arr, wire in arrays:
-            t = grpcclient.InferInput(tname, list(arr.shape), wire)
-            t.set_data_from_numpy(arr)
-            inputs.append(t)
-
-        def failure(exc: InferenceServerException) -> APIError:
-            text = exc.message() or str(exc)
-            # a model's refusal: INVALID_ARG, or over a stream (the aio client gives streamed errors no status)
-            if "INVALID_ARG" in str(exc.status()) or exc.status() is None:
-                named = [f for f in ("max_tokens", "temperature", "top_p", "seed") if f"{f}:" in text]
-                field = named[0] if named else "messages"
-                return APIError(400, text, param=field, code="invalid_value")
-            return APIError(503 if "UNAVAILABLE" in str(exc.status()) else 500, text, type="server_error")
-
+        inputs = _ensemble_inputs(req, prompt, max_tokens, chat_in.urls)
         if streaming:
-            texts = stream_texts(await grpc(), inputs, failure)
+            texts = stream_texts(await grpc(), inputs, _failure)
             if req.stream:
                 first = await anext(texts)  # a bad request fails with its 400 before the stream starts
                 return sse_response(name, max_tokens, tokenizer, first, texts)
@@ -234,29 +300,9 @@ def create_vision_app(config: Any) -> Any:
             try:
                 result = await (await grpc()).infer("ensemble", inputs)
             except InferenceServerException as exc:
-                raise failure(exc) from None
+                raise _failure(exc) from None
             raw = result.as_numpy("text_output").reshape(-1)[0]
             text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-        completion = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-        prompt_tokens = len(tokenizer(prompt)["input_ids"])
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": name,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": "length" if completion >= max_tokens else "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion,
-                "total_tokens": prompt_tokens + completion,
-            },
-        }
+        return _completion_body(name, text, tokenizer, prompt, max_tokens)
 
     return app
