@@ -37,7 +37,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -50,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import TOKENIZER_HELP, fmt, load_average, machine, summary, tokenizer_dir_or_default  # noqa: E402
+from bench_common import TOKENIZER_HELP, fmt, load_average, machine, tokenizer_dir_or_default  # noqa: E402
 from bench_cpu_measure import (  # noqa: E402, F401  (re-exported: moved from this module)
     ENGINE_MODEL,
     PATH_PROCESSES,
@@ -67,6 +66,7 @@ from bench_cpu_measure import (  # noqa: E402, F401  (re-exported: moved from th
     stub_model,
     top_frames,
 )
+from bench_server_cpu_report import print_profiles, print_table, summarize_runs, write_json  # noqa: E402
 
 
 def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict[str, int]) -> dict:
@@ -280,7 +280,8 @@ def profile_level(url: str, model: str, args: argparse.Namespace, pids: dict[str
     return {"level": level, "top": tops}
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
+    """The command line (``--help`` is this module's docstring and the options below)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--models",
@@ -321,26 +322,48 @@ def main() -> int:
         default=SYNTHETIC_SPEC["max_batch_size"],
         help="max_batch_size of the rendered synthetic engine (sequences it runs at once)",
     )
-    args = ap.parse_args()
-    SYNTHETIC_SPEC["max_batch_size"] = args.engine_max_batch_size
+    return ap.parse_args()
 
-    from repo_builder.bench import parse_concurrency
+
+def _run_repeats(
+    url: str, models: list[str], levels_c: list[int], args: argparse.Namespace, pids: dict[str, int]
+) -> list[dict]:
+    """Every level ``--repeats`` times, models interleaved per concurrency; prints a line per level. Returns the
+    level dicts of :func:`run_level` plus ``gpu_busy_pct``, ``tokens_per_s``, ``repeat`` and ``load_1min``."""
+    runs: list[dict] = []
+    for rep in range(args.repeats):
+        for c in levels_c:
+            for model in models:
+                with GpuBusy() as gpu:
+                    r = run_level(url, model, c, args, pids)
+                r["gpu_busy_pct"] = gpu.mean
+                r["tokens_per_s"] = r["tokens"] / r["wall_s"] if r["wall_s"] else None
+                r["repeat"] = rep
+                r["load_1min"] = os.getloadavg()[0]
+                runs.append(r)
+                m = r["ms_per_token"]
+                print(
+                    f"rep {rep + 1}/{args.repeats} {model:<17} c={c:<3} around engine "
+                    f"{fmt(m['around_engine'])} ms/tok (engine {fmt(m.get(ENGINE_MODEL))}, total "
+                    f"{fmt(m['total'])}), TTFT p50 {fmt(r['ttft_ms_p50'], 1)} ms, errors {r['errors']}, "
+                    f"load {r['load_1min']:.2f}",
+                    flush=True,
+                )
+    return runs
+
+
+def _serve_and_measure(
+    args: argparse.Namespace, models: list[str], levels_c: list[int], work: Path, extra: dict[str, str]
+) -> tuple[list[dict], dict[str, dict], dict]:
+    """Render (or take ``--repo``), serve, warm every model, sample the idle CPU for 3 s, run the levels and,
+    with ``--profile``, one profiled level per text model. Returns (runs, profiles by model, idle CPU s/s by
+    process); ``work`` is deleted at the end.
+
+    Raises:
+        SystemExit: no engine stub among the server's processes.
+    """
     from repo_builder.server import LaunchConfig, TritonServer
 
-    levels_c = parse_concurrency(args.concurrency)
-    models = [m for m in args.models.split(",") if m]
-    extra = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        extra[key] = value
-    work = Path(tempfile.mkdtemp(prefix="rb-bench-cpu-", dir=args.workdir))
-    args.tokenizer_dir = tokenizer_dir_or_default(args.tokenizer_dir, work)
-    info = machine()
-    print(
-        f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
-        f"source {info['source']}",
-        flush=True,
-    )
     runs: list[dict] = []
     profiles: dict[str, dict] = {}
     idle: dict = {}
@@ -359,138 +382,43 @@ def main() -> int:
             before = sample(pids)
             time.sleep(3.0)
             idle = {k: v / 3.0 for k, v in cpu_delta(before, sample(pids)).items()}
-            for rep in range(args.repeats):
-                for c in levels_c:
-                    for model in models:
-                        with GpuBusy() as gpu:
-                            r = run_level(server.grpc_url, model, c, args, pids)
-                        r["gpu_busy_pct"] = gpu.mean
-                        r["tokens_per_s"] = r["tokens"] / r["wall_s"] if r["wall_s"] else None
-                        r["repeat"] = rep
-                        r["load_1min"] = os.getloadavg()[0]
-                        runs.append(r)
-                        m = r["ms_per_token"]
-                        print(
-                            f"rep {rep + 1}/{args.repeats} {model:<17} c={c:<3} around engine "
-                            f"{fmt(m['around_engine'])} ms/tok (engine {fmt(m.get(ENGINE_MODEL))}, total "
-                            f"{fmt(m['total'])}), TTFT p50 {fmt(r['ttft_ms_p50'], 1)} ms, errors {r['errors']}, "
-                            f"load {r['load_1min']:.2f}",
-                            flush=True,
-                        )
+            runs.extend(_run_repeats(server.grpc_url, models, levels_c, args, pids))
             if args.profile:
                 pdir = Path(args.profile_dir) if args.profile_dir else work / "profiles"
                 for model in [m for m in models if m != ENGINE_MODEL]:
                     profiles[model] = profile_level(server.grpc_url, model, args, pids, pdir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return runs, profiles, idle
+
+
+def main() -> int:
+    """Measure, summarise, print and (``--json``) write; returns 0."""
+    args = _parse_args()
+    SYNTHETIC_SPEC["max_batch_size"] = args.engine_max_batch_size
+
+    from repo_builder.bench import parse_concurrency
+
+    levels_c = parse_concurrency(args.concurrency)
+    models = [m for m in args.models.split(",") if m]
+    extra = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        extra[key] = value
+    work = Path(tempfile.mkdtemp(prefix="rb-bench-cpu-", dir=args.workdir))
+    args.tokenizer_dir = tokenizer_dir_or_default(args.tokenizer_dir, work)
+    info = machine()
+    print(
+        f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
+        f"source {info['source']}",
+        flush=True,
+    )
+    runs, profiles, idle = _serve_and_measure(args, models, levels_c, work, extra)
     info["load_average_end"] = load_average()
-
-    # summaries: per (model, concurrency) medians over repeats
-    table = []
-    for model in models:
-        for c in levels_c:
-            rs = [r for r in runs if r["model"] == model and r["concurrency"] == c]
-            names = sorted({k for r in rs for k in r["ms_per_token"]})
-            row = {
-                "model": model,
-                "concurrency": c,
-                "runs": len(rs),
-                "errors": sum(r["errors"] for r in rs),
-                "ms_per_token": {
-                    k: summary([r["ms_per_token"][k] for r in rs if r["ms_per_token"].get(k) is not None])
-                    for k in names
-                },
-                "ttft_ms_p50": summary([r["ttft_ms_p50"] for r in rs if r["ttft_ms_p50"] is not None]),
-                "e2e_ms_p50": summary([r["e2e_ms_p50"] for r in rs if r["e2e_ms_p50"] is not None]),
-                "client_cpu_ms_per_token": summary(
-                    [r["client_cpu_ms_per_token"] for r in rs if r["client_cpu_ms_per_token"] is not None]
-                ),
-                "load_1min": summary([r["load_1min"] for r in rs]),
-                "tokens_per_s": summary([r["tokens_per_s"] for r in rs if r.get("tokens_per_s") is not None]),
-                "itl_ms_p50": summary([r["itl_ms_p50"] for r in rs if r.get("itl_ms_p50") is not None]),
-                "itl_ms_p99": summary([r["itl_ms_p99"] for r in rs if r.get("itl_ms_p99") is not None]),
-                "gpu_busy_pct": summary([r["gpu_busy_pct"] for r in rs if r.get("gpu_busy_pct") is not None]),
-            }
-            table.append(row)
-    print(
-        f"\n# load average at end: {info['load_average_end']}; idle server CPU (s/s): "
-        + ", ".join(f"{k} {v:.4f}" for k, v in idle.items())
-    )
-    print(
-        "\n| model | c | around engine ms/token median (min-max) | tritonserver | preprocessing "
-        "| postprocessing | tensorrt_llm_bls | engine stub | TTFT p50 ms median (min-max) | E2E p50 ms "
-        "| client CPU ms/token | errors |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in table:
-        mp = row["ms_per_token"]
-
-        def med(k: str, mp: dict = mp) -> str:
-            return fmt(mp[k]["median"]) if k in mp and mp[k]["n"] else "-"
-
-        a = mp["around_engine"]
-        t = row["ttft_ms_p50"]
-        print(
-            f"| {row['model']} | {row['concurrency']} | {fmt(a['median'])} ({fmt(a['min'])}-{fmt(a['max'])}) | "
-            f"{med(SERVER)} | {med('preprocessing')} | {med('postprocessing')} | {med('tensorrt_llm_bls')} | "
-            f"{med(ENGINE_MODEL)} | {fmt(t['median'], 1)} ({fmt(t['min'], 1)}-{fmt(t['max'], 1)}) | "
-            f"{fmt(row['e2e_ms_p50']['median'], 1)} | {fmt(row['client_cpu_ms_per_token']['median'])} | "
-            f"{row['errors']} |"
-        )
-    if ENGINE_MODEL in models:
-        print(
-            f"\n{ENGINE_MODEL} = token ids streamed to the engine directly (no ensemble/BLS/tokenizer). Added by "
-            "each text path over that baseline (medians, ms/token):"
-        )
-        base = {row["concurrency"]: row for row in table if row["model"] == ENGINE_MODEL}
-        for row in table:
-            b = base.get(row["concurrency"])
-            if row["model"] == ENGINE_MODEL or b is None:
-                continue
-            added = {
-                k: (row["ms_per_token"][k]["median"] or 0) - (b["ms_per_token"][k]["median"] or 0)
-                for k in ("around_engine", SERVER)
-                if k in row["ms_per_token"] and k in b["ms_per_token"]
-            }
-            print(
-                f"  {row['model']} c={row['concurrency']}: around engine +{fmt(added.get('around_engine'))}, "
-                f"tritonserver +{fmt(added.get(SERVER))}"
-            )
-    for model, prof in profiles.items():
-        print(
-            f"\n## py-spy, {model} at c={args.profile_concurrency} "
-            f"(around engine {fmt(prof['level']['ms_per_token']['around_engine'])} ms/token while profiled)"
-        )
-        for stub, top in prof["top"].items():
-            if "error" in top:
-                print(f"### {stub}: py-spy failed: {top['error']}")
-                continue
-            share = top.get("python_share", [("", 0, None)])[0][2]
-            print(
-                f"### {stub} ({top['total'][0][1]} samples; CPU {fmt(prof['level']['cpu_s'].get(stub))} s; "
-                f"GIL held / CPU ~{fmt(share * 100 if share is not None else None, 0)}%)"
-            )
-            for kind in ("self", "inclusive"):
-                print(f"  {kind}:")
-                for frame, _count, share in top[kind][:10]:
-                    print(f"    {share * 100:5.1f}%  {frame}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "machine": info,
-                    "args": vars(args),
-                    "idle_cpu_s_per_s": idle,
-                    "runs": runs,
-                    "summary": table,
-                    "profiles": profiles,
-                },
-                indent=2,
-                default=str,
-            )
-            + "\n"
-        )
+    table = summarize_runs(runs, models, levels_c)
+    print_table(table, models, info, idle)
+    print_profiles(profiles, args)
+    write_json(args, info, idle, runs, table, profiles)
     return 0
 
 
