@@ -162,7 +162,8 @@ def table(a_path: Path, b_path: Path, a_name: str = "NVIDIA", b_name: str = "our
     return "\n".join(rows) + "\n"
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
+    """The command line (``--help``: the module docstring's first line and the options below)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirror", default="", help="bare git dir of triton-inference-server/tensorrtllm_backend")
     ap.add_argument("--harness", required=True, help="folder with run_baseline.py")
@@ -193,84 +194,117 @@ def main() -> None:
         metavar=("A_JSON", "B_JSON"),
         help="only print the markdown table of two harness results (A = NVIDIA, B = ours)",
     )
-    args = ap.parse_args()
-    if args.table:
-        print(table(Path(args.table[0]), Path(args.table[1])), end="")
-        return
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    harness = str(Path(args.harness) / "run_baseline.py")
+    return ap.parse_args()
+
+
+def _harness_path(args: argparse.Namespace) -> str:
+    """The harness's ``run_baseline.py`` under ``--harness``."""
+    return str(Path(args.harness) / "run_baseline.py")
+
+
+def _harness_run(
+    args: argparse.Namespace,
+    work: Path,
+    loads: dict[str, list[float]],
+    name: str,
+    repo: Path,
+    concurrency: str,
+    extra: list[str],
+) -> None:
+    """``run_baseline.py run`` on ``repo`` into ``WORK/NAME_results.json``, in its own process group; records the
+    load averages before/after and the seconds taken in ``loads``. With ``--timeout-s`` a run still going is
+    py-spy dumped and stopped (its exit code is then not checked).
+
+    Raises:
+        SystemExit: the run failed (without ``--timeout-s``).
+    """
     py = sys.executable
-    loads: dict[str, list[float]] = {}
+    harness = _harness_path(args)
+    loads[name + " before"] = list(os.getloadavg())
+    t0 = time.time()
+    cmd = [
+        py,
+        harness,
+        "run",
+        "--repo",
+        str(repo),
+        "--tokenizer-dir",
+        args.tokenizer_dir,
+        "--modes",
+        args.modes,
+        "--output-tokens",
+        str(args.output_tokens),
+        "--concurrency",
+        concurrency,
+        "--reps",
+        str(args.reps),
+        "--wait-quiet",
+        str(args.wait_quiet),
+        "--no-bls-acc",
+        "--label",
+        name,
+        "--startup-reps",
+        str(args.startup_reps),
+        *([] if args.correctness else ["--skip-correctness"]),
+        "--out",
+        str(work / f"{name}_results.json"),
+        *extra,
+        *args.harness_arg,
+    ]
+    print("#", " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=args.timeout_s or None)
+    except subprocess.TimeoutExpired:
+        print(f"# {name}: still running after {args.timeout_s:.0f} s: py-spy dump, then SIGTERM", flush=True)
+        dump_and_stop(proc.pid, work / f"{name}_pyspy.txt")
+        rc = proc.wait()
+        loads[name + " timed out"] = [args.timeout_s]
+    if rc != 0 and not args.timeout_s:
+        raise SystemExit(f"harness run {name} failed with exit code {rc}")
+    loads[name + " after"] = list(os.getloadavg())
+    loads[name + " seconds"] = [round(time.time() - t0, 1)]
 
-    def harness_run(name: str, repo: Path, concurrency: str, extra: list[str]) -> None:
-        loads[name + " before"] = list(os.getloadavg())
-        t0 = time.time()
-        cmd = [
-            py,
-            harness,
-            "run",
-            "--repo",
-            str(repo),
-            "--tokenizer-dir",
-            args.tokenizer_dir,
-            "--modes",
-            args.modes,
-            "--output-tokens",
-            str(args.output_tokens),
-            "--concurrency",
-            concurrency,
-            "--reps",
-            str(args.reps),
-            "--wait-quiet",
-            str(args.wait_quiet),
-            "--no-bls-acc",
-            "--label",
-            name,
-            "--startup-reps",
-            str(args.startup_reps),
-            *([] if args.correctness else ["--skip-correctness"]),
-            "--out",
-            str(work / f"{name}_results.json"),
-            *extra,
-            *args.harness_arg,
-        ]
-        print("#", " ".join(cmd), flush=True)
-        proc = subprocess.Popen(cmd, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=args.timeout_s or None)
-        except subprocess.TimeoutExpired:
-            print(f"# {name}: still running after {args.timeout_s:.0f} s: py-spy dump, then SIGTERM", flush=True)
-            dump_and_stop(proc.pid, work / f"{name}_pyspy.txt")
-            rc = proc.wait()
-            loads[name + " timed out"] = [args.timeout_s]
-        if rc != 0 and not args.timeout_s:
-            raise SystemExit(f"harness run {name} failed with exit code {rc}")
-        loads[name + " after"] = list(os.getloadavg())
-        loads[name + " seconds"] = [round(time.time() - t0, 1)]
 
-    extra_values = dict(item.partition("=")[::2] for item in args.set)
-    if args.upstream_repo:
-        args.skip_upstream = True
-    if args.instances:
-        counts = [int(x) for x in args.instances.split(",")]
-        names = []
-        for n in counts:
-            up = upstream_with_instances(Path(args.upstream_repo), work / f"upstream_x{n}", n)
-            values = {**extra_values, "preprocessing_instance_count": n, "bls_instance_count": n}
-            ours_n = render(work / f"ours_x{n}", args.tokenizer_dir, values)
-            prov = Path(args.upstream_repo).parent / "provenance.json"
-            harness_run(f"upstream_x{n}", up, args.concurrency, ["--provenance", str(prov)] if prov.exists() else [])
-            harness_run(f"ours_x{n}", ours_n, args.concurrency, [])
-            names.append(n)
-        (work / "loadavg.json").write_text(json.dumps({"machine": machine(), "loadavg": loads}, indent=1) + "\n")
-        for n in names:
-            a, b = work / f"upstream_x{n}_results.json", work / f"ours_x{n}_results.json"
-            if a.exists() and b.exists():
-                (work / f"summary_x{n}.md").write_text(f"instances {n}\n\n" + table(a, b))
-                print(f"instances {n}\n\n" + table(a, b), flush=True)
-        print(json.dumps({"machine": machine(), "loadavg": loads}, indent=1))
-        return
+def _run_instances(args: argparse.Namespace, work: Path, loads: dict[str, list[float]], extra_values: dict) -> None:
+    """``--instances``: for each N, NVIDIA's repository and ours with N instances at every level; writes
+    ``loadavg.json`` and ``summary_xN.md`` and prints the tables and the loads."""
+    counts = [int(x) for x in args.instances.split(",")]
+    names = []
+    for n in counts:
+        up = upstream_with_instances(Path(args.upstream_repo), work / f"upstream_x{n}", n)
+        values = {**extra_values, "preprocessing_instance_count": n, "bls_instance_count": n}
+        ours_n = render(work / f"ours_x{n}", args.tokenizer_dir, values)
+        prov = Path(args.upstream_repo).parent / "provenance.json"
+        _harness_run(
+            args,
+            work,
+            loads,
+            f"upstream_x{n}",
+            up,
+            args.concurrency,
+            ["--provenance", str(prov)] if prov.exists() else [],
+        )
+        _harness_run(args, work, loads, f"ours_x{n}", ours_n, args.concurrency, [])
+        names.append(n)
+    (work / "loadavg.json").write_text(json.dumps({"machine": machine(), "loadavg": loads}, indent=1) + "\n")
+    for n in names:
+        a, b = work / f"upstream_x{n}_results.json", work / f"ours_x{n}_results.json"
+        if a.exists() and b.exists():
+            (work / f"summary_x{n}.md").write_text(f"instances {n}\n\n" + table(a, b))
+            print(f"instances {n}\n\n" + table(a, b), flush=True)
+    print(json.dumps({"machine": machine(), "loadavg": loads}, indent=1))
+
+
+def _run_default(args: argparse.Namespace, work: Path, loads: dict[str, list[float]]) -> None:
+    """Steps 1-4 of the module docstring: prepare NVIDIA's side (unless skipped), render ours three ways, run the
+    harness on each, then ``summarize --compare`` into ``summary_<ours>.md``; prints the summaries and loads.
+
+    Raises:
+        subprocess.CalledProcessError: the harness's prepare-upstream or summarize failed.
+    """
+    py = sys.executable
+    harness = _harness_path(args)
     if not args.skip_upstream:
         subprocess.run(
             [
@@ -290,17 +324,20 @@ def main() -> None:
     ours1 = render(work / "ours_x1", args.tokenizer_dir, {"preprocessing_instance_count": 1, "bls_instance_count": 1})
     ours2 = render(work / "ours_x2", args.tokenizer_dir, {"preprocessing_instance_count": 2, "bls_instance_count": 2})
     if not args.skip_upstream:
-        harness_run(
+        _harness_run(
+            args,
+            work,
+            loads,
             "upstream",
             work / "upstream" / "repo",
             args.concurrency,
             ["--provenance", str(work / "upstream" / "provenance.json")],
         )
-    harness_run("ours", ours, args.concurrency, [])
+    _harness_run(args, work, loads, "ours", ours, args.concurrency, [])
     top = args.concurrency.split(",")[-1]
     skip = ["--skip-correctness"] if args.correctness else []  # the extra repositories: overhead only
-    harness_run("ours_x1", ours1, top, skip)
-    harness_run("ours_x2", ours2, top, skip)
+    _harness_run(args, work, loads, "ours_x1", ours1, top, skip)
+    _harness_run(args, work, loads, "ours_x2", ours2, top, skip)
     (work / "loadavg.json").write_text(json.dumps({"machine": machine(), "loadavg": loads}, indent=1) + "\n")
     for b in ("ours", "ours_x1", "ours_x2"):
         out = subprocess.run(
@@ -322,6 +359,24 @@ def main() -> None:
         )
         print(out)
     print(json.dumps({"machine": machine(), "loadavg": loads}, indent=1))
+
+
+def main() -> None:
+    """Run the comparison (or, with ``--table``, print one table)."""
+    args = _parse_args()
+    if args.table:
+        print(table(Path(args.table[0]), Path(args.table[1])), end="")
+        return
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    loads: dict[str, list[float]] = {}
+    extra_values = dict(item.partition("=")[::2] for item in args.set)
+    if args.upstream_repo:
+        args.skip_upstream = True
+    if args.instances:
+        _run_instances(args, work, loads, extra_values)
+        return
+    _run_default(args, work, loads)
 
 
 if __name__ == "__main__":
