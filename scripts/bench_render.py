@@ -230,7 +230,8 @@ def _timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
+    """The command line (``--help`` is this module's docstring and the options below)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="4GiB", help="rank0.engine size of the large engine (default 4GiB)")
     ap.add_argument("--small-size", default="4KiB", help="rank0.engine size of the small engine (default 4KiB)")
@@ -254,33 +255,71 @@ def main() -> int:
     )
     ap.add_argument("--keep", action="store_true", help="keep the engine files afterwards")
     ap.add_argument("--json", help="write raw times and summaries here")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    from repo_builder.render import render_repository
 
-    large, small = parse_size(args.size), parse_size(args.small_size)
-    labels = {format_size(large): large, format_size(small): small}
-    config = json.loads(Path(args.config_from).read_text()) if args.config_from else engine_config()
-    modes = [m for m in args.modes.split(",") if m]
-    cli_modes = [m for m in args.cli.split(",") if m]
-    drop = args.drop_caches
+def _page_cache_mode(requested: str) -> str:
+    """``--drop-caches``, with ``global`` falling back to ``file`` (printed) where drop_caches is not writable."""
+    drop = requested
     if drop == "global" and not can_drop_caches():
         print("# cannot write /proc/sys/vm/drop_caches (not root?): evicting the engine files only", flush=True)
         drop = "file"
-    info = machine()
-    info["page_cache"] = {
-        "file": "engine files evicted before every run (sync; posix_fadvise DONTNEED)",
-        "global": "dropped before every run (sync; echo 3 > /proc/sys/vm/drop_caches)",
-        "none": "warm (not dropped); methods alternate",
-    }[drop]
-    print(
-        f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
-        f"source {info['source']}",
-        flush=True,
-    )
-    print(f"# page cache: {info['page_cache']}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="rb-bench-render-", dir=args.workdir))
-    args.tokenizer_dir = tokenizer_dir_or_default(args.tokenizer_dir, work)
+    return drop
+
+
+def _clear(out: Path) -> None:
+    """Remove the render output ``out`` (a symlink, file or folder), if any."""
+    if out.is_symlink() or out.is_file():
+        out.unlink()
+    elif out.exists():
+        shutil.rmtree(out)
+
+
+def _run_method(method: str, engine: Path, out: Path, tokenizer_dir: str, cli: str) -> float:
+    """Seconds one placement of ``engine`` into ``out`` takes: ``cp`` (config.json and rank*.engine with cp),
+    ``api:<mode>`` (render_repository) or ``cli:<mode>`` (the repo-builder CLI).
+
+    Raises:
+        subprocess.CalledProcessError: cp or the CLI failed.
+    """
+    from repo_builder.render import render_repository
+
+    if method == "cp":
+        out.mkdir()
+        files = [str(engine / "config.json")] + [str(p) for p in sorted(engine.glob("rank*.engine"))]
+        return _timed(lambda: subprocess.run(["cp", *files, str(out) + "/"], check=True))
+    kind, mode = method.split(":")
+    if kind == "api":
+        return _timed(lambda: render_repository(engine, tokenizer_dir, out, engine_mode=mode))
+    cmd = [
+        cli,
+        "render",
+        "--engine-dir",
+        str(engine),
+        "--tokenizer-dir",
+        tokenizer_dir,
+        "-o",
+        str(out),
+        "--engine-mode",
+        mode,
+    ]
+    return _timed(lambda: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL))
+
+
+def _time_methods(
+    args: argparse.Namespace,
+    labels: dict[str, int],
+    small: str,
+    config: dict,
+    drop: str,
+    methods: list[str],
+    work: Path,
+) -> dict[str, dict[str, list[float]]]:
+    """Write an engine per size label (bytes) under ``work``, render the ``small`` label's once untimed, then
+    time every method ``--repeats`` times per size (methods rotated per repeat, caches settled per ``drop``).
+    Returns {size label: {method: [s]}}; ``work`` is deleted at the end unless ``--keep``."""
+    from repo_builder.render import render_repository
+
     cli = str(Path(sys.executable).parent / "repo-builder")
     times: dict[str, dict[str, list[float]]] = {label: {} for label in labels}
     try:
@@ -290,57 +329,27 @@ def main() -> int:
             engines[label] = make_engine(work / f"engine-{label.replace(' ', '')}", size, config)
             print(f"# wrote {label} engine in {time.perf_counter() - t0:.1f} s", flush=True)
         out = work / "out"
-
-        def clear() -> None:
-            if out.is_symlink() or out.is_file():
-                out.unlink()
-            elif out.exists():
-                shutil.rmtree(out)
-
         # untimed warm-up: imports, tokenizer inspection caches, template loading
-        render_repository(engines[format_size(small)], args.tokenizer_dir, out, engine_mode="copy")
-        clear()
-
-        def run(method: str, engine: Path) -> float:
-            if method == "cp":
-                out.mkdir()
-                files = [str(engine / "config.json")] + [str(p) for p in sorted(engine.glob("rank*.engine"))]
-                return _timed(lambda: subprocess.run(["cp", *files, str(out) + "/"], check=True))
-            kind, mode = method.split(":")
-            if kind == "api":
-                return _timed(lambda: render_repository(engine, args.tokenizer_dir, out, engine_mode=mode))
-            cmd = [
-                cli,
-                "render",
-                "--engine-dir",
-                str(engine),
-                "--tokenizer-dir",
-                args.tokenizer_dir,
-                "-o",
-                str(out),
-                "--engine-mode",
-                mode,
-            ]
-            return _timed(lambda: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL))
-
-        methods = methods_for(modes, cli_modes, not args.no_cp)
+        render_repository(engines[small], args.tokenizer_dir, out, engine_mode="copy")
+        _clear(out)
         for rep in range(args.repeats):
             for label in labels:
                 for method in rotated(methods, rep):
-                    clear()
+                    _clear(out)
                     settle(drop, sorted(engines[label].iterdir()))
-                    seconds = run(method, engines[label])
+                    seconds = _run_method(method, engines[label], out, args.tokenizer_dir, cli)
                     times[label].setdefault(method, []).append(seconds)
                     print(f"rep {rep + 1}/{args.repeats}  {label:>8}  {method:<14} {seconds:8.3f} s", flush=True)
-        clear()
+        _clear(out)
         os.sync()
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    info["load_average_end"] = load_average()
+    return times
 
-    result = analyse(times, format_size(large), format_size(small))
-    print(f"\n# load average at end: {info['load_average_end']}")
+
+def _print_results(result: dict, times: dict[str, dict[str, list[float]]], labels: dict[str, int], large: int) -> None:
+    """Print the markdown table (median, min-max seconds per method and size; large/small) and the ratios."""
     hdr = "| method | " + " | ".join(f"{lab} median (min-max) s" for lab in labels) + " | large/small |"
     print(hdr)
     print("|---|" + "---:|" * (len(labels) + 1))
@@ -355,6 +364,39 @@ def main() -> int:
         f"cli {fmt(result['copy_over_cp']['cli'], 3)}; (copy - reference) / cp "
         f"{fmt(result['copy_minus_reference_over_cp'], 3)}"
     )
+
+
+def main() -> int:
+    """Time every method, print the table and (``--json``) write the raw times; returns 0."""
+    args = _parse_args()
+
+    large, small = parse_size(args.size), parse_size(args.small_size)
+    labels = {format_size(large): large, format_size(small): small}
+    config = json.loads(Path(args.config_from).read_text()) if args.config_from else engine_config()
+    modes = [m for m in args.modes.split(",") if m]
+    cli_modes = [m for m in args.cli.split(",") if m]
+    drop = _page_cache_mode(args.drop_caches)
+    info = machine()
+    info["page_cache"] = {
+        "file": "engine files evicted before every run (sync; posix_fadvise DONTNEED)",
+        "global": "dropped before every run (sync; echo 3 > /proc/sys/vm/drop_caches)",
+        "none": "warm (not dropped); methods alternate",
+    }[drop]
+    print(
+        f"# {info['date']}  {info['cpu']}  {info['cores']} cores  load {info['load_average_start']}  "
+        f"source {info['source']}",
+        flush=True,
+    )
+    print(f"# page cache: {info['page_cache']}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="rb-bench-render-", dir=args.workdir))
+    args.tokenizer_dir = tokenizer_dir_or_default(args.tokenizer_dir, work)
+    methods = methods_for(modes, cli_modes, not args.no_cp)
+    times = _time_methods(args, labels, format_size(small), config, drop, methods, work)
+    info["load_average_end"] = load_average()
+
+    result = analyse(times, format_size(large), format_size(small))
+    print(f"\n# load average at end: {info['load_average_end']}")
+    _print_results(result, times, labels, large)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(
