@@ -246,16 +246,10 @@ def served_name(port: int) -> str:
         return str(json.loads(resp.read())["data"][0]["id"])
 
 
-async def bench(args, server, fronts: list[tuple[str, int, int]]) -> list[dict]:
-    """Per level, ``--repeats`` rounds of: direct, then each front end ``(label, pid, port)`` of ``fronts``."""
-    import httpx
-    import openai
-
-    from repo_builder.openai.backend import TritonBackend
-
-    backend = TritonBackend(server.grpc_url, "ensemble")
-    await backend.open()
-    fields = {
+def _direct_fields(args) -> dict:
+    """The ensemble's inputs of a direct streamed request: the first message, exactly ``--output-tokens`` tokens
+    (``max_tokens`` = ``min_tokens``), token counts returned, the input left out of the output."""
+    return {
         "text_input": MESSAGES[0]["content"],
         "max_tokens": args.output_tokens,
         "stream": True,
@@ -264,7 +258,11 @@ async def bench(args, server, fronts: list[tuple[str, int, int]]) -> list[dict]:
         "return_num_output_tokens": True,
         "exclude_input_in_output": True,
     }
-    port0 = fronts[0][2]
+
+
+def _front_body(args, port0: int) -> tuple[dict, str]:
+    """(request body, route) for the front ends: a streamed chat completion with usage, or, for ``--repo``
+    (served name asked of the front end at ``port0``), a streamed completion of the same text."""
     body: dict = {
         "model": NAME if args.repo is None else served_name(port0),
         "messages": MESSAGES,
@@ -277,20 +275,97 @@ async def bench(args, server, fronts: list[tuple[str, int, int]]) -> list[dict]:
     if args.repo is not None:
         body["prompt"] = body.pop("messages")[0]["content"]
         path = "/v1/completions"
+    return body, path
+
+
+def _front_clients(args, fronts: list[tuple[str, int, int]], http, limits) -> dict:
+    """{front label: client}: an ``openai.AsyncOpenAI`` per front end (``--client openai``, own httpx client with
+    ``limits``), else the shared ``httpx.AsyncClient`` ``http``."""
+    import httpx
+    import openai
+
+    clients = {}
+    for label, _pid, port in fronts:
+        if args.client == "openai":
+            clients[label] = openai.AsyncOpenAI(
+                base_url=f"http://127.0.0.1:{port}/v1",
+                api_key="none",
+                max_retries=0,
+                http_client=httpx.AsyncClient(timeout=300, limits=limits),
+            )
+        else:
+            clients[label] = http
+    return clients
+
+
+async def _front_run(args, client, url: str, body: dict, pid: int, c: int, direct: dict) -> dict:
+    """One :func:`run_front` round at concurrency ``c`` plus ``wall_s``, the front end's process-tree CPU per
+    generated token (``cpu_ms_per_token``, None without readable CPU or successes) and ``added_ttft`` (its TTFT
+    p50 minus the ``direct`` round's, ms)."""
+    cpu0 = tree_cpu_s(pid)
+    t0 = time.perf_counter()
+    f = await run_front(client, url, body, args.requests, c, args.output_tokens)
+    f["wall_s"] = time.perf_counter() - t0
+    cpu1 = tree_cpu_s(pid)
+    ok = args.requests - f["errors"]
+    f["cpu_ms_per_token"] = (
+        (cpu1 - cpu0) * 1000 / (ok * args.output_tokens) if ok and cpu0 is not None and cpu1 is not None else None
+    )
+    f["added_ttft"] = (
+        percentile(f["ttft"], 0.5) - percentile(direct["ttft"], 0.5) if f["ttft"] and direct["ttft"] else None
+    )
+    return f
+
+
+def _level_row(args, c: int, runs: dict[str, list[dict]], fronts: list[tuple[str, int, int]]) -> tuple[dict, str]:
+    """(the level's summaries over its rounds, its printed line without the trailing errors/load part)."""
+    direct_runs = runs["direct"]
+    row: dict = {
+        "concurrency": c,
+        "requests_per_run": args.requests,
+        "direct_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in direct_runs if r["ttft"]]),
+        "direct_errors": sum(r["errors"] for r in direct_runs),
+        "direct_tokens_per_s": summary(
+            [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in direct_runs]
+        ),
+    }
+    line = f"c={c:>3}  TTFT p50 direct {fmt(row['direct_ttft_p50_ms']['median'], 2)} ms"
+    for label, _, _ in fronts:
+        fr = runs[label]
+        pre = "front" if label == "front" else f"front_{label}"
+        row[f"{pre}_ttft_p50_ms"] = summary([percentile(r["ttft"], 0.5) for r in fr if r["ttft"]])
+        row[f"added_ttft_p50_ms{'' if label == 'front' else '_' + label}"] = added = summary(
+            [r["added_ttft"] for r in fr if r["added_ttft"] is not None]
+        )
+        row[f"{pre}_cpu_ms_per_token"] = cpu = summary(
+            [r["cpu_ms_per_token"] for r in fr if r["cpu_ms_per_token"] is not None]
+        )
+        row[f"{pre}_errors"] = sum(r["errors"] for r in fr)
+        row[f"{pre}_tokens_per_s"] = tps = summary(
+            [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in fr]
+        )
+        line += (
+            f"; [{label}] added TTFT {fmt(added['median'], 2)} ms (min {fmt(added['min'], 2)}, max "
+            f"{fmt(added['max'], 2)}), CPU {fmt(cpu['median'], 4)} ms/token (min {fmt(cpu['min'], 4)}, "
+            f"max {fmt(cpu['max'], 4)}), errors {row[f'{pre}_errors']}, tokens/s {fmt(tps['median'], 0)}"
+        )
+    return row, line
+
+
+async def bench(args, server, fronts: list[tuple[str, int, int]]) -> list[dict]:
+    """Per level, ``--repeats`` rounds of: direct, then each front end ``(label, pid, port)`` of ``fronts``."""
+    import httpx
+
+    from repo_builder.openai.backend import TritonBackend
+
+    backend = TritonBackend(server.grpc_url, "ensemble")
+    await backend.open()
+    fields = _direct_fields(args)
+    body, path = _front_body(args, fronts[0][2])
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     rows = []
     async with httpx.AsyncClient(timeout=300, limits=limits) as http:
-        clients = {}
-        for label, _pid, port in fronts:
-            if args.client == "openai":
-                clients[label] = openai.AsyncOpenAI(
-                    base_url=f"http://127.0.0.1:{port}/v1",
-                    api_key="none",
-                    max_retries=0,
-                    http_client=httpx.AsyncClient(timeout=300, limits=limits),
-                )
-            else:
-                clients[label] = http
+        clients = _front_clients(args, fronts, http, limits)
         # warm-up: every path
         await run_direct(backend, fields, 4, 4, args.output_tokens)
         for label, _pid, port in fronts:
@@ -303,52 +378,9 @@ async def bench(args, server, fronts: list[tuple[str, int, int]]) -> list[dict]:
                 d["wall_s"] = time.perf_counter() - t0
                 runs["direct"].append(d)
                 for label, pid, port in fronts:
-                    cpu0 = tree_cpu_s(pid)
-                    t0 = time.perf_counter()
                     url = f"http://127.0.0.1:{port}{path}"
-                    f = await run_front(clients[label], url, body, args.requests, c, args.output_tokens)
-                    f["wall_s"] = time.perf_counter() - t0
-                    cpu1 = tree_cpu_s(pid)
-                    ok = args.requests - f["errors"]
-                    f["cpu_ms_per_token"] = (
-                        (cpu1 - cpu0) * 1000 / (ok * args.output_tokens)
-                        if ok and cpu0 is not None and cpu1 is not None
-                        else None
-                    )
-                    f["added_ttft"] = (
-                        percentile(f["ttft"], 0.5) - percentile(d["ttft"], 0.5) if f["ttft"] and d["ttft"] else None
-                    )
-                    runs[label].append(f)
-            direct_runs = runs["direct"]
-            row: dict = {
-                "concurrency": c,
-                "requests_per_run": args.requests,
-                "direct_ttft_p50_ms": summary([percentile(r["ttft"], 0.5) for r in direct_runs if r["ttft"]]),
-                "direct_errors": sum(r["errors"] for r in direct_runs),
-                "direct_tokens_per_s": summary(
-                    [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in direct_runs]
-                ),
-            }
-            line = f"c={c:>3}  TTFT p50 direct {fmt(row['direct_ttft_p50_ms']['median'], 2)} ms"
-            for label, _, _ in fronts:
-                fr = runs[label]
-                pre = "front" if label == "front" else f"front_{label}"
-                row[f"{pre}_ttft_p50_ms"] = summary([percentile(r["ttft"], 0.5) for r in fr if r["ttft"]])
-                row[f"added_ttft_p50_ms{'' if label == 'front' else '_' + label}"] = added = summary(
-                    [r["added_ttft"] for r in fr if r["added_ttft"] is not None]
-                )
-                row[f"{pre}_cpu_ms_per_token"] = cpu = summary(
-                    [r["cpu_ms_per_token"] for r in fr if r["cpu_ms_per_token"] is not None]
-                )
-                row[f"{pre}_errors"] = sum(r["errors"] for r in fr)
-                row[f"{pre}_tokens_per_s"] = tps = summary(
-                    [(args.requests - r["errors"]) * args.output_tokens / r["wall_s"] for r in fr]
-                )
-                line += (
-                    f"; [{label}] added TTFT {fmt(added['median'], 2)} ms (min {fmt(added['min'], 2)}, max "
-                    f"{fmt(added['max'], 2)}), CPU {fmt(cpu['median'], 4)} ms/token (min {fmt(cpu['min'], 4)}, "
-                    f"max {fmt(cpu['max'], 4)}), errors {row[f'{pre}_errors']}, tokens/s {fmt(tps['median'], 0)}"
-                )
+                    runs[label].append(await _front_run(args, clients[label], url, body, pid, c, d))
+            row, line = _level_row(args, c, runs, fronts)
             rows.append(row)
             print(line + f"; direct errors {row['direct_errors']}; load {load_average()}", flush=True)
         if args.client == "openai":
