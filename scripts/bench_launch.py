@@ -228,7 +228,8 @@ def run_cli(repo: Path, ports: tuple[int, int, int], no_mpi: bool, timeout_s: fl
     return elapsed
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
+    """The command line (``--help`` is this module's docstring and the options below)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--repos",
@@ -247,7 +248,90 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for ready per launch")
     ap.add_argument("--retries", type=int, default=2, help="retries of a launch that failed (counted in the output)")
     ap.add_argument("--json", help="write raw times and summaries here")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def _repositories(args: argparse.Namespace, work: Path) -> dict[str, Path]:
+    """{name: repository} of ``--repos``: ``synthetic`` rendered under ``work``, ``tiny`` the launcher fixture
+    copied under ``work``, anything else a path (resolved)."""
+    repos: dict[str, Path] = {}
+    for name in [r for r in args.repos.split(",") if r]:
+        if name == "synthetic":
+            repos[name] = render_synthetic(work, args.tokenizer_dir)
+        elif name == "tiny":
+            repos[name] = copy_fixture(PROJECT / "tests" / "fixtures" / "launcher" / "tiny", work / "tiny")
+        else:
+            repos[name] = Path(name).resolve()
+    return repos
+
+
+def _launch(method: str, repo: Path, p: tuple[int, int, int], poll_s: float, timeout_s: float, work: Path) -> float:
+    """Seconds to ready of one launch of ``repo`` on ports ``p`` by ``method`` (``bare``, ``api*``, ``cli*``; a
+    ``nompi`` suffix launches without MPI). Raises what the launch raised."""
+    if method == "bare":
+        return run_bare(repo, p, poll_s, timeout_s, work)
+    if method.startswith("api"):
+        return run_api(repo, p, method.endswith("nompi"), timeout_s)
+    return run_cli(repo, p, method.endswith("nompi"), timeout_s, work)
+
+
+def _time_repo(
+    args: argparse.Namespace, name: str, repo: Path, methods: list[str], ports: Ports, poll_s: float, work: Path
+) -> dict:
+    """One untimed warm-up launch, then ``--repeats`` rounds of every method (rotated), each launch retried up to
+    ``--retries`` times. Returns the repository's result: ``repo``, ``times_s`` {method: [s]},
+    ``failed_attempts``, ``summary`` and ``overhead_vs_bare_s``.
+
+    Raises:
+        Exception: a launch that still failed after its retries.
+    """
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    # untimed warm-up launch: page cache, Python bytecode of the stubs, the binary's libraries
+    run_api(repo, ports.next(), True, args.timeout)
+    failures: list[str] = []
+    for rep in range(args.repeats):
+        for method in rotated(methods, rep):
+            for attempt in range(1 + args.retries):
+                p = ports.next()
+                try:
+                    s = _launch(method, repo, p, poll_s, args.timeout, work)
+                    break
+                except Exception as exc:  # noqa: BLE001 - a launch killed from outside: retried, counted
+                    failures.append(f"{method} rep {rep + 1}: {str(exc).splitlines()[0][:200]}")
+                    print(f"{name:>10} rep {rep + 1}  {method:<10} FAILED ({failures[-1]})", flush=True)
+                    if attempt == args.retries:
+                        raise
+            times[method].append(s)
+            print(
+                f"{name:>10} rep {rep + 1}/{args.repeats}  {method:<10} {s:7.3f} s  (load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
+    return {
+        "repo": str(repo),
+        "times_s": times,
+        "failed_attempts": failures,
+        "summary": {m: summary(v) for m, v in times.items()},
+        "overhead_vs_bare_s": overheads(times),
+    }
+
+
+def _print_results(results: dict[str, dict], methods: list[str]) -> None:
+    """Print a markdown table per repository: median, min-max and median - bare (s) per method."""
+    for name, res in results.items():
+        print(f"\n{name}: {res['repo']}; failed attempts (retried): {len(res['failed_attempts'])}")
+        print("| method | median s | min-max s | median - bare (s) |")
+        print("|---|---:|---:|---:|")
+        for m in methods:
+            s = res["summary"][m]
+            over = res["overhead_vs_bare_s"].get(m)
+            print(
+                f"| {m} | {fmt(s['median'])} | {fmt(s['min'])}-{fmt(s['max'])} | {'' if m == 'bare' else fmt(over)} |"
+            )
+
+
+def main() -> int:
+    """Time every launch method on every repository, print the tables and (``--json``) write them; returns 0."""
+    args = _parse_args()
 
     from repo_builder.server.launch_processes import POLL_S
 
@@ -264,63 +348,13 @@ def main() -> int:
     methods = [m for m in args.methods.split(",") if m]
     results: dict[str, dict] = {}
     try:
-        repos: dict[str, Path] = {}
-        for name in [r for r in args.repos.split(",") if r]:
-            if name == "synthetic":
-                repos[name] = render_synthetic(work, args.tokenizer_dir)
-            elif name == "tiny":
-                repos[name] = copy_fixture(PROJECT / "tests" / "fixtures" / "launcher" / "tiny", work / "tiny")
-            else:
-                repos[name] = Path(name).resolve()
-        for name, repo in repos.items():
-            times: dict[str, list[float]] = {m: [] for m in methods}
-            # untimed warm-up launch: page cache, Python bytecode of the stubs, the binary's libraries
-            run_api(repo, ports.next(), True, args.timeout)
-            failures: list[str] = []
-            for rep in range(args.repeats):
-                for method in rotated(methods, rep):
-                    for attempt in range(1 + args.retries):
-                        p = ports.next()
-                        try:
-                            if method == "bare":
-                                s = run_bare(repo, p, POLL_S, args.timeout, work)
-                            elif method.startswith("api"):
-                                s = run_api(repo, p, method.endswith("nompi"), args.timeout)
-                            else:
-                                s = run_cli(repo, p, method.endswith("nompi"), args.timeout, work)
-                            break
-                        except Exception as exc:  # noqa: BLE001 - a launch killed from outside: retried, counted
-                            failures.append(f"{method} rep {rep + 1}: {str(exc).splitlines()[0][:200]}")
-                            print(f"{name:>10} rep {rep + 1}  {method:<10} FAILED ({failures[-1]})", flush=True)
-                            if attempt == args.retries:
-                                raise
-                    times[method].append(s)
-                    print(
-                        f"{name:>10} rep {rep + 1}/{args.repeats}  {method:<10} {s:7.3f} s  "
-                        f"(load {os.getloadavg()[0]:.2f})",
-                        flush=True,
-                    )
-            results[name] = {
-                "repo": str(repo),
-                "times_s": times,
-                "failed_attempts": failures,
-                "summary": {m: summary(v) for m, v in times.items()},
-                "overhead_vs_bare_s": overheads(times),
-            }
+        for name, repo in _repositories(args, work).items():
+            results[name] = _time_repo(args, name, repo, methods, ports, POLL_S, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info["load_average_end"] = load_average()
     print(f"\n# load average at end: {info['load_average_end']}")
-    for name, res in results.items():
-        print(f"\n{name}: {res['repo']}; failed attempts (retried): {len(res['failed_attempts'])}")
-        print("| method | median s | min-max s | median - bare (s) |")
-        print("|---|---:|---:|---:|")
-        for m in methods:
-            s = res["summary"][m]
-            over = res["overhead_vs_bare_s"].get(m)
-            print(
-                f"| {m} | {fmt(s['median'])} | {fmt(s['min'])}-{fmt(s['max'])} | {'' if m == 'bare' else fmt(over)} |"
-            )
+    _print_results(results, methods)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(
