@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench_common import load_average
 from bench_common import machine as machine_facts
@@ -106,7 +107,8 @@ def _table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
+    """The command line (``--help`` is this module's docstring and the options below)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--engine-dir", help="engine dir to render (TRT-LLM, HF checkpoint or synthetic)")
@@ -126,59 +128,60 @@ def main() -> int:
     ap.add_argument("--end-id", type=int, default=None)
     ap.add_argument("--token-delay-ms", type=int, default=0, help="--fixture only: per-token delay of the double")
     ap.add_argument("--out", required=True)
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def _server(args: argparse.Namespace, work: Path, ports: list[int]) -> tuple[Any, list[str]]:
+    """(the server's context manager on ``ports`` [http, grpc, metrics], the models to bench): the client test
+    double for ``--fixture``, else tritonserver over ``--repo`` or the repository rendered under ``work``."""
+    http, grpc, metrics = ports
+    if args.fixture:
+        from fixtures.client.serve import fixture_server
+
+        return fixture_server(work, [http, grpc, metrics], token_delay_ms=args.token_delay_ms), ["fake_llm"]
+    from repo_builder.server import LaunchConfig, TritonServer
+
+    repo = Path(args.repo) if args.repo else _render(args, work)
+    server_cm = TritonServer(
+        LaunchConfig(model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True, timeout=600)
+    )
+    return server_cm, [m for m in args.models.split(",") if m]
+
+
+def _bench_all(args: argparse.Namespace, server: Any, models: list[str], out: Path, machine: dict) -> list[str]:
+    """``run_bench`` for every model and protocol, each report written under ``out/<model>-<protocol>``; sets
+    ``machine["tritonserver"]`` to the server's version. Returns the summary's markdown section per run."""
     from repo_builder.bench import BenchSettings, parse_concurrency, run_bench, write_report
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="rb-bench-"))
-    machine = _machine()
-    http, grpc, metrics = _free_ports(3)
     sections = []
-    try:
-        if args.fixture:
-            from fixtures.client.serve import fixture_server
-
-            server_cm = fixture_server(work, [http, grpc, metrics], token_delay_ms=args.token_delay_ms)
-            models = ["fake_llm"]
-        else:
-            from repo_builder.server import LaunchConfig, TritonServer
-
-            repo = Path(args.repo) if args.repo else _render(args, work)
-            server_cm = TritonServer(
-                LaunchConfig(
-                    model_repo=repo, http_port=http, grpc_port=grpc, metrics_port=metrics, no_mpi=True, timeout=600
-                )
+    for model in models:
+        for proto in [p for p in args.protocols.split(",") if p]:
+            url = server.http_hostport if proto == "http" else server.grpc_url
+            settings = BenchSettings(
+                url=url,
+                protocol=proto,
+                model=model,
+                stream=args.streaming,
+                concurrency=parse_concurrency(args.concurrency),
+                requests=args.requests,
+                input_tokens=args.input_tokens,
+                output_tokens=args.output_tokens,
+                tokenizer_dir=args.tokenizer_dir,
+                output_dir=str(out / f"{model}-{proto}"),
+                warmup=args.warmup,
+                end_id=args.end_id,
             )
-            models = [m for m in args.models.split(",") if m]
-        with server_cm as server:
-            for model in models:
-                for proto in [p for p in args.protocols.split(",") if p]:
-                    url = server.http_hostport if proto == "http" else server.grpc_url
-                    settings = BenchSettings(
-                        url=url,
-                        protocol=proto,
-                        model=model,
-                        stream=args.streaming,
-                        concurrency=parse_concurrency(args.concurrency),
-                        requests=args.requests,
-                        input_tokens=args.input_tokens,
-                        output_tokens=args.output_tokens,
-                        tokenizer_dir=args.tokenizer_dir,
-                        output_dir=str(out / f"{model}-{proto}"),
-                        warmup=args.warmup,
-                        end_id=args.end_id,
-                    )
-                    print(f"== {model} over {proto}", flush=True)
-                    report = run_bench(settings, progress=sys.stdout.isatty(), log=print)
-                    machine["tritonserver"] = report["server"]["version"]
-                    write_report(report, settings.output_dir)
-                    sections.append(
-                        f"### {model} over {proto}{' (streaming)' if args.streaming else ''}\n\n{_table(report)}\n"
-                    )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            print(f"== {model} over {proto}", flush=True)
+            report = run_bench(settings, progress=sys.stdout.isatty(), log=print)
+            machine["tritonserver"] = report["server"]["version"]
+            write_report(report, settings.output_dir)
+            sections.append(f"### {model} over {proto}{' (streaming)' if args.streaming else ''}\n\n{_table(report)}\n")
+    return sections
+
+
+def _write_summary(args: argparse.Namespace, out: Path, machine: dict, sections: list[str]) -> None:
+    """Write ``summary.md`` (the command, the machine, the settings, the sections) and ``machine.json`` into
+    ``out``, and print the summary."""
     command = shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     machine["load_average_end"] = load_average()
     summary = [f"Command: `{command}`\n", "| machine | |", "|---|---|"]
@@ -193,6 +196,26 @@ def main() -> int:
     (out / "summary.md").write_text("\n".join(summary) + "\n")
     (out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
     print((out / "summary.md").read_text())
+
+
+def main() -> int:
+    """Serve, bench every model and protocol, write the summary; returns 0."""
+    args = _parse_args()
+
+    import repo_builder.bench  # noqa: F401  (an import error stops the run before a server starts)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rb-bench-"))
+    machine = _machine()
+    ports = _free_ports(3)
+    try:
+        server_cm, models = _server(args, work, ports)
+        with server_cm as server:
+            sections = _bench_all(args, server, models, out, machine)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _write_summary(args, out, machine, sections)
     return 0
 
 
