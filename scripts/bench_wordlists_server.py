@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -93,7 +94,8 @@ def fmt(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
+    """The command line (``--help`` is this module's docstring and the options below)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--words", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
@@ -107,7 +109,93 @@ def main() -> int:
     )
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for render")
     ap.add_argument("--port-base", type=int, default=20800)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+class _WordLists:
+    """Stop-word lists never sent before (each call's words carry a new serial number)."""
+
+    def __init__(self, words: int) -> None:
+        self.words, self.serial = words, 0
+
+    def fresh(self) -> list[str]:
+        """``words`` new two-word stop phrases."""
+        self.serial += 1
+        return [f"stop{self.serial}x{i} phrase" for i in range(self.words)]
+
+
+def _big_round(
+    ctx: Any, url: str, model: str, words: list[str], args: argparse.Namespace, pids: dict[str, int]
+) -> tuple[list[float], dict, dict[str, float], dict[str, float]]:
+    """One big request with ``words`` (in a spawned process) and small requests back to back beside it, from
+    ``--gap-ms`` after its start until it ends. Returns (the small requests' TTFTs in ms, the big request's
+    result, CPU samples of ``pids`` before and after).
+
+    Raises:
+        SystemExit: a small request failed.
+    """
+    ready, go, results = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_big_worker, args=(url, model, words, args.max_tokens, ready, go, results))
+    proc.start()
+    ready.wait(120)
+    before = sample(pids)
+    go.set()
+    time.sleep(args.gap_ms / 1e3)
+    smalls: list[float] = []
+    while not smalls or results.empty():  # small requests back to back while the big one runs
+        small: dict = {}
+        stream_ttft(url, model, "Hello there", [], args.max_tokens, small)
+        if "error" in small:
+            raise SystemExit(f"{model}: {small['error']}")
+        smalls.append(small["ttft_ms"])
+    big = results.get(timeout=300)
+    proc.join()
+    after = sample(pids)
+    return smalls, big, before, after
+
+
+def _bench_model(
+    ctx: Any, url: str, model: str, args: argparse.Namespace, pids: dict[str, int], lists: _WordLists
+) -> dict[str, list[float]]:
+    """A warm-up, then ``--rounds`` rounds of: a small request alone, a big request with fresh stop words, one
+    with the same words again. Returns {figure: one value per round} (TTFTs in ms, CPU in ms, counts).
+
+    Raises:
+        SystemExit: a request failed.
+    """
+    pre = [name for name in pids if name.startswith("preprocessing")]
+    warm: dict = {}
+    stream_ttft(url, model, "Hello", lists.fresh()[:100], args.max_tokens, warm)
+    res: dict[str, list[float]] = {}
+    last: list[str] = lists.fresh()
+    for _ in range(args.rounds):
+        alone: dict = {}
+        stream_ttft(url, model, "Hello there", [], args.max_tokens, alone)
+        res.setdefault("alone small TTFT", []).append(alone.get("ttft_ms", float("nan")))
+        for kind in ("fresh", "repeat"):
+            words = lists.fresh() if kind == "fresh" else last
+            last = words
+            smalls, big, before, after = _big_round(ctx, url, model, words, args, pids)
+            if "error" in big:
+                raise SystemExit(f"{model}: {big['error']}")
+            res.setdefault(f"{kind}: small TTFT beside it, worst", []).append(max(smalls))
+            res.setdefault(f"{kind}: small TTFT beside it, median", []).append(statistics.median(smalls))
+            res.setdefault(f"{kind}: small requests beside it", []).append(len(smalls))
+            res.setdefault(f"{kind}: big request TTFT", []).append(big["ttft_ms"])
+            res.setdefault(f"{kind}: preprocessing CPU of the round", []).append(
+                sum(after.get(n, 0) - before.get(n, 0) for n in pre) * 1e3
+            )
+            for name in pids:
+                if name not in pre:
+                    res.setdefault(f"{kind}: {name} CPU of the round", []).append(
+                        (after.get(name, 0) - before.get(name, 0)) * 1e3
+                    )
+    return res
+
+
+def main() -> int:
+    """Render, serve, bench every model and print its figures; returns 0."""
+    args = _parse_args()
 
     from repo_builder.server import LaunchConfig, TritonServer
 
@@ -119,62 +207,13 @@ def main() -> int:
     repo = render_repo(work, args.tokenizer_dir, extra)
     p = args.port_base
     cfg = LaunchConfig(model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True, timeout=600)
-    serial = [0]
-
-    def fresh_words() -> list[str]:
-        serial[0] += 1
-        return [f"stop{serial[0]}x{i} phrase" for i in range(args.words)]
-
+    lists = _WordLists(args.words)
     ctx = multiprocessing.get_context("spawn")
     with TritonServer(cfg) as server:
         url = server.grpc_url
         pids = server_processes(server.rank_pids()[0][0])
-        pre = [name for name in pids if name.startswith("preprocessing")]
         for model in [m for m in args.models.split(",") if m]:
-            warm: dict = {}
-            stream_ttft(url, model, "Hello", fresh_words()[:100], args.max_tokens, warm)
-            res: dict[str, list[float]] = {}
-            last: list[str] = fresh_words()
-            for _ in range(args.rounds):
-                alone: dict = {}
-                stream_ttft(url, model, "Hello there", [], args.max_tokens, alone)
-                res.setdefault("alone small TTFT", []).append(alone.get("ttft_ms", float("nan")))
-                for kind in ("fresh", "repeat"):
-                    words = fresh_words() if kind == "fresh" else last
-                    last = words
-                    ready, go, results = ctx.Event(), ctx.Event(), ctx.Queue()
-                    proc = ctx.Process(
-                        target=_big_worker, args=(url, model, words, args.max_tokens, ready, go, results)
-                    )
-                    proc.start()
-                    ready.wait(120)
-                    before = sample(pids)
-                    go.set()
-                    time.sleep(args.gap_ms / 1e3)
-                    smalls: list[float] = []
-                    while not smalls or results.empty():  # small requests back to back while the big one runs
-                        small: dict = {}
-                        stream_ttft(url, model, "Hello there", [], args.max_tokens, small)
-                        if "error" in small:
-                            raise SystemExit(f"{model}: {small['error']}")
-                        smalls.append(small["ttft_ms"])
-                    big = results.get(timeout=300)
-                    proc.join()
-                    after = sample(pids)
-                    if "error" in big:
-                        raise SystemExit(f"{model}: {big['error']}")
-                    res.setdefault(f"{kind}: small TTFT beside it, worst", []).append(max(smalls))
-                    res.setdefault(f"{kind}: small TTFT beside it, median", []).append(statistics.median(smalls))
-                    res.setdefault(f"{kind}: small requests beside it", []).append(len(smalls))
-                    res.setdefault(f"{kind}: big request TTFT", []).append(big["ttft_ms"])
-                    res.setdefault(f"{kind}: preprocessing CPU of the round", []).append(
-                        sum(after.get(n, 0) - before.get(n, 0) for n in pre) * 1e3
-                    )
-                    for name in pids:
-                        if name not in pre:
-                            res.setdefault(f"{kind}: {name} CPU of the round", []).append(
-                                (after.get(name, 0) - before.get(name, 0)) * 1e3
-                            )
+            res = _bench_model(ctx, url, model, args, pids, lists)
             print(f"\n## {model}, {args.words} stop words, gRPC streaming, {args.rounds} rounds (median (min-max) ms)")
             for key, values in res.items():
                 print(f"  {key:<40} {fmt(values)}")
