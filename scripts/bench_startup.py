@@ -87,7 +87,8 @@ def _importtime(argv: list[str], cwd: Path, top: int = 10) -> list[tuple[str, in
     return sorted(rows, key=lambda r: -r[1])[:top]
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
+    """The command line (``--help``: the module docstring's first paragraph and the options below)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--importtime", action="store_true", help="also list the render's slowest imports")
@@ -98,67 +99,94 @@ def main() -> int:
         action="store_true",
         help="keep PYTHONDONTWRITEBYTECODE from the environment (no .pyc: every run compiles its imports)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def _commands(args: argparse.Namespace, work: Path) -> tuple[dict[str, list[str]], dict[str, dict[str, str]], Path]:
+    """(the timed command lines by name, extra environment by name, the render's output folder), for a
+    synthetic engine and the packaged tokenizer written under ``work``; ``--before`` adds the older tree's
+    ``--help`` and render and a render with the cache off."""
+    from repo_builder.testing import packaged_tokenizer
+
+    engine = work / "engine"
+    engine.mkdir()
+    (engine / "synthetic_engine.json").write_text(
+        json.dumps({"vocab_size": 32001, "max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512})
+    )
+    tokenizer = packaged_tokenizer("mistral-v1", work / "tokenizer")
+    out = work / "repo"
+    py = sys.executable
+    commands: dict[str, list[str]] = {
+        "python -c pass": [py, "-c", "pass"],
+        "repo-builder --help": [py, "-c", _CLI, "--help"],
+        "repo-builder render (reference)": [
+            py, "-c", _CLI, "render", "--engine-dir", str(engine), "--tokenizer-dir", str(tokenizer),
+            "--output", str(out), "--engine-mode", "reference",
+        ],
+    }  # fmt: skip
+    envs: dict[str, dict[str, str]] = {}
+    if args.before:
+        before = str(args.before.resolve())
+        for name in ("repo-builder --help", "repo-builder render (reference)"):
+            commands[f"{name}, before"] = commands[name]
+            envs[f"{name}, before"] = {"PYTHONPATH": before}
+        commands["repo-builder render (reference), cache off"] = commands["repo-builder render (reference)"]
+        envs["repo-builder render (reference), cache off"] = {"REPO_BUILDER_NO_CACHE": "1"}
+    return commands, envs, out
+
+
+def _time_commands(
+    commands: dict[str, list[str]], envs: dict[str, dict[str, str]], work: Path, out: Path, repeats: int
+) -> dict[str, dict[str, list[float]]]:
+    """One untimed run of each command, then ``repeats`` rounds (order rotated per round), ``out`` removed
+    before each run. Returns {name: {"wall": [s], "cpu": [s]}}."""
+    # The CLI reads sys.argv; `python -c CODE args` puts the args after "-c".
+    raw: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in commands}
+    # Warm the page cache and .pyc files once (untimed).
+    for name, argv in commands.items():
+        shutil.rmtree(out, ignore_errors=True)
+        _run(argv, work, envs.get(name))
+    names = list(commands)
+    for rep in range(repeats):
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        for name in order:
+            shutil.rmtree(out, ignore_errors=True)
+            wall, cpu = _run(commands[name], work, envs.get(name))
+            raw[name]["wall"].append(wall)
+            raw[name]["cpu"].append(cpu)
+    return raw
+
+
+def _print_table(raw: dict[str, dict[str, list[float]]], repeats: int, info: dict) -> None:
+    """Print the markdown table: wall and CPU seconds per command (median, min-max), wall over ``python -c pass``."""
+    base = {k: summary(raw["python -c pass"][k])["median"] for k in ("wall", "cpu")}
+    print(f"# start-up, {repeats} repetitions; {json.dumps(info)}")
+    print("| command | wall s median (min-max) | wall minus `python -c pass` | CPU s median (min-max) |")
+    print("|---|---:|---:|---:|")
+    for name in raw:
+        w, c = summary(raw[name]["wall"]), summary(raw[name]["cpu"])
+        extra = (w["median"] or 0.0) - (base["wall"] or 0.0)
+        print(
+            f"| `{name}` | {fmt(w['median'])} ({fmt(w['min'])}-{fmt(w['max'])}) | "
+            f"{'-' if name == 'python -c pass' else f'+{extra:.3f}'} | "
+            f"{fmt(c['median'])} ({fmt(c['min'])}-{fmt(c['max'])}) |"
+        )
+
+
+def main() -> int:
+    """Time the commands, print the table (and the slowest imports), write ``--json``; returns 0."""
+    args = _parse_args()
     if not args.source_each_run:
         BASE_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
-
-    from repo_builder.testing import packaged_tokenizer
 
     info = machine()
     info["bytecode"] = "source each run" if args.source_each_run else ".pyc written and reused"
     work = Path(tempfile.mkdtemp(prefix="rb-startup-"))
     try:
-        engine = work / "engine"
-        engine.mkdir()
-        (engine / "synthetic_engine.json").write_text(
-            json.dumps({"vocab_size": 32001, "max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512})
-        )
-        tokenizer = packaged_tokenizer("mistral-v1", work / "tokenizer")
-        out = work / "repo"
-        py = sys.executable
-        commands: dict[str, list[str]] = {
-            "python -c pass": [py, "-c", "pass"],
-            "repo-builder --help": [py, "-c", _CLI, "--help"],
-            "repo-builder render (reference)": [
-                py, "-c", _CLI, "render", "--engine-dir", str(engine), "--tokenizer-dir", str(tokenizer),
-                "--output", str(out), "--engine-mode", "reference",
-            ],
-        }  # fmt: skip
-        envs: dict[str, dict[str, str]] = {}
-        if args.before:
-            before = str(args.before.resolve())
-            for name in ("repo-builder --help", "repo-builder render (reference)"):
-                commands[f"{name}, before"] = commands[name]
-                envs[f"{name}, before"] = {"PYTHONPATH": before}
-            commands["repo-builder render (reference), cache off"] = commands["repo-builder render (reference)"]
-            envs["repo-builder render (reference), cache off"] = {"REPO_BUILDER_NO_CACHE": "1"}
-        # The CLI reads sys.argv; `python -c CODE args` puts the args after "-c".
-        raw: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in commands}
-        # Warm the page cache and .pyc files once (untimed).
-        for name, argv in commands.items():
-            shutil.rmtree(out, ignore_errors=True)
-            _run(argv, work, envs.get(name))
-        names = list(commands)
-        for rep in range(args.repeats):
-            order = names[rep % len(names) :] + names[: rep % len(names)]
-            for name in order:
-                shutil.rmtree(out, ignore_errors=True)
-                wall, cpu = _run(commands[name], work, envs.get(name))
-                raw[name]["wall"].append(wall)
-                raw[name]["cpu"].append(cpu)
+        commands, envs, out = _commands(args, work)
+        raw = _time_commands(commands, envs, work, out, args.repeats)
         info["load_average_end"] = load_average()
-        base = {k: summary(raw["python -c pass"][k])["median"] for k in ("wall", "cpu")}
-        print(f"# start-up, {args.repeats} repetitions; {json.dumps(info)}")
-        print("| command | wall s median (min-max) | wall minus `python -c pass` | CPU s median (min-max) |")
-        print("|---|---:|---:|---:|")
-        for name in names:
-            w, c = summary(raw[name]["wall"]), summary(raw[name]["cpu"])
-            extra = (w["median"] or 0.0) - (base["wall"] or 0.0)
-            print(
-                f"| `{name}` | {fmt(w['median'])} ({fmt(w['min'])}-{fmt(w['max'])}) | "
-                f"{'-' if name == 'python -c pass' else f'+{extra:.3f}'} | "
-                f"{fmt(c['median'])} ({fmt(c['min'])}-{fmt(c['max'])}) |"
-            )
+        _print_table(raw, args.repeats, info)
         if args.importtime:
             shutil.rmtree(out, ignore_errors=True)
             print("\nslowest top-level imports of the render (cumulative ms):")
