@@ -194,35 +194,51 @@ class _Prepared:
         Raises:
             ParameterError: a name or id of :func:`disaggregated_findings` (all of them, one per line).
         """
-        from .. import __version__
-        from ..engine import engine_fingerprint
-        from ..values.resolve import ResolvedValue
-
         prep = self.prepared
         plain = prep.finish()
-        engine, profile, opts = plain.engine, plain.profile, prep.options
+        engine = plain.engine
         resolution = plain.resolution
         is_trt = engine.kind == "trtllm"
         world = engine.world_size if is_trt else 1
         gen_engine = self.generation
         gen_world = gen_engine.world_size if is_trt and gen_engine is not None else world
-        if is_trt:
-            for key, ids in _default_ids(world, gen_world).items():
-                if resolution.values[key].value is None:
-                    resolution.values[key] = ResolvedValue(ids, "engine")
-        values = resolution.as_template_vars()
-        problems = [
-            f for f in disaggregated_findings(world, values, generation_world=gen_world) if f.severity == "error"
-        ]
-        if problems:
-            raise ParameterError(
-                f"{len(problems)} problem(s) with layout disaggregated:\n"
-                + "\n".join(f"{f.key}: {f.message}" for f in problems),
-                key=problems[0].key,
-            )
+        values = _checked_values(resolution, is_trt, world, gen_world)
         ctx, gen = str(values["context_model_name"]), str(values["generation_model_name"])
-        contract = prep.contract
+        files = self._model_files(plain, values, ctx, gen)
+        placement = prep.placement
+        targets = {f.target for f in placement.files}
+        clash = sorted(set(files) & targets)
+        if clash:
+            raise RenderError(f"engine file would overwrite a rendered file: {clash[0]}", path=prep.engine_path)
+        lock = self._lock(plain, values, files, ctx, gen, world=world, gen_world=gen_world)
+        files[LOCK_NAME] = dumps(lock)
+        return RenderPlan(
+            output=plain.output,
+            serve_root=plain.serve_root,
+            profile=plain.profile,
+            engine=engine,
+            tokenizer=plain.tokenizer,
+            resolution=resolution,
+            placement=placement,
+            files=files,
+            empty_dirs=[
+                f"{m}/1"
+                for m in (ctx, gen, "ensemble")
+                if not any(r.startswith(f"{m}/1/") for r in files) and not any(t.startswith(f"{m}/1/") for t in targets)
+            ],
+            lock=lock,
+            warnings=plain.warnings,
+        )
 
+    def _model_files(self, plain: RenderPlan, values: Mapping[str, Any], ctx: str, gen: str) -> dict[str, bytes]:
+        """The plain plan's files reshaped (lock file left out): preprocessing and postprocessing as planned, the
+        engine model rendered as ``ctx`` and ``gen`` (each with its phase's ids; ``gen`` pointing at the
+        generation engine where one was given), the ensemble routed through the BLS, and the BLS itself.
+
+        Raises:
+            TemplateError: a template failed to render.
+        """
+        engine, profile, contract, gen_engine = plain.engine, plain.profile, self.prepared.contract, self.generation
         files = {
             rel: data
             for rel, data in plain.files.items()
@@ -237,7 +253,7 @@ class _Prepared:
             phase_values["gpu_device_ids"] = values.get(f"{phase}_gpu_device_ids")
             if phase == "generation" and gen_engine is not None:  # its own engine, where it is (nothing copied)
                 phase_values["engine_dir"] = str(gen_engine.dir)
-                if not is_trt:  # the Python engines' limits come from their checkpoint
+                if engine.kind != "trtllm":  # the Python engines' limits come from their checkpoint
                     phase_values["max_input_len"] = gen_engine.max_input_len
                     phase_values["max_seq_len"] = gen_engine.max_seq_len
             text = render_configs(
@@ -254,21 +270,31 @@ class _Prepared:
         files[f"{BLS}/1/model.py"] = python_model_source(BLS)
         for rel, data in runtime_files().items():
             files[f"{BLS}/1/{RUNTIME_FOLDER}/{rel}"] = data
-        placement = prep.placement
-        targets = {f.target for f in placement.files}
-        clash = sorted(set(files) & targets)
-        if clash:
-            raise RenderError(f"engine file would overwrite a rendered file: {clash[0]}", path=prep.engine_path)
-        instances = {}
-        for rel, data in files.items():
-            model = config_model(rel)
-            if model is not None:
-                cfg = parse_model_config(data.decode(), path=rel)
-                if cfg.backend == "python":
-                    instances[model] = python_instances(cfg)
+        return files
+
+    def _lock(
+        self,
+        plain: RenderPlan,
+        values: Mapping[str, Any],
+        files: dict[str, bytes],
+        ctx: str,
+        gen: str,
+        *,
+        world: int,
+        gen_world: int,
+    ) -> dict[str, Any]:
+        """The lock file's data: the plain plan's with both engine models (``ctx``, ``gen``), the orchestrator's
+        world size (TensorRT-LLM engines; ``world``/``gen_world``: the context/generation engine's ranks), the
+        ``layout`` block and the generation engine where one was given."""
+        from .. import __version__
+        from ..engine import engine_fingerprint
+
+        prep, engine, gen_engine = self.prepared, plain.engine, self.generation
+        opts, placement = prep.options, prep.placement
+        is_trt = engine.kind == "trtllm"
         lock = build_lock(
             version=__version__,
-            profile=profile,
+            profile=plain.profile,
             engine={
                 "dir": str(prep.engine_path),
                 "kind": engine.kind,
@@ -277,7 +303,7 @@ class _Prepared:
                 "engine_dir": str(placement.engine_dir_in(prep.serve_root)),
             },
             tokenizer_dir=str(prep.tokenizer_path),
-            values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
+            values={name: (rv.value, rv.origin) for name, rv in plain.resolution.values.items()},
             world_size=world,
             tensorrt_llm_model_names=[ctx, gen],
             files=files,
@@ -285,7 +311,7 @@ class _Prepared:
             engine_files=[f.target for f in placement.files],
             tp_size=engine.tp_size if is_trt else 1,
             pp_size=engine.pp_size if is_trt else 1,
-            python_instances=instances,
+            python_instances=_python_instances(files),
         )
         if is_trt:  # NVIDIA's launch: --multi-model --disable-spawn-processes --world_size <world_size>
             lock["launch"]["orchestrator_world_size"] = world_size(values)
@@ -305,24 +331,43 @@ class _Prepared:
             }
         if prep.values_source is not None:
             lock["values_source"] = prep.values_source
-        files[LOCK_NAME] = dumps(lock)
-        return RenderPlan(
-            output=plain.output,
-            serve_root=plain.serve_root,
-            profile=profile,
-            engine=engine,
-            tokenizer=plain.tokenizer,
-            resolution=resolution,
-            placement=placement,
-            files=files,
-            empty_dirs=[
-                f"{m}/1"
-                for m in (ctx, gen, "ensemble")
-                if not any(r.startswith(f"{m}/1/") for r in files) and not any(t.startswith(f"{m}/1/") for t in targets)
-            ],
-            lock=lock,
-            warnings=plain.warnings,
+        return lock
+
+
+def _checked_values(resolution: Any, is_trt: bool, world: int, gen_world: int) -> dict[str, Any]:
+    """The template values of ``resolution`` with the default ids of a TensorRT-LLM engine filled in where
+    unset (``world``/``gen_world``: the context/generation engine's ranks; ``resolution.values`` updated).
+
+    Raises:
+        ParameterError: a name or id of :func:`disaggregated_findings` (all of them, one per line).
+    """
+    from ..values.resolve import ResolvedValue
+
+    if is_trt:
+        for key, ids in _default_ids(world, gen_world).items():
+            if resolution.values[key].value is None:
+                resolution.values[key] = ResolvedValue(ids, "engine")
+    values: dict[str, Any] = resolution.as_template_vars()
+    problems = [f for f in disaggregated_findings(world, values, generation_world=gen_world) if f.severity == "error"]
+    if problems:
+        raise ParameterError(
+            f"{len(problems)} problem(s) with layout disaggregated:\n"
+            + "\n".join(f"{f.key}: {f.message}" for f in problems),
+            key=problems[0].key,
         )
+    return values
+
+
+def _python_instances(files: Mapping[str, bytes]) -> dict[str, int]:
+    """{model: Python-backend stub processes} of the ``backend: "python"`` configs among ``files``."""
+    instances = {}
+    for rel, data in files.items():
+        model = config_model(rel)
+        if model is not None:
+            cfg = parse_model_config(data.decode(), path=rel)
+            if cfg.backend == "python":
+                instances[model] = python_instances(cfg)
+    return instances
 
 
 def render_disaggregated_repository(

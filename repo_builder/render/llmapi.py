@@ -171,8 +171,6 @@ class PreparedLLMAPIRender:
         Raises:
             TokenizerError, ParameterError, EngineError (the checks against the checkpoint), TemplateError.
         """
-        from .. import __version__
-        from ..engine import engine_fingerprint
         from ..tokenizer import inspect_tokenizer
         from ..values.llmapi import resolve_llmapi
 
@@ -200,11 +198,43 @@ class PreparedLLMAPIRender:
                 raise RenderError(
                     f"a checkpoint file would overwrite a rendered file: {rel}", path=self.checkpoint_path
                 )
+        lock = self._lock(resolution, values, tokenizer, files, model_path, engine_model)
+        files[LOCK_NAME] = dumps(lock)
+        return RenderPlan(
+            output=self.output,
+            serve_root=self.serve_root,
+            profile=profile,
+            engine=self.engine,
+            tokenizer=tokenizer,
+            resolution=resolution,
+            placement=self.placement,
+            files=files,
+            empty_dirs=[],
+            lock=lock,
+            warnings=list(resolution.warnings),
+        )
+
+    def _lock(
+        self,
+        resolution: Any,
+        values: dict[str, Any],
+        tokenizer: Any,
+        files: dict[str, bytes],
+        model_path: str,
+        engine_model: str,
+    ) -> dict[str, Any]:
+        """The lock file's data for the rendered ``files``: the checkpoint (served at ``model_path`` by the
+        model ``engine_model``), its tp x pp from the template ``values``, the resolved values, the tokenizer's
+        special ids and the front doors' instance counts."""
+        from .. import __version__
+        from ..engine import engine_fingerprint
+
+        opts = self.options
         tp = int(values["tensor_parallel_size"] or 1)
         pp = int(values["pipeline_parallel_size"] or 1)
         lock = build_lock(
             version=__version__,
-            profile=profile,
+            profile=opts.profile,
             engine={
                 "dir": str(self.checkpoint_path),
                 "kind": "hf",
@@ -238,20 +268,7 @@ class PreparedLLMAPIRender:
         )
         if self.values_source is not None:
             lock["values_source"] = self.values_source
-        files[LOCK_NAME] = dumps(lock)
-        return RenderPlan(
-            output=self.output,
-            serve_root=self.serve_root,
-            profile=profile,
-            engine=self.engine,
-            tokenizer=tokenizer,
-            resolution=resolution,
-            placement=self.placement,
-            files=files,
-            empty_dirs=[],
-            lock=lock,
-            warnings=list(resolution.warnings),
-        )
+        return lock
 
 
 def prepare_llmapi_render(

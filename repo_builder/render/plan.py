@@ -141,8 +141,6 @@ class PreparedRender:
         Raises:
             TokenizerError, ParameterError, EngineError (resolve's cross-checks), TemplateError, RenderError.
         """
-        from .. import __version__
-        from ..engine import engine_fingerprint
         from ..tokenizer import inspect_tokenizer
         from ..values.resolve import resolve
 
@@ -170,11 +168,49 @@ class PreparedRender:
         configs = render_configs(profile, values, engine_kind=kind, contract=render_contract, names=names)
         # each text is parsed once per process (repo_builder.pbtxt caches): these calls cost a copy each
         parsed = {m: parse_model_config(text, path=f"{names[m]}/config.pbtxt") for m, text in configs.items()}
+        files = self._model_files(configs, parsed, values, render_contract)
+        targets = {f.target for f in placement.files}
+        for rel in files:
+            if rel in targets:
+                raise RenderError(f"engine file would overwrite a rendered file: {rel}", path=self.engine_path)
+        empty_dirs = [
+            f"{names[m]}/1"
+            for m in MODEL_NAMES
+            if not any(r.startswith(f"{names[m]}/1/") for r in files)
+            and not any(t.startswith(f"{names[m]}/1/") for t in targets)
+        ]
+        lock = self._lock(resolution, files, parsed, str(engine_dir_value))
+        files[LOCK_NAME] = dumps(lock)
+        return RenderPlan(
+            output=self.output,
+            serve_root=self.serve_root,
+            profile=profile,
+            engine=engine,
+            tokenizer=tokenizer,
+            resolution=resolution,
+            placement=placement,
+            files=files,
+            empty_dirs=empty_dirs,
+            lock=lock,
+            warnings=list(getattr(resolution, "warnings", []) or []),
+        )
 
+    def _model_files(
+        self,
+        configs: Mapping[str, str],
+        parsed: Mapping[str, Any],
+        values: Mapping[str, Any],
+        render_contract: ProfileContract,
+    ) -> dict[str, bytes]:
+        """{repository-relative path: bytes} of every model's files but the engine's: the ``configs``
+        ({model role: config.pbtxt text}, ``parsed`` the same parsed), the Python models' ``model.py`` and
+        vendored runtime, the BLS's ``wiring.json`` (from ``render_contract`` and the template ``values``) and
+        its copy of postprocessing's config."""
+        names = self.names
         files: dict[str, bytes] = {f"{names[m]}/config.pbtxt": text.encode("utf-8") for m, text in configs.items()}
         python_models = dict(PYTHON_MODEL_KINDS)
-        if kind in ENGINE_MODEL_KINDS:
-            python_models["tensorrt_llm"] = ENGINE_MODEL_KINDS[kind]
+        if self.engine.kind in ENGINE_MODEL_KINDS:
+            python_models["tensorrt_llm"] = ENGINE_MODEL_KINDS[self.engine.kind]
         runtime = runtime_files()
         for model, src_kind in python_models.items():
             files[f"{names[model]}/1/model.py"] = python_model_source(src_kind)
@@ -190,26 +226,27 @@ class PreparedRender:
         files[f"{names['tensorrt_llm_bls']}/1/postprocessing_config.json"] = (
             json.dumps(post_config, indent=2, sort_keys=True) + "\n"
         ).encode()
-        targets = {f.target for f in placement.files}
-        for rel in files:
-            if rel in targets:
-                raise RenderError(f"engine file would overwrite a rendered file: {rel}", path=self.engine_path)
-        empty_dirs = [
-            f"{names[m]}/1"
-            for m in MODEL_NAMES
-            if not any(r.startswith(f"{names[m]}/1/") for r in files)
-            and not any(t.startswith(f"{names[m]}/1/") for t in targets)
-        ]
+        return files
 
+    def _lock(
+        self, resolution: Any, files: dict[str, bytes], parsed: Mapping[str, Any], engine_dir_value: str
+    ) -> dict[str, Any]:
+        """The lock file's data for the rendered ``files`` (``parsed``: the configs, for the Python instance
+        counts), the resolved values and the engine as the server sees it (``engine_dir_value``)."""
+        from .. import __version__
+        from ..engine import engine_fingerprint
+
+        opts, engine, names, placement = self.options, self.engine, self.names, self.placement
+        kind = engine.kind
         lock = build_lock(
             version=__version__,
-            profile=profile,
+            profile=opts.profile,
             engine={
                 "dir": str(self.engine_path),
                 "kind": kind,
                 "placement": opts.engine_mode,
                 "fingerprint": engine_fingerprint(engine),
-                "engine_dir": str(engine_dir_value),
+                "engine_dir": engine_dir_value,
             },
             tokenizer_dir=str(self.tokenizer_path),
             values={name: (rv.value, rv.origin) for name, rv in resolution.values.items()},
@@ -224,20 +261,7 @@ class PreparedRender:
         )
         if self.values_source is not None:
             lock["values_source"] = self.values_source
-        files[LOCK_NAME] = dumps(lock)
-        return RenderPlan(
-            output=self.output,
-            serve_root=self.serve_root,
-            profile=profile,
-            engine=engine,
-            tokenizer=tokenizer,
-            resolution=resolution,
-            placement=placement,
-            files=files,
-            empty_dirs=empty_dirs,
-            lock=lock,
-            warnings=list(getattr(resolution, "warnings", []) or []),
-        )
+        return lock
 
 
 def serve_root_of(opts: RenderOptions, out: Path) -> Path:

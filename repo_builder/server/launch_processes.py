@@ -228,6 +228,34 @@ class LaunchProcesses:
         report = StopReport()
         if self.launcher_pid is None:
             return report
+        ranks, rank0 = self._signal_ranks()
+        signalled = time.monotonic()
+        bounds = (exit_timeout or 0) + (unload_timeout or 0) + 2 * PHASE_GRACE_S
+        deadline = signalled + max(timeout, bounds if exit_timeout is not None and unload_timeout is not None else 0)
+        unloading_at = self._wait_phases(
+            report, log, kill_now, rank0, signalled, deadline, exit_timeout=exit_timeout, unload_timeout=unload_timeout
+        )
+        if unloading_at is not None and not report.unload_expired and not self.rank_pids():
+            report.unload_s = time.monotonic() - unloading_at
+        self._kill_leftovers()
+        if self.proc is not None:
+            try:
+                self.returncode = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        procs.remove_shm_files(self.shm_prefix)
+        for pid, _start in ranks.values():  # stream ledgers a killed server's models could not remove
+            procs.remove_shm_files(f"{LEDGER_PREFIX}{pid}-")
+        return report
+
+    def _signal_ranks(self) -> tuple[dict[int, tuple[int, int]], int | None]:
+        """Send SIGTERM to every tritonserver rank (to mpirun itself when no rank has started yet).
+
+        Returns:
+            ``(ranks, rank0)``: :meth:`rank_pids` as it was ({rank: (pid, start time)}), and the pid whose log
+            lines tell the stop's phases (rank 0's, else the launcher's; None when no rank had started).
+        """
+        assert self.launcher_pid is not None
         ranks = self.rank_pids()
         rank0 = ranks.get(0, (self.launcher_pid, 0))[0] if ranks else None
         if ranks:
@@ -236,9 +264,28 @@ class LaunchProcesses:
         elif self.alive():
             # mpirun has not started a rank yet: nothing can leak, stop mpirun itself
             procs.send_signal(self.launcher_pid, signal.SIGTERM, self.launcher_start)
-        signalled = time.monotonic()
-        bounds = (exit_timeout or 0) + (unload_timeout or 0) + 2 * PHASE_GRACE_S
-        deadline = signalled + max(timeout, bounds if exit_timeout is not None and unload_timeout is not None else 0)
+        return ranks, rank0
+
+    def _wait_phases(
+        self,
+        report: StopReport,
+        log: ServerLog,
+        kill_now: Callable[[], bool],
+        rank0: int | None,
+        signalled: float,
+        deadline: float,
+        *,
+        exit_timeout: float | None,
+        unload_timeout: float | None,
+    ) -> float | None:
+        """Wait until nothing of ours is left, ``deadline`` (``time.monotonic()`` seconds) passes, ``kill_now()``
+        is true, a phase outlives its bound (see :meth:`stop`; ``report``'s ``in_flight_expired`` /
+        ``unload_expired`` say which) or the last rank has been gone :data:`ORPHAN_GRACE_S`. Sets
+        ``report.in_flight_s`` when rank ``rank0``'s log says the unloads began.
+
+        Returns:
+            when (``time.monotonic()``) the unloads began, None when the log never said so.
+        """
         ranks_gone_at: float | None = None
         unloading_at: float | None = None
         log_from = log.size()
@@ -272,8 +319,12 @@ class LaunchProcesses:
                 if time.monotonic() - ranks_gone_at >= ORPHAN_GRACE_S:
                     break
             time.sleep(POLL_S)
-        if unloading_at is not None and not report.unload_expired and not self.rank_pids():
-            report.unload_s = time.monotonic() - unloading_at
+        return unloading_at
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL whatever of ours is left (ranks, stubs, mpirun and its process group), then wait up to 10 s
+        for it to be gone."""
+        assert self.launcher_pid is not None
         leftovers = self.ours()
         if leftovers:
             for info in leftovers:
@@ -283,15 +334,6 @@ class LaunchProcesses:
             while self.ours() and time.monotonic() < kill_deadline:
                 self.alive()
                 time.sleep(POLL_S)
-        if self.proc is not None:
-            try:
-                self.returncode = self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        procs.remove_shm_files(self.shm_prefix)
-        for pid, _start in ranks.values():  # stream ledgers a killed server's models could not remove
-            procs.remove_shm_files(f"{LEDGER_PREFIX}{pid}-")
-        return report
 
 
 def _rank_logged(text: str, marker: str, pid: int | None) -> bool:

@@ -76,6 +76,57 @@ def parse_groups(text: str | None) -> list[list[int]] | None:
     return [[int(x) for x in g.split(",") if x.strip()] for g in text.split(";") if g.strip()]
 
 
+def _model_participants(
+    model: str,
+    groups: list[list[int]] | None,
+    gpus: list[list[int]] | None,
+    ranks: int | None,
+    seen: dict[int, str],
+    *,
+    error: Callable[..., RepoBuilderError],
+    path: str | Path | None,
+) -> list[ParticipantRank]:
+    """The ranks of one engine model: ``groups`` its participant ids (one group per instance), ``gpus`` its
+    gpu_device_ids (None: unset), ``ranks`` its engine's tp x pp (None: unknown). ``seen`` ({rank: model} of
+    the models before) gets this model's ranks added.
+
+    Raises:
+        ``error`` (naming ``<model> participant_ids`` or ``<model> gpu_device_ids`` and ``path``): no groups, a
+        group that is not one id per engine rank, GPU ids of another shape, rank 0 or a rank used twice.
+    """
+    if not groups:
+        raise error(
+            f"{model} has no participant_ids: in orchestrator mode without spawned processes every engine rank "
+            "is an MPI rank named there",
+            key=f"{model} participant_ids",
+            path=path,
+            hint="re-render with --layout disaggregated (it computes them) or set them",
+        )
+    for group in groups:
+        if ranks is not None and len(group) != ranks:
+            raise error(
+                f"{model}'s participant_ids group {group} lists {len(group)} rank(s); its engine has {ranks} (tp x pp)",
+                key=f"{model} participant_ids",
+                path=path,
+            )
+    if gpus is not None and [len(g) for g in gpus] != [len(g) for g in groups]:
+        raise error(
+            f"{model}'s gpu_device_ids {gpus} do not list one GPU per participant of {groups}",
+            key=f"{model} gpu_device_ids",
+            path=path,
+        )
+    out: list[ParticipantRank] = []
+    for instance, group in enumerate(groups):
+        for engine_rank, rank in enumerate(group):
+            if rank < 1 or rank in seen:
+                why = "rank 0 is the orchestrator" if rank < 1 else f"rank {rank} is also a participant of {seen[rank]}"
+                raise error(f"{model}'s participant_ids: {why}", key=f"{model} participant_ids", path=path)
+            seen[rank] = model
+            gpu = gpus[instance][engine_rank] if gpus is not None else None
+            out.append(ParticipantRank(rank, model, instance, engine_rank, gpu))
+    return out
+
+
 def orchestrator_ranks(
     participant_ids: Mapping[str, list[list[int]] | None],
     gpu_device_ids: Mapping[str, list[list[int]] | None],
@@ -104,43 +155,9 @@ def orchestrator_ranks(
     seen: dict[int, str] = {}
     out: list[ParticipantRank] = []
     for model, groups in participant_ids.items():
-        path = where.get(model)
-        if not groups:
-            raise error(
-                f"{model} has no participant_ids: in orchestrator mode without spawned processes every engine rank "
-                "is an MPI rank named there",
-                key=f"{model} participant_ids",
-                path=path,
-                hint="re-render with --layout disaggregated (it computes them) or set them",
-            )
-        ranks = engine_ranks.get(model)
-        for group in groups:
-            if ranks is not None and len(group) != ranks:
-                raise error(
-                    f"{model}'s participant_ids group {group} lists {len(group)} rank(s); its engine has {ranks} "
-                    "(tp x pp)",
-                    key=f"{model} participant_ids",
-                    path=path,
-                )
-        gpus = gpu_device_ids.get(model)
-        if gpus is not None and [len(g) for g in gpus] != [len(g) for g in groups]:
-            raise error(
-                f"{model}'s gpu_device_ids {gpus} do not list one GPU per participant of {groups}",
-                key=f"{model} gpu_device_ids",
-                path=path,
-            )
-        for instance, group in enumerate(groups):
-            for engine_rank, rank in enumerate(group):
-                if rank < 1 or rank in seen:
-                    why = (
-                        "rank 0 is the orchestrator"
-                        if rank < 1
-                        else f"rank {rank} is also a participant of {seen[rank]}"
-                    )
-                    raise error(f"{model}'s participant_ids: {why}", key=f"{model} participant_ids", path=path)
-                seen[rank] = model
-                gpu = gpus[instance][engine_rank] if gpus is not None else None
-                out.append(ParticipantRank(rank, model, instance, engine_rank, gpu))
+        out += _model_participants(
+            model, groups, gpu_device_ids.get(model), engine_ranks.get(model), seen, error=error, path=where.get(model)
+        )
     world = len(out) + 1
     gap = sorted(set(range(1, world)) - set(seen))
     if gap:

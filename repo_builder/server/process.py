@@ -23,11 +23,11 @@ from typing import Any
 from ..errors import LaunchError
 from . import procs
 from .binary import TritonBinary, find_tritonserver
-from .command import launch_argv, rank_argv, shm_prefix
+from .command import launch_argv, shm_prefix
 from .config import LaunchConfig, LaunchPlan, RepositoryInfo, resolve_plan, scan_repository
+from .launch_command import launch_env, rank_argvs
 from .launch_processes import MODEL_POLL_S, POLL_S, LaunchProcesses, StopReport
 from .launch_state import LaunchInterrupted, state_dir, write_pid_file
-from .options import server_exit_timeout
 from .preflight import check_no_other_server, check_ports, check_shm, shm_requirement
 from .probe import connect_host, is_ready, model_states
 from .server_log import TAIL_LINES, ServerLog
@@ -174,50 +174,13 @@ class TritonServer:
         local = None if hosts is None else [r for r, h in enumerate(hosts) if h == hosts[0]]
         stubs, needed = shm_requirement(repo, plan.trtllm_models, plan.world_size, ranks=local)
         check_shm(stubs, needed)
-        repo_path = Path(os.path.abspath(cfg.model_repo))
-        ranks = [
-            rank_argv(
-                binary=binary.path,
-                backend_args=binary.server_args(),
-                model_repo=repo_path,
-                rank=r,
-                launch_id=self.launch_id,
-                http_address=cfg.http_address,
-                http_port=cfg.http_port,
-                grpc_port=cfg.grpc_port,
-                metrics_port=cfg.metrics_port,
-                trtllm_models=plan.trtllm_models,
-                verbose=cfg.log,
-                extra_args=cfg.server_args,
-                # tritonserver counts in-flight requests and unloads against one timer; the stop bounds each
-                exit_timeout=server_exit_timeout(cfg.exit_timeout, cfg.unload_timeout),
-                histogram_latencies=cfg.histogram_latencies,
-            )
-            for r in range(plan.world_size)
-        ]
-        if cfg.trtllm_llmapi_launch:
-            from .command import LLMAPI_LAUNCH
-
-            if shutil.which(LLMAPI_LAUNCH, path=binary.environ().get("PATH")) is None:
-                raise LaunchError(
-                    f"{LLMAPI_LAUNCH} is not on PATH",
-                    key="--trtllm_llmapi_launch",
-                    hint="it ships with TensorRT-LLM (the -trtllm-python-py3 containers); drop the flag elsewhere",
-                )
-            ranks = [[LLMAPI_LAUNCH, *argv] for argv in ranks]
-        env = dict(binary.env)
-        if cfg.multi_model:
-            env["TRTLLM_ORCHESTRATOR"] = "1"
-        if plan.orchestrator is not None:  # --multi-model --disable-spawn-processes (server/orchestrator.py)
-            from .orchestrator import ORCHESTRATOR_ENV
-
-            env.update(ORCHESTRATOR_ENV)
-        self.env = env
+        ranks = rank_argvs(cfg, binary, plan, self.launch_id)
+        self.env = launch_env(cfg, binary, plan)
         self.argv = launch_argv(
             ranks,
             use_mpi=plan.use_mpi,
             oversubscribe=plan.oversubscribe,
-            export_env=sorted(env),
+            export_env=sorted(self.env),
             hostfile=cfg.hostfile,
             map_by=None if cfg.hostfile is None else "slot",
         )
@@ -319,44 +282,71 @@ class TritonServer:
                 raise self._fail(f"rank {min(gone)} exited before the server was ready")
             seen_ranks |= set(live)
             if len(live) == world and 0 in live:
-                if is_ready(*self._endpoint()):
-                    last_states = self.model_states() or {}
-                    failed = {m: r for m, (s, r) in last_states.items() if s == "UNAVAILABLE" and m in expected}
-                    if failed:
-                        name, reason = sorted(failed.items())[0]
-                        raise self._fail(f"model {name} failed to load: {reason}", key=name)
-                    if all(last_states.get(m, ("", ""))[0] == "READY" for m in expected):
-                        rank0_pid = live[0][0]
-                        if self.config.http_port in procs.listening_tcp_ports(rank0_pid):
-                            return time.monotonic() - self._started_at
-                        # Only a listener positively held by a process that is not ours counts as another
-                        # server; sockets of an earlier server that are closing (TIME_WAIT, FIN_WAIT) never
-                        # listen, and a listener we could not attribute is looked at again on the next poll.
-                        ours = {info.pid for info in self.processes.ours()}
-                        foreign = sorted(procs.port_listeners(self.config.http_port) - ours)
-                        if foreign:
-                            who = ", ".join(f"{pid} ({procs.comm(pid)})" for pid in foreign)
-                            raise self._fail(
-                                f"port {self.config.http_port} answers, but it is held by pid {who}, "
-                                f"not by our tritonserver (pid {rank0_pid})",
-                                key="--http_port",
-                                hint="another server uses the port; pick another --http_port",
-                            )
+                states, ready = self._poll_ready(live, expected)
+                if states is not None:
+                    last_states = states
+                if ready:
+                    return time.monotonic() - self._started_at
             if time.monotonic() >= deadline:
-                pending = sorted(m for m in expected if (last_states or {}).get(m, ("",))[0] != "READY")
-                detail = (
-                    ", ".join(
-                        f"{m} ({(last_states or {}).get(m, ('not listed',))[0] or 'not listed'})" for m in pending
-                    )
-                    if last_states is not None
-                    else f"{self.http_url}/v2/health/ready never returned 200"
-                )
-                raise self._fail(
-                    f"not ready after {timeout:g} s: {detail}",
-                    key="--timeout",
-                    hint="raise --timeout if models load slowly",
-                )
+                raise self._not_ready_error(timeout, expected, last_states)
             time.sleep(POLL_S)
+
+    def _poll_ready(
+        self, live: dict[int, tuple[int, int]], expected: set[str]
+    ) -> tuple[dict[str, tuple[str, str]] | None, bool]:
+        """One readiness look while every rank lives (``live``: :meth:`rank_pids`, rank 0 included).
+
+        Returns:
+            ``(states, ready)``: rank 0's {model: (state, reason)} (None while ``/v2/health/ready`` does not
+            answer 200), and whether every model of ``expected`` is READY and rank 0 holds the HTTP port.
+
+        Raises:
+            LaunchError: a model of ``expected`` is UNAVAILABLE, or a process not of this launch holds the HTTP
+                port (everything started is stopped first, :meth:`_fail`).
+        """
+        if not is_ready(*self._endpoint()):
+            return None, False
+        states = self.model_states() or {}
+        failed = {m: r for m, (s, r) in states.items() if s == "UNAVAILABLE" and m in expected}
+        if failed:
+            name, reason = sorted(failed.items())[0]
+            raise self._fail(f"model {name} failed to load: {reason}", key=name)
+        if not all(states.get(m, ("", ""))[0] == "READY" for m in expected):
+            return states, False
+        rank0_pid = live[0][0]
+        if self.config.http_port in procs.listening_tcp_ports(rank0_pid):
+            return states, True
+        # Only a listener positively held by a process that is not ours counts as another
+        # server; sockets of an earlier server that are closing (TIME_WAIT, FIN_WAIT) never
+        # listen, and a listener we could not attribute is looked at again on the next poll.
+        ours = {info.pid for info in self.processes.ours()}
+        foreign = sorted(procs.port_listeners(self.config.http_port) - ours)
+        if foreign:
+            who = ", ".join(f"{pid} ({procs.comm(pid)})" for pid in foreign)
+            raise self._fail(
+                f"port {self.config.http_port} answers, but it is held by pid {who}, "
+                f"not by our tritonserver (pid {rank0_pid})",
+                key="--http_port",
+                hint="another server uses the port; pick another --http_port",
+            )
+        return states, False
+
+    def _not_ready_error(
+        self, timeout: float, expected: set[str], last_states: dict[str, tuple[str, str]] | None
+    ) -> LaunchError:
+        """The error of a launch not ready after ``timeout`` seconds, naming the models of ``expected`` not READY
+        in ``last_states`` (or that ``/v2/health/ready`` never answered 200); stops everything first (:meth:`_fail`)."""
+        pending = sorted(m for m in expected if (last_states or {}).get(m, ("",))[0] != "READY")
+        detail = (
+            ", ".join(f"{m} ({(last_states or {}).get(m, ('not listed',))[0] or 'not listed'})" for m in pending)
+            if last_states is not None
+            else f"{self.http_url}/v2/health/ready never returned 200"
+        )
+        return self._fail(
+            f"not ready after {timeout:g} s: {detail}",
+            key="--timeout",
+            hint="raise --timeout if models load slowly",
+        )
 
     def model_processes(self) -> dict[int, tuple[int, str]]:
         """``{pid: (start time, model name)}`` of the live Python-backend stub processes of our ranks."""

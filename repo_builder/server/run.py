@@ -46,6 +46,142 @@ def _describe_ready(server: TritonServer, elapsed: float) -> str:
 MODEL_DIED_EXIT = 3
 
 
+def _echo_dry_run(server: TritonServer, config: LaunchConfig, echo: Callable[[str], None]) -> None:
+    """Echo what a ``--dry-run`` launch would run (nothing is started): each rank's host (with a hostfile), the
+    orchestrator's participants or each rank's devices, then the command line, one shell-quoted line."""
+    import shlex
+
+    plan = server.plan
+    if plan is not None and plan.rank_hosts is not None:
+        for rank, host in enumerate(plan.rank_hosts):
+            role = "all models + HTTP/gRPC/metrics" if rank == 0 else ",".join(plan.trtllm_models)
+            echo(f"rank {rank} -> {host} ({role})")
+    if plan is not None and plan.orchestrator is not None:
+        for line in plan.orchestrator.lines():
+            echo(line)
+    elif plan is not None:
+        import os
+
+        from .devices import rank_device_lines
+
+        env = {**os.environ, **server.env}
+        for line in rank_device_lines(
+            config.model_repo,
+            plan.trtllm_models[0],
+            plan.world_size,
+            env,
+            rank_hosts=plan.rank_hosts,
+            exported=tuple(server.env),
+        ):
+            echo(line)
+    echo(" ".join(shlex.quote(a) for a in server.argv))
+
+
+def _launch_detached(server: TritonServer, config: LaunchConfig, echo: Callable[[str], None]) -> None:
+    """Start ``server``, wait until it is ready, start the OpenAI front end beside it (``--openai-port``) and
+    write the pid file(s) ``repo-builder stop`` reads (``--pid-file`` and always the default location).
+
+    Raises:
+        LaunchError: the server never became ready (the caller stops what was started).
+    """
+    server.start()
+    elapsed = server.wait_ready()
+    default = default_pid_file(config.model_repo)
+    pid_file = Path(config.pid_file) if config.pid_file else default
+    # the default location always gets a copy, so `repo-builder stop REPO` finds any detached launch
+    files = sorted({str(pid_file.absolute()), str(default)})
+    echo(_describe_ready(server, elapsed))
+    if config.openai_port is not None:
+        from .frontend import start_beside
+
+        start_beside(server, config.openai_port, echo=echo, detach=True)  # exits when tritonserver does
+    for path in files:
+        server.write_pid_file(Path(path), extra={"pid_files": files})
+    echo(
+        f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
+        f"repo-builder stop --pid-file {pid_file}"
+    )
+
+
+def _log_thread(server: TritonServer, done: threading.Event) -> threading.Thread:
+    """A daemon thread (not started) that copies the server log to stdout until ``done`` is set."""
+
+    def emit(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    return threading.Thread(target=log_follower, args=(server.log_path, emit, done.is_set), daemon=True)
+
+
+def _serve_foreground(
+    server: TritonServer, config: LaunchConfig, follower: threading.Thread | None, echo: Callable[[str], None]
+) -> int:
+    """Start ``server`` (and ``follower``), wait until it is ready, then until it or the OpenAI front end
+    (``--openai-port``) exits; stop it and return the launch's exit code (see :func:`launch`).
+
+    Raises:
+        LaunchError: the server never became ready (the caller stops what was started).
+    """
+    server.start()
+    if follower is not None:
+        follower.start()
+    elapsed = server.wait_ready()
+    echo(_describe_ready(server, elapsed))
+    if config.openai_port is not None:
+        from .frontend import start_beside, wait_either
+
+        front = start_beside(server, config.openai_port, echo=echo)
+        code, front_code = wait_either(server, front)
+        front.stop()  # before the server, so no request is left half-served by a stopping Triton
+        if front_code is not None:
+            echo(f"error: the OpenAI front end exited with code {front_code}; stopping tritonserver")
+            server.stop()
+            return front_code or 1
+    else:
+        code = server.wait()
+    return _stop_after_serving(server, config, code, echo)
+
+
+def _stop_after_serving(
+    server: TritonServer, config: LaunchConfig, code: int | None, echo: Callable[[str], None]
+) -> int:
+    """Say why serving ended, stop ``server`` (its exit code was ``code``, None when unknown), say how the stop
+    went, and return the launch's exit code: 128 + the signal, :data:`MODEL_DIED_EXIT`, else the server's."""
+    if server.interrupted:
+        echo(
+            f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM, in-flight requests "
+            f"{config.exit_timeout} s; a second signal kills)"
+        )
+    elif server.model_died is not None:
+        name, pid = server.model_died
+        echo(
+            f"error: model '{name}': its Python backend process (pid {pid}) died; tritonserver cannot serve "
+            "it any more, stopping tritonserver"
+        )
+    else:
+        echo(f"tritonserver exited with code {code}; cleaning up")
+    code = server.stop()
+    if server.stop_report.describe():
+        echo(f"stop: {server.stop_report.describe()}")
+    if server.stop_report.unload_expired:
+        echo(
+            f"models were still unloading after --unload-timeout {config.unload_timeout:g} s (no request was in "
+            "flight); tritonserver was killed"
+        )
+    elif server.exit_timeout_expired:
+        echo(
+            f"in-flight requests did not finish within --exit-timeout {config.exit_timeout} s; they were "
+            "failed and tritonserver was killed (it does not exit by itself then)"
+        )
+    elif code == -signal.SIGKILL:
+        echo(f"tritonserver did not stop in time and was killed with SIGKILL; see {server.log_path}")
+    if server.interrupted:
+        return 128 + server.interrupted
+    if server.model_died is not None:
+        return MODEL_DIED_EXIT
+    return _exit_code(code, 1)
+
+
 def launch(
     config: LaunchConfig, *, echo: Callable[[str], None] = print, follow_log: bool = True, dry_run: bool = False
 ) -> int:
@@ -83,32 +219,7 @@ def launch(
         for note in server.notes:
             echo(f"note: {note}")
         if dry_run:
-            import shlex
-
-            plan = server.plan
-            if plan is not None and plan.rank_hosts is not None:
-                for rank, host in enumerate(plan.rank_hosts):
-                    role = "all models + HTTP/gRPC/metrics" if rank == 0 else ",".join(plan.trtllm_models)
-                    echo(f"rank {rank} -> {host} ({role})")
-            if plan is not None and plan.orchestrator is not None:
-                for line in plan.orchestrator.lines():
-                    echo(line)
-            elif plan is not None:
-                import os
-
-                from .devices import rank_device_lines
-
-                env = {**os.environ, **server.env}
-                for line in rank_device_lines(
-                    config.model_repo,
-                    plan.trtllm_models[0],
-                    plan.world_size,
-                    env,
-                    rank_hosts=plan.rank_hosts,
-                    exported=tuple(server.env),
-                ):
-                    echo(line)
-            echo(" ".join(shlex.quote(a) for a in server.argv))
+            _echo_dry_run(server, config, echo)
             return 0
         plan = server.plan
         assert plan is not None
@@ -121,83 +232,13 @@ def launch(
             )
 
         if config.detach:
-            server.start()
-            elapsed = server.wait_ready()
-            default = default_pid_file(config.model_repo)
-            pid_file = Path(config.pid_file) if config.pid_file else default
-            # the default location always gets a copy, so `repo-builder stop REPO` finds any detached launch
-            files = sorted({str(pid_file.absolute()), str(default)})
-            echo(_describe_ready(server, elapsed))
-            if config.openai_port is not None:
-                from .frontend import start_beside
-
-                start_beside(server, config.openai_port, echo=echo, detach=True)  # exits when tritonserver does
-            for path in files:
-                server.write_pid_file(Path(path), extra={"pid_files": files})
-            echo(
-                f"detached (pids {' '.join(map(str, server.pids))}); pid file {pid_file}; stop with: "
-                f"repo-builder stop --pid-file {pid_file}"
-            )
+            _launch_detached(server, config, echo)
             detached = True  # the server outlives this process
             return 0
 
         if follow_log:
-
-            def emit(text: str) -> None:
-                sys.stdout.write(text)
-                sys.stdout.flush()
-
-            follower = threading.Thread(target=log_follower, args=(server.log_path, emit, done.is_set), daemon=True)
-        server.start()
-        if follower is not None:
-            follower.start()
-        elapsed = server.wait_ready()
-        echo(_describe_ready(server, elapsed))
-        if config.openai_port is not None:
-            from .frontend import start_beside, wait_either
-
-            front = start_beside(server, config.openai_port, echo=echo)
-            code, front_code = wait_either(server, front)
-            front.stop()  # before the server, so no request is left half-served by a stopping Triton
-            if front_code is not None:
-                echo(f"error: the OpenAI front end exited with code {front_code}; stopping tritonserver")
-                server.stop()
-                return front_code or 1
-        else:
-            code = server.wait()
-        if server.interrupted:
-            echo(
-                f"signal {server.interrupted}: stopping tritonserver (ranks get SIGTERM, in-flight requests "
-                f"{config.exit_timeout} s; a second signal kills)"
-            )
-        elif server.model_died is not None:
-            name, pid = server.model_died
-            echo(
-                f"error: model '{name}': its Python backend process (pid {pid}) died; tritonserver cannot serve "
-                "it any more, stopping tritonserver"
-            )
-        else:
-            echo(f"tritonserver exited with code {code}; cleaning up")
-        code = server.stop()
-        if server.stop_report.describe():
-            echo(f"stop: {server.stop_report.describe()}")
-        if server.stop_report.unload_expired:
-            echo(
-                f"models were still unloading after --unload-timeout {config.unload_timeout:g} s (no request was in "
-                "flight); tritonserver was killed"
-            )
-        elif server.exit_timeout_expired:
-            echo(
-                f"in-flight requests did not finish within --exit-timeout {config.exit_timeout} s; they were "
-                "failed and tritonserver was killed (it does not exit by itself then)"
-            )
-        elif code == -signal.SIGKILL:
-            echo(f"tritonserver did not stop in time and was killed with SIGKILL; see {server.log_path}")
-        if server.interrupted:
-            return 128 + server.interrupted
-        if server.model_died is not None:
-            return MODEL_DIED_EXIT
-        return _exit_code(code, 1)
+            follower = _log_thread(server, done)
+        return _serve_foreground(server, config, follower, echo)
     finally:
         if not detached:
             server.stop()  # no-op when nothing started or already stopped; covers errors and signals

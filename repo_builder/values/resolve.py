@@ -113,6 +113,140 @@ def _tokenizer_value(param: Parameter, tokenizer: TokenizerInfo | None) -> Any:
     return raw
 
 
+def _first_values(
+    profile: str,
+    params: Mapping[str, Parameter],
+    engine: EngineInfo,
+    tokenizer: TokenizerInfo | None,
+    user: Mapping[str, Any],
+    problems: _Problems,
+) -> dict[str, ResolvedValue]:
+    """{parameter: value and origin} of every parameter of ``params``, the first of: the ``user`` value, the
+    engine's fact, the tokenizer's fact, the profile default (the module docstring's order). A fact the parameter
+    cannot take is kept as it is and added to ``problems`` (EngineError / TokenizerError)."""
+    values: dict[str, ResolvedValue] = {}
+    sources = {
+        "engine": f"the engine ({engine.config_file})",
+        "tokenizer": f"the tokenizer ({tokenizer.dir if tokenizer is not None else '-'})",
+    }
+
+    def coerce_fact(name: str, param: Parameter, value: Any, origin: Origin) -> None:
+        try:
+            values[name] = ResolvedValue(param.coerce(value), origin)
+        except ValueError as exc:  # a fact of the engine or tokenizer that the parameter cannot take
+            values[name] = ResolvedValue(value, origin)  # kept so that no "unset" problem follows
+            problems.add(
+                EngineError if origin == "engine" else TokenizerError,
+                f"{name}: the value {value!r} from {sources[origin]} cannot be used: {exc}",
+            )
+
+    for name, param in params.items():
+        if name in user:
+            values[name] = ResolvedValue(user[name], "user")
+            continue
+        # A profile's own default is a fixed fact of that upstream version and beats the engine's value
+        # (v0.5.0's templates hard-code max_batch_size 128 whatever the engine says).
+        value = None if profile in param.default_by_profile else _engine_value(param, engine)
+        if value is not None:
+            coerce_fact(name, param, value, "engine")
+            continue
+        value = _tokenizer_value(param, tokenizer)
+        if value is not None:
+            coerce_fact(name, param, value, "tokenizer")
+            continue
+        values[name] = ResolvedValue(param.default_for(profile), "default")
+    return values
+
+
+def _fixed_values(
+    values: dict[str, ResolvedValue],
+    engine: EngineInfo,
+    tokenizer: TokenizerInfo | None,
+    user: Mapping[str, Any],
+    problems: _Problems,
+    *,
+    streaming: bool | None,
+    engine_dir_in_repo: str | None,
+) -> None:
+    """Set in ``values`` (where the profile has them) what repo-builder fixes itself: ``engine_dir`` (a path
+    that cannot be written goes to ``problems``), ``triton_backend`` from the engine kind, ``decoupled_mode``
+    from ``--streaming``, and ``pad_id`` following ``end_id``."""
+
+    def val(name: str) -> Any:
+        rv = values.get(name)
+        return rv.value if rv is not None else None
+
+    def set_(name: str, value: Any, origin: Origin) -> None:
+        if name in values:
+            values[name] = ResolvedValue(value, origin)
+
+    if "engine_dir" in values:
+        where = engine_dir_in_repo if engine_dir_in_repo is not None else str(engine.dir)
+        try:
+            set_("engine_dir", check_text_value(where), "engine")
+        except ValueError as exc:
+            set_("engine_dir", where, "engine")
+            problems.add(
+                EngineError,
+                f"engine_dir: the engine's path in the repository cannot be written: {exc} "
+                "(it comes from --engine-dir, --output or --serve-path)",
+            )
+    backend_default = "tensorrtllm" if engine.kind == "trtllm" else "python"
+    if "triton_backend" in values and "triton_backend" not in user:
+        set_("triton_backend", backend_default, "engine")
+    if streaming is not None and "decoupled_mode" in values:
+        set_("decoupled_mode", bool(streaming), "user")  # a contradicting user value: rules.streaming_flag
+    if (
+        "end_id" in user
+        and tokenizer is not None
+        and "pad_id" not in user
+        and tokenizer.special_id_sources.get("pad_id") == "end_id"
+    ):
+        set_("pad_id", user["end_id"], "user")  # the pad id follows the end id it was derived from
+    if val("end_id") is not None and val("pad_id") is None and "pad_id" in values and "pad_id" not in user:
+        set_("pad_id", val("end_id"), values["end_id"].origin)
+
+
+def _apply_rules(
+    values: dict[str, ResolvedValue],
+    engine: EngineInfo,
+    tokenizer: TokenizerInfo | None,
+    user: Mapping[str, Any],
+    problems: _Problems,
+    *,
+    streaming: bool | None,
+    params: Mapping[str, Parameter],
+    prechecked: bool,
+) -> list[str]:
+    """Run the rule table (:mod:`repo_builder.values.rules`; the rank-file rule skipped when ``prechecked``)
+    over ``values``: a finding with a fix changes its value (origin ``engine``) with a warning, a warning is
+    kept, an error goes to ``problems`` (the class of whom it blames). Returns the warnings, fixes first."""
+    warnings: list[str] = []
+    blame = {"parameter": ParameterError, "engine": EngineError, "tokenizer": TokenizerError}
+    findings = check_rules(
+        engine,
+        {name: rv.value for name, rv in values.items()},
+        tokenizer=tokenizer,
+        user=user,
+        streaming=streaming,
+        params=params,
+        skip=(rank_files,) if prechecked else (),
+    )
+    for finding in findings:  # a default adapted to the engine first: what the user did not set changed
+        if finding.has_fix:
+            if finding.key in values:
+                values[finding.key] = ResolvedValue(finding.fix, "engine")
+            warnings.append(f"{finding.key} {finding.message}")
+    for finding in findings:
+        if finding.has_fix:
+            continue
+        if finding.severity == "warning":
+            warnings.append(f"{finding.key}: {finding.message}")
+        else:
+            problems.add(blame[finding.blame], f"{finding.key}: {finding.message}")
+    return warnings
+
+
 def resolve(
     profile: str,
     engine: EngineInfo,
@@ -147,98 +281,11 @@ def resolve(
     else:
         user = validate_user_values(profile, user_values, source="the given values") if user_values else {}
     problems = _Problems()
-    warnings: list[str] = []
-    values: dict[str, ResolvedValue] = {}
-
-    sources = {
-        "engine": f"the engine ({engine.config_file})",
-        "tokenizer": f"the tokenizer ({tokenizer.dir if tokenizer is not None else '-'})",
-    }
-
-    def coerce_fact(name: str, param: Parameter, value: Any, origin: Origin) -> None:
-        try:
-            values[name] = ResolvedValue(param.coerce(value), origin)
-        except ValueError as exc:  # a fact of the engine or tokenizer that the parameter cannot take
-            values[name] = ResolvedValue(value, origin)  # kept so that no "unset" problem follows
-            problems.add(
-                EngineError if origin == "engine" else TokenizerError,
-                f"{name}: the value {value!r} from {sources[origin]} cannot be used: {exc}",
-            )
-
-    for name, param in params.items():
-        if name in user:
-            values[name] = ResolvedValue(user[name], "user")
-            continue
-        # A profile's own default is a fixed fact of that upstream version and beats the engine's value
-        # (v0.5.0's templates hard-code max_batch_size 128 whatever the engine says).
-        value = None if profile in param.default_by_profile else _engine_value(param, engine)
-        if value is not None:
-            coerce_fact(name, param, value, "engine")
-            continue
-        value = _tokenizer_value(param, tokenizer)
-        if value is not None:
-            coerce_fact(name, param, value, "tokenizer")
-            continue
-        values[name] = ResolvedValue(param.default_for(profile), "default")
-
-    def val(name: str) -> Any:
-        rv = values.get(name)
-        return rv.value if rv is not None else None
-
-    def set_(name: str, value: Any, origin: Origin) -> None:
-        if name in values:
-            values[name] = ResolvedValue(value, origin)
-
-    # ---------------------------------------------------------------- values fixed by repo-builder
-    if "engine_dir" in values:
-        where = engine_dir_in_repo if engine_dir_in_repo is not None else str(engine.dir)
-        try:
-            set_("engine_dir", check_text_value(where), "engine")
-        except ValueError as exc:
-            set_("engine_dir", where, "engine")
-            problems.add(
-                EngineError,
-                f"engine_dir: the engine's path in the repository cannot be written: {exc} "
-                "(it comes from --engine-dir, --output or --serve-path)",
-            )
-    backend_default = "tensorrtllm" if engine.kind == "trtllm" else "python"
-    if "triton_backend" in values and "triton_backend" not in user:
-        set_("triton_backend", backend_default, "engine")
-    if streaming is not None and "decoupled_mode" in values:
-        set_("decoupled_mode", bool(streaming), "user")  # a contradicting user value: rules.streaming_flag
-    if (
-        "end_id" in user
-        and tokenizer is not None
-        and "pad_id" not in user
-        and tokenizer.special_id_sources.get("pad_id") == "end_id"
-    ):
-        set_("pad_id", user["end_id"], "user")  # the pad id follows the end id it was derived from
-    if val("end_id") is not None and val("pad_id") is None and "pad_id" in values and "pad_id" not in user:
-        set_("pad_id", val("end_id"), values["end_id"].origin)
-
-    # ---------------------------------------------------------------- the rule table (repo_builder.values.rules)
-    blame = {"parameter": ParameterError, "engine": EngineError, "tokenizer": TokenizerError}
-    findings = check_rules(
-        engine,
-        {name: rv.value for name, rv in values.items()},
-        tokenizer=tokenizer,
-        user=user,
-        streaming=streaming,
-        params=params,
-        skip=(rank_files,) if prechecked else (),
+    values = _first_values(profile, params, engine, tokenizer, user, problems)
+    _fixed_values(values, engine, tokenizer, user, problems, streaming=streaming, engine_dir_in_repo=engine_dir_in_repo)
+    warnings = _apply_rules(
+        values, engine, tokenizer, user, problems, streaming=streaming, params=params, prechecked=prechecked
     )
-    for finding in findings:  # a default adapted to the engine first: what the user did not set changed
-        if finding.has_fix:
-            set_(finding.key, finding.fix, "engine")
-            warnings.append(f"{finding.key} {finding.message}")
-    for finding in findings:
-        if finding.has_fix:
-            continue
-        if finding.severity == "warning":
-            warnings.append(f"{finding.key}: {finding.message}")
-        else:
-            problems.add(blame[finding.blame], f"{finding.key}: {finding.message}")
-
     problems.raise_if_any(profile, engine)
     return Resolution(
         profile=profile,
