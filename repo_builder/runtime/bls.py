@@ -22,8 +22,9 @@ The Triton side (``pb_utils`` requests, response sender, threads) lives in
 Tensors here are numpy arrays with the batch dimension first (every model of the repository has
 ``max_batch_size > 0``): TYPE_STRING is an ``object`` array of ``bytes``, TYPE_BOOL ``bool_``, etc.
 
-Rooms: the wiring (:mod:`.bls_wiring`), the request plan (:mod:`.bls_request`), response merging and
-stop strings (:mod:`.bls_responses`), and here the flow (:class:`BLSCore`); their names are re-exported here.
+Rooms: the wiring (:mod:`.bls_wiring`), the request plan (:mod:`.bls_request`), one engine request's post
+steps (:mod:`.bls_row`), response merging and stop strings (:mod:`.bls_responses`), and here the flow
+(:class:`BLSCore`); their names are re-exported here.
 
 Facts: the field renames and validation rules follow NVIDIA's BLS (tensorrtllm_backend
 ``all_models/inflight_batcher_llm/tensorrt_llm_bls``, ``lib/decode.py`` and ``lib/triton_decoder.py``
@@ -74,10 +75,14 @@ from .bls_responses import (
     _SeqState,
     _sequence_runs,
     can_merge,
+    filter_stream_texts,
+    flush_stream_texts,
     merge_responses,
     stack_rows,
+    tail_responses,
     truncate_at_stop,
 )
+from .bls_row import RowCall
 from .bls_wiring import ENGINE_STEP_MODEL, Step, Wiring, WiringError
 from .errors import StepError
 from .metrics import NULL_METRICS, Metrics
@@ -304,6 +309,9 @@ class BLSCore:
         rid: str,
         cancelled: Callable[[], bool] | None,
     ) -> None:
+        """One row's engine request ``rid``: the pre steps, then the engine called once
+        (:meth:`_serve_unary`), streamed for a non-streaming client (:meth:`_serve_once`) or streamed
+        (:meth:`_serve_stream`), each of its responses through the post steps to ``send``."""
         env: dict[str, Any] = dict(inputs)
         for step, outputs in self._pre:
             step.scatter(self.caller.call(step.model, step.gather(env), outputs, rid), env)
@@ -320,53 +328,66 @@ class BLSCore:
         exclude = self.settings.exclude_input_default if plan.exclude_input is None else plan.exclude_input
         # an echoed prompt is not searched for stop strings; streamed responses never carry the prompt
         protected = "" if exclude or plan.stream else plan.prompt
-        text_work = bool(plan.stop_words) or (plan.stream and self.settings.accumulate_tokens)
-        seqs: dict[Any, _SeqState] = {}
-        text_names = self._text_outputs
-        post = self._post
-
-        def postprocess(resp: Mapping[str, np.ndarray]) -> dict[str, Any]:
-            penv = env.copy()
-            engine.scatter(resp, penv)
-            for step, outs in post:
-                step.scatter(self.caller.call(step.model, step.gather(penv), outs, rid), penv)
-            return penv
-
-        def assemble(penv: Mapping[str, Any]) -> dict[str, np.ndarray]:
-            return {n: penv[n] for n in names if n in penv}
-
+        row = RowCall(self.caller, engine, self._post, plan, names, send, rid, env, protected)
         spec = self._speculative(plan, engine_inputs, engine_outputs, rid, exclude)
         if not self.settings.call_engine_decoupled:
             resp = next(iter(spec)) if spec else self.caller.call(model, engine_inputs, engine_outputs, rid)
-            penv = postprocess(resp)
-            if plan.stop_words and self._trim_final(penv, text_names, plan, protected):
-                self.metrics.inc("repo_builder_stop_strings_hit_total")
-            send(assemble(penv), True)
-            return
+            self._serve_unary(row, resp)
+        elif not plan.stream:
+            self._serve_once(row, engine_inputs, engine_outputs, spec, cancelled)
+        else:
+            stream = spec or self.caller.stream(model, engine_inputs, engine_outputs, rid)
+            self._serve_stream(row, stream, engine_outputs, cancelled)
 
-        if not plan.stream:
-            cut_all = bool(plan.stop_words)
-            # The engine answers once, at its end (and python_backend's exec(decoupled=True) returns only
-            # with the first response): a watcher polls the client meanwhile and stops the engine request
-            # when the client is gone (the engine then answers with what it has, which nobody reads).
-            target = _PendingCancel(self.caller, model, engine_inputs, rid)
-            watch = _CANCEL_WATCH.add(cancelled, target, self.metrics) if cancelled is not None else None
-            try:
-                target.stream = stream_once = spec or self.caller.stream(model, engine_inputs, engine_outputs, rid)
-                for resp in stream_once:
-                    penv = postprocess(resp)
-                    if plan.stop_words:
-                        cut_all = self._trim_final(penv, text_names, plan, protected) and cut_all
-                    send(assemble(penv), False)
-            finally:
-                if watch is not None:
-                    _CANCEL_WATCH.remove(watch)
-            if cut_all:  # every sequence ended at a stop string: counted as a stopped stream is
-                self.metrics.inc("repo_builder_stop_strings_hit_total")
-            return
+    def _serve_unary(self, row: RowCall, resp: Mapping[str, np.ndarray]) -> None:
+        """The only engine response ``resp`` (a non-decoupled engine call) as the final BLS response, its
+        texts cut at the first stop string."""
+        penv = row.postprocess(resp)
+        if row.plan.stop_words and self._trim_final(penv, self._text_outputs, row.plan, row.protected):
+            self.metrics.inc("repo_builder_stop_strings_hit_total")
+        row.send(row.assemble(penv), True)
 
-        # Streaming.
-        stream = spec or self.caller.stream(model, engine_inputs, engine_outputs, rid)
+    def _serve_once(
+        self,
+        row: RowCall,
+        engine_inputs: Mapping[str, np.ndarray],
+        engine_outputs: list[str],
+        spec: Any,
+        cancelled: Callable[[], bool] | None,
+    ) -> None:
+        """A non-streaming request to a decoupled engine (``spec``: the draft-target loop, or None): every
+        engine response sent non-final (:meth:`run` holds the last back), its texts cut at stop strings."""
+        plan, model = row.plan, self.settings.engine_model
+        cut_all = bool(plan.stop_words)
+        # The engine answers once, at its end (and python_backend's exec(decoupled=True) returns only
+        # with the first response): a watcher polls the client meanwhile and stops the engine request
+        # when the client is gone (the engine then answers with what it has, which nobody reads).
+        target = _PendingCancel(self.caller, model, engine_inputs, row.rid)
+        watch = _CANCEL_WATCH.add(cancelled, target, self.metrics) if cancelled is not None else None
+        try:
+            target.stream = stream_once = spec or self.caller.stream(model, engine_inputs, engine_outputs, row.rid)
+            for resp in stream_once:
+                penv = row.postprocess(resp)
+                if plan.stop_words:
+                    cut_all = self._trim_final(penv, self._text_outputs, plan, row.protected) and cut_all
+                row.send(row.assemble(penv), False)
+        finally:
+            if watch is not None:
+                _CANCEL_WATCH.remove(watch)
+        if cut_all:  # every sequence ended at a stop string: counted as a stopped stream is
+            self.metrics.inc("repo_builder_stop_strings_hit_total")
+
+    def _serve_stream(
+        self, row: RowCall, stream: Any, engine_outputs: list[str], cancelled: Callable[[], bool] | None
+    ) -> None:
+        """A streaming request: each engine response of ``stream`` (merged with those already waiting when
+        coalescing) postprocessed and sent, through the stop-string filters when there are stop strings or
+        ``accumulate_tokens``; the client polled (:data:`CANCEL_POLL_EVERY`, :data:`CANCEL_POLL_SECONDS`).
+        A cancelled client or every sequence stopped cancels the engine request; else the text still held
+        back is sent at the end (:meth:`_send_tail`)."""
+        plan, send = row.plan, row.send
+        text_work = bool(plan.stop_words) or (plan.stream and self.settings.accumulate_tokens)
+        seqs: dict[Any, _SeqState] = {}
         accumulate = self.settings.accumulate_tokens
         coalesce = self.settings.coalesce and can_merge(engine_outputs)
         stopped_all = False
@@ -386,36 +407,17 @@ class BLSCore:
                         stopped_all = True
                         break
             for run in _sequence_runs(batch) if len(batch) > 1 else (batch,):
-                penv = postprocess(merge_responses(run) if len(run) > 1 else run[0])
+                penv = row.postprocess(merge_responses(run) if len(run) > 1 else run[0])
                 if text_work:
-                    seq_arr = penv.get(SEQUENCE_INDEX)
-                    seq_id = int(seq_arr.reshape(-1)[0]) if seq_arr is not None and seq_arr.size else 0
-                    for tname in text_names:
-                        arr = penv.get(tname)
-                        if arr is None:
-                            continue
-                        flat = arr.reshape(-1).tolist()
-                        emitted = []
-                        for j, item in enumerate(flat):
-                            key = (tname, seq_id, j)
-                            st = seqs.get(key)
-                            if st is None:
-                                st = seqs[key] = _SeqState(StopStringFilter(plan.stop_words, protected))
-                            delta = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
-                            out, _ = st.filter.feed(delta)
-                            if accumulate:
-                                st.text += out
-                                out = st.text
-                            emitted.append(out)
-                        penv[tname] = _encode_like(emitted, arr)
-                    send(assemble(penv), False)
+                    filter_stream_texts(penv, self._text_outputs, seqs, plan.stop_words, row.protected, accumulate)
+                    send(row.assemble(penv), False)
                     if plan.stop_words and self._all_stopped(seqs, plan):
                         self.metrics.inc("repo_builder_stop_strings_hit_total")
                         stream.cancel()
                         stopped_all = True
                         break
                 else:
-                    send(assemble(penv), False)
+                    send(row.assemble(penv), False)
             if stopped_all:
                 break
         if stopped_all:
@@ -423,26 +425,18 @@ class BLSCore:
             for _ in responses:  # drain what the engine produced before it saw the cancellation
                 pass
             return
-        # Flush text held back for a stop string that never completed.
-        tail: dict[str, list[tuple[Any, str]]] = {}
-        for (tname, seq_id, _j), st in seqs.items():
-            rest = st.filter.flush()
-            if rest:
-                if accumulate:
-                    st.text += rest
-                    rest = st.text
-                tail.setdefault(tname, []).append((seq_id, rest))
+        self._send_tail(row, seqs, accumulate)
+
+    @staticmethod
+    def _send_tail(row: RowCall, seqs: Mapping[Any, _SeqState], accumulate: bool) -> None:
+        """Flush text held back for a stop string that never completed: one response per sequence still
+        holding some, the last one final (none: a final response without tensors)."""
+        tail = tail_responses(flush_stream_texts(seqs, accumulate), row.names)
         if not tail:
-            send(None, True)
+            row.send(None, True)
             return
-        items = [(t, seq_id, text) for t, lst in tail.items() for seq_id, text in lst]
-        for k, (tname, seq_id, text) in enumerate(items):
-            response: dict[str, np.ndarray] = {}
-            if tname in names:
-                response[tname] = np.array([text.encode("utf-8")], dtype=object)  # 1-D, like postprocessing's
-            if SEQUENCE_INDEX in names:
-                response[SEQUENCE_INDEX] = np.array([[seq_id]], dtype=np.int32)
-            send(response, k == len(items) - 1)
+        for k, response in enumerate(tail):
+            row.send(response, k == len(tail) - 1)
 
     def _speculative(
         self, plan: RequestPlan, inputs: Mapping[str, np.ndarray], outputs: list[str], rid: str, exclude: bool

@@ -180,38 +180,34 @@ class RequestPlan:
     use_draft_logits: bool = False
 
 
-def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> RequestPlan:
-    """Validate a request's tensors and return its plan.
+def _prompts(text: np.ndarray | None) -> tuple[int, list[str]]:
+    """``(batch, prompts)`` of ``text_input`` (bytes ``[batch, 1]``; batch = dimension 0, a 0-D tensor is one).
 
-    Args:
-        inputs: request tensors by BLS input name, batch dimension first.
-        settings: the BLS parameters.
     Raises:
-        BLSRequestError: naming the field: empty ``text_input``; ``max_tokens`` missing; any numeric field
-            out of its :data:`.limits.LIMITS` range, NaN or inf (``max_tokens`` <= 0, ``num_return_sequences`` 0,
-            ``temperature`` NaN, ...);
-            ``stop_words`` not strings; ``beam_width`` < 1 or above ``max_beam_width``; ``stream`` on a
-            non-decoupled BLS or with ``beam_width`` > 1 (case B30); ``accumulate_tokens`` with
-            ``beam_width`` > 1; ``num_draft_tokens`` > 0 without a draft model, above ``max_draft_len``, or with several
-            rows, beams or sequences; ``stream`` with several rows.
+        BLSRequestError: ``text_input`` missing, empty, holding an empty string or not UTF-8.
     """
-    text = inputs.get(TEXT_INPUT)
     if text is None or text.size == 0:
         raise BLSRequestError(TEXT_INPUT, "is required and must be a non-empty string")
     batch = int(text.shape[0]) if text.ndim else 1
     prompts = [_as_text(t, TEXT_INPUT) for t in text.reshape(-1).tolist()]
     if any(p == "" for p in prompts):
         raise BLSRequestError(TEXT_INPUT, "must be a non-empty string")
-    mt = inputs.get(MAX_TOKENS)
+    return batch, prompts
+
+
+def _check_max_tokens(mt: np.ndarray | None) -> None:
+    """Raise :class:`BLSRequestError` (``max_tokens``) unless it is present, non-empty and of an integer
+    dtype (its range: :func:`check_numbers`)."""
     if mt is None or mt.size == 0:
         raise BLSRequestError(MAX_TOKENS, "is required: the number of tokens to generate (> 0)")
     if mt.dtype.kind not in "iu":
         raise BLSRequestError(MAX_TOKENS, f"must be an integer, got dtype {mt.dtype}")
-    check_numbers(inputs)
-    stream_v = _scalar(inputs, STREAM)
-    stream = bool(stream_v) if stream_v is not None else False
-    beam_v = _scalar(inputs, BEAM_WIDTH)
-    beam = int(beam_v) if beam_v is not None else 1
+
+
+def _check_stream_and_beams(stream: bool, beam: int, batch: int, settings: BLSSettings) -> None:
+    """Raise :class:`BLSRequestError` for ``beam`` (``beam_width``) above ``max_beam_width``, ``stream`` on
+    a non-decoupled BLS or with several beams (B30), ``accumulate_tokens`` with several beams, or ``stream``
+    with ``batch`` > 1 rows; checked in that order."""
     if beam > settings.max_beam_width:
         raise BLSRequestError(
             BEAM_WIDTH,
@@ -235,10 +231,12 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
         raise BLSRequestError(
             TEXT_INPUT, f"a streaming request carries one prompt, got {batch}; send one request per prompt"
         )
-    nd = _scalar(inputs, NUM_DRAFT_TOKENS)
-    num_draft = int(nd) if nd is not None else 0
-    nrs = _scalar(inputs, NUM_RETURN_SEQUENCES)
-    num_seq = int(nrs) if nrs is not None else 1  # >= 1: check_numbers (one rule with the engine)
+
+
+def _check_draft(num_draft: int, batch: int, beam: int, num_seq: int, settings: BLSSettings) -> None:
+    """Raise :class:`BLSRequestError` (``num_draft_tokens``, or the field that has several) for a negative
+    ``num_draft``, or a positive one without a draft model, above ``max_draft_len``, or with several rows
+    (``batch``), beams (``beam``) or sequences (``num_seq``)."""
     if num_draft < 0:
         raise BLSRequestError(NUM_DRAFT_TOKENS, f"must be >= 0, got {num_draft}")
     if num_draft > 0:
@@ -258,6 +256,36 @@ def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> Re
         for bad, field in ((batch > 1, TEXT_INPUT), (beam > 1, BEAM_WIDTH), (num_seq > 1, NUM_RETURN_SEQUENCES)):
             if bad:
                 raise BLSRequestError(field, "speculative decoding (num_draft_tokens > 0) takes one prompt, one beam")
+
+
+def parse_request(inputs: Mapping[str, np.ndarray], settings: BLSSettings) -> RequestPlan:
+    """Validate a request's tensors and return its plan.
+
+    Args:
+        inputs: request tensors by BLS input name, batch dimension first.
+        settings: the BLS parameters.
+    Raises:
+        BLSRequestError: naming the field: empty ``text_input``; ``max_tokens`` missing; any numeric field
+            out of its :data:`.limits.LIMITS` range, NaN or inf (``max_tokens`` <= 0, ``num_return_sequences`` 0,
+            ``temperature`` NaN, ...);
+            ``stop_words`` not strings; ``beam_width`` < 1 or above ``max_beam_width``; ``stream`` on a
+            non-decoupled BLS or with ``beam_width`` > 1 (case B30); ``accumulate_tokens`` with
+            ``beam_width`` > 1; ``num_draft_tokens`` > 0 without a draft model, above ``max_draft_len``, or with several
+            rows, beams or sequences; ``stream`` with several rows.
+    """
+    batch, prompts = _prompts(inputs.get(TEXT_INPUT))
+    _check_max_tokens(inputs.get(MAX_TOKENS))
+    check_numbers(inputs)
+    stream_v = _scalar(inputs, STREAM)
+    stream = bool(stream_v) if stream_v is not None else False
+    beam_v = _scalar(inputs, BEAM_WIDTH)
+    beam = int(beam_v) if beam_v is not None else 1
+    _check_stream_and_beams(stream, beam, batch, settings)
+    nd = _scalar(inputs, NUM_DRAFT_TOKENS)
+    num_draft = int(nd) if nd is not None else 0
+    nrs = _scalar(inputs, NUM_RETURN_SEQUENCES)
+    num_seq = int(nrs) if nrs is not None else 1  # >= 1: check_numbers (one rule with the engine)
+    _check_draft(num_draft, batch, beam, num_seq, settings)
     stops = tuple(parse_word_list(inputs.get(STOP_WORDS), STOP_WORDS))
     ex = _scalar(inputs, EXCLUDE_INPUT)
     return RequestPlan(

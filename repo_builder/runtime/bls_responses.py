@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -206,3 +207,72 @@ class _SeqState:
 
     filter: StopStringFilter
     text: str = ""  # accumulated emitted text (accumulate_tokens)
+
+
+# --------------------------------------------------------------------------------------------------
+# streamed text: stop strings and accumulation per sequence (moved here from :meth:`.bls.BLSCore._serve_row`)
+
+
+def filter_stream_texts(
+    penv: dict[str, Any],
+    text_names: Sequence[str],
+    seqs: dict[Any, _SeqState],
+    stops: Sequence[str],
+    protected: str,
+    accumulate: bool,
+) -> None:
+    """Pass each text output of one postprocessed streamed response through its sequence's stop-string
+    filter, in place: ``penv[name]`` becomes the text to emit now (with ``accumulate``, all of it so far),
+    UTF-8 bytes shaped like before. ``seqs`` maps ``(text output, sequence index, element)`` to the
+    sequence's state, created on first sight with ``stops`` and the echoed prompt ``protected``; the
+    sequence index is ``penv``'s :data:`SEQUENCE_INDEX` (int32 ``[1, 1]``; absent: 0)."""
+    seq_arr = penv.get(SEQUENCE_INDEX)
+    seq_id = int(seq_arr.reshape(-1)[0]) if seq_arr is not None and seq_arr.size else 0
+    for tname in text_names:
+        arr = penv.get(tname)
+        if arr is None:
+            continue
+        flat = arr.reshape(-1).tolist()
+        emitted = []
+        for j, item in enumerate(flat):
+            key = (tname, seq_id, j)
+            st = seqs.get(key)
+            if st is None:
+                st = seqs[key] = _SeqState(StopStringFilter(stops, protected))
+            delta = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+            out, _ = st.filter.feed(delta)
+            if accumulate:
+                st.text += out
+                out = st.text
+            emitted.append(out)
+        penv[tname] = _encode_like(emitted, arr)
+
+
+def flush_stream_texts(seqs: Mapping[Any, _SeqState], accumulate: bool) -> list[tuple[str, Any, str]]:
+    """The text each sequence of ``seqs`` (see :func:`filter_stream_texts`) still holds back for a stop
+    string that never completed, as ``(text output, sequence index, text)`` grouped by text output in order
+    of first appearance (with ``accumulate``, the text is all of the sequence's). Sequences holding nothing
+    back are left out."""
+    tail: dict[str, list[tuple[Any, str]]] = {}
+    for (tname, seq_id, _j), st in seqs.items():
+        rest = st.filter.flush()
+        if rest:
+            if accumulate:
+                st.text += rest
+                rest = st.text
+            tail.setdefault(tname, []).append((seq_id, rest))
+    return [(t, seq_id, text) for t, lst in tail.items() for seq_id, text in lst]
+
+
+def tail_responses(items: Sequence[tuple[str, Any, str]], names: Sequence[str]) -> list[dict[str, np.ndarray]]:
+    """One BLS response per :func:`flush_stream_texts` item, holding only the outputs among ``names``: the
+    text (bytes ``[1]``, 1-D like postprocessing's) and :data:`SEQUENCE_INDEX` (int32 ``[1, 1]``)."""
+    responses = []
+    for tname, seq_id, text in items:
+        response: dict[str, np.ndarray] = {}
+        if tname in names:
+            response[tname] = np.array([text.encode("utf-8")], dtype=object)  # 1-D, like postprocessing's
+        if SEQUENCE_INDEX in names:
+            response[SEQUENCE_INDEX] = np.array([[seq_id]], dtype=np.int32)
+        responses.append(response)
+    return responses

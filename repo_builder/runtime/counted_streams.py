@@ -31,6 +31,11 @@ class CountedStreams:
         assert self.ledger is not None
         return ("ens", "", 0, 0, 0, 0, 0) in self._budgets or self.ledger.lookup("") is not None
 
+    def _empty_id_in_ledger(self) -> bool:
+        """True while the ledger holds a stream of the empty request id (the check of the state shared by
+        several postprocessing instances, where this instance's budgets say nothing)."""
+        return self.ledger is not None and self.ledger.lookup("") is not None
+
     def _counted(self, stream_key: tuple, request_id: str, ids: list[int], raw: list[int]) -> str:
         """The delta of a stream that preprocessing may have registered in the ledger: counted against
         the request's ``max_tokens``; the response that uses it up, the one that holds no new token, and

@@ -213,13 +213,36 @@ class Postprocessor(CountedStreams):
             one = self._one_sequence(inputs, tokens, request_id, correlation_id)
             if one is not None:
                 return one
+        t, seq_lens, row_ids = self._checked_rows(tokens, inputs.get("SEQUENCE_LENGTH"))
+        batch, beam = t.shape[:2]
+        t0 = time.perf_counter()
+        texts = np.empty((batch, beam), dtype=object)
+        for b in range(batch):
+            self._decode_row(inputs, b, t, seq_lens, row_ids, texts, request_id, correlation_id)
+        metrics = self.metrics
+        if metrics.enabled:
+            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
+            metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
+        return {"OUTPUT": texts.reshape(-1)}
+
+    def _checked_rows(
+        self, tokens: np.ndarray, lengths: np.ndarray | None
+    ) -> tuple[np.ndarray, list[list[int]], list[list[list[int]]]]:
+        """``(t, seq_lens, row_ids)`` of the general path: ``TOKENS_BATCH`` as ``[batch, beam, len]``, each
+        sequence's length (``SEQUENCE_LENGTH`` ``[batch, beam]``; absent: ``len``) and each sequence's ids
+        to decode (cut to its length, ids past the tokenizer's vocabulary dropped). Every row is checked
+        before any state changes.
+
+        Raises:
+            RequestError: ``TOKENS_BATCH`` of the wrong rank or holding a negative id within the sequence
+                length (naming it); ``SEQUENCE_LENGTH`` not one value per sequence.
+        """
         t = np.asarray(tokens)
         if t.ndim == 2:  # [batch, len] (beam 1) with a batch dim, else [beam, len]
             t = t[:, None, :] if self.params.max_batch_size > 0 else t[None, :, :]
         if t.ndim != 3:
             raise RequestError("TOKENS_BATCH", f"must be [batch, beam, len], got shape {list(np.shape(tokens))}")
         batch, beam, length = t.shape
-        lengths = inputs.get("SEQUENCE_LENGTH")
         if lengths is None:
             seq_lens = [[length] * beam for _ in range(batch)]
         else:
@@ -227,7 +250,7 @@ class Postprocessor(CountedStreams):
             if seq_len.size != batch * beam:
                 raise RequestError("SEQUENCE_LENGTH", f"has {seq_len.size} values for {batch} x {beam} sequences")
             seq_lens = seq_len.reshape(batch, beam).tolist()  # Python ints: one conversion, not one per row
-        # every row is checked before any state changes; ids as Python lists (one tolist per sequence)
+        # ids as Python lists (one tolist per sequence)
         row_ids: list[list[list[int]]] = []
         vocab = self.vocab_size
         for b in range(batch):
@@ -239,55 +262,87 @@ class Postprocessor(CountedStreams):
                 if ids and max(ids) >= vocab:
                     ids = self._drop_undecodable(ids)
                 row_ids[b].append(ids)
-        keys, stream, seq_index = inputs.get("DETOKENIZER_KEY"), inputs.get("STREAM"), inputs.get("SEQUENCE_INDEX")
-        arrival, batch_index = inputs.get("ARRIVAL_TIME_NS"), inputs.get("BATCH_INDEX")
+        return t, seq_lens, row_ids
 
-        t0 = time.perf_counter()
-        texts = np.empty((batch, beam), dtype=object)
-        for b in range(batch):
-            key = _flag(keys, b)
-            stream_key: tuple | None = None
-            if not self.engine_streams:
-                pass  # a non-decoupled engine answers once per request: decode whole
-            elif key is not None and int(key) != 0:  # BLS: preprocessing's key, streaming as the request says
-                if bool(_flag(stream, b)):
-                    stream_key = ("bls", int(key))
-            else:  # ensemble: request id + correlation id + the engine's arrival time of this request
-                arrived = int(_flag(arrival, b) or 0)
-                # one row, beam and sequence keyed by the id alone: the ledger may end it
-                counted = (
-                    self.ledger is not None
-                    and not arrived
-                    and batch == beam == 1
-                    and seq_index is None
-                    and batch_index is None
-                )
-                if request_id or arrived or correlation_id:
-                    stream_key = ("ens", request_id, correlation_id, arrived)
-                elif counted and self._empty_id_registered():
-                    stream_key = ("ens", "", 0, 0)  # an empty id is keyed alone only while registered
-                if stream_key is not None and counted:
-                    raw = t[0, 0, : max(0, min(int(seq_lens[0][0]), length))].tolist()
-                    texts[0, 0] = self._counted(stream_key, request_id, row_ids[0][0], raw).encode("utf-8")
-                    continue
-            index = int(_flag(seq_index, b) or 0)
-            row = _flag(batch_index, b)
-            row = b if row is None else int(row)
-            flush = bool(_flag(inputs.get("FLUSH"), b))
-            for k in range(beam):
-                ids = row_ids[b][k]
-                if stream_key is not None:
-                    text = self.streams.add((*stream_key, row, index, k), ids)
-                    if flush:  # the caller's last response: emit the held tail, free the state
-                        text += self.streams.finish((*stream_key, row, index, k))
-                else:
-                    text = self.decode(ids)
-                texts[b, k] = text.encode("utf-8")
+    def _decode_row(
+        self,
+        inputs: Mapping[str, np.ndarray | None],
+        b: int,
+        t: np.ndarray,
+        seq_lens: list[list[int]],
+        row_ids: list[list[list[int]]],
+        texts: np.ndarray,
+        request_id: str,
+        correlation_id: int | str,
+    ) -> None:
+        """Fill row ``b`` of ``texts`` (object ``[batch, beam]``, UTF-8 bytes) with the text of each of its
+        sequences (:meth:`_checked_rows`' ``t``, ``seq_lens``, ``row_ids``): a ledger-counted stream's delta
+        (:meth:`_counted`), a keyed stream's delta (``FLUSH``: with the held tail), else decoded whole."""
+        batch, beam, length = t.shape
+        seq_index, batch_index = inputs.get("SEQUENCE_INDEX"), inputs.get("BATCH_INDEX")
+        stream_key: tuple | None = None
+        if self.engine_streams:  # a non-decoupled engine answers once per request: decode whole
+            alone = batch == beam == 1 and seq_index is None and batch_index is None
+            stream_key, counted = self._stream_key(inputs, b, alone, request_id, correlation_id)
+            if stream_key is not None and counted:
+                raw = t[0, 0, : max(0, min(int(seq_lens[0][0]), length))].tolist()
+                texts[0, 0] = self._counted(stream_key, request_id, row_ids[0][0], raw).encode("utf-8")
+                return
+        index = int(_flag(seq_index, b) or 0)
+        row = _flag(batch_index, b)
+        row = b if row is None else int(row)
+        flush = bool(_flag(inputs.get("FLUSH"), b))
+        for k in range(beam):
+            ids = row_ids[b][k]
+            if stream_key is not None:
+                text = self.streams.add((*stream_key, row, index, k), ids)
+                if flush:  # the caller's last response: emit the held tail, free the state
+                    text += self.streams.finish((*stream_key, row, index, k))
+            else:
+                text = self.decode(ids)
+            texts[b, k] = text.encode("utf-8")
+
+    def _stream_key(
+        self,
+        inputs: Mapping[str, np.ndarray | None],
+        b: int,
+        alone: bool,
+        request_id: str,
+        correlation_id: int | str,
+        *,
+        shared: bool = False,
+    ) -> tuple[tuple | None, bool]:
+        """``(stream key, countable)`` of row ``b`` of a response from a streaming engine.
+
+        The key: ``("bls", DETOKENIZER_KEY)`` where preprocessing's key is set (None unless ``STREAM`` is
+        true: decoded whole), else the ensemble's ``("ens", request id, correlation id, ARRIVAL_TIME_NS or
+        0)``, or ``("ens", "", 0, 0)`` for a countable stream of the empty id while one is registered (the
+        ledger, and unless ``shared`` this instance's budgets too), else None (no key: decoded whole).
+        ``countable``: an ensemble stream without arrival time where a ledger is in use and ``alone`` (one
+        row, beam and sequence, no ``SEQUENCE_INDEX``/``BATCH_INDEX``): its tokens count against the
+        request's ``max_tokens`` (:meth:`_counted`)."""
+        key = _flag(inputs.get("DETOKENIZER_KEY"), b)
+        if key is not None and int(key) != 0:  # BLS: preprocessing's key, streaming as the request says
+            return (("bls", int(key)) if bool(_flag(inputs.get("STREAM"), b)) else None), False
+        arrived = int(_flag(inputs.get("ARRIVAL_TIME_NS"), b) or 0)
+        # one row, beam and sequence keyed by the id alone: the ledger may end it
+        countable = self.ledger is not None and not arrived and alone
+        if request_id or arrived or correlation_id:
+            return ("ens", request_id, correlation_id, arrived), countable
+        if countable and (self._empty_id_in_ledger() if shared else self._empty_id_registered()):
+            return ("ens", "", 0, 0), countable  # an empty id is keyed alone only while registered
+        return None, countable
+
+    def _one_output(self, text: str, ids: list[int], t0: float) -> dict[str, np.ndarray]:
+        """``{"OUTPUT": object [1]}`` holding ``text`` as UTF-8, the detokenize metrics counting ``ids`` and
+        the time since ``t0`` (``time.perf_counter()``)."""
+        out = np.empty(1, dtype=object)
+        out[0] = text.encode("utf-8")
         metrics = self.metrics
         if metrics.enabled:
             metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
-            metrics.inc("repo_builder_detokenize_tokens_total", sum(len(ids) for row in row_ids for ids in row))
-        return {"OUTPUT": texts.reshape(-1)}
+            metrics.inc("repo_builder_detokenize_tokens_total", len(ids))
+        return {"OUTPUT": out}
 
     def _sequence_ids(self, tokens: np.ndarray, lengths: np.ndarray | None) -> tuple[list[int], int]:
         """(the ids of one streamed sequence to decode, how many the engine sent): ``TOKENS_BATCH`` flattened
@@ -319,20 +374,11 @@ class Postprocessor(CountedStreams):
         which the general path then serves. Same stream key, same checks of the ids, same text."""
         if not self.engine_streams or self.params.max_batch_size <= 0:
             return None
-        key = _flag(inputs.get("DETOKENIZER_KEY"), 0)
         seq_index, batch_index = inputs.get("SEQUENCE_INDEX"), inputs.get("BATCH_INDEX")
-        stream_key: tuple
-        if key is not None and int(key) != 0:
-            if not bool(_flag(inputs.get("STREAM"), 0)):
-                return None
-            stream_key = ("bls", int(key))
-        else:
-            arrived = int(_flag(inputs.get("ARRIVAL_TIME_NS"), 0) or 0)
-            if self.ledger is not None and not arrived and seq_index is None and batch_index is None:
-                return None  # counted against the ledger's budget: the general path
-            if not (request_id or arrived or correlation_id):
-                return None
-            stream_key = ("ens", request_id, correlation_id, arrived)
+        alone = seq_index is None and batch_index is None
+        stream_key, countable = self._stream_key(inputs, 0, alone, request_id, correlation_id)
+        if stream_key is None or countable:
+            return None  # no stream key, or counted against the ledger's budget: the general path
         ids, _ = self._sequence_ids(tokens, inputs.get("SEQUENCE_LENGTH"))
         row = _flag(batch_index, 0)
         full_key = (*stream_key, 0 if row is None else int(row), int(_flag(seq_index, 0) or 0), 0)
@@ -340,13 +386,7 @@ class Postprocessor(CountedStreams):
         text = self.streams.add(full_key, ids)
         if bool(_flag(inputs.get("FLUSH"), 0)):  # the caller's last response: emit the held tail, free the state
             text += self.streams.finish(full_key)
-        out = np.empty(1, dtype=object)
-        out[0] = text.encode("utf-8")
-        metrics = self.metrics
-        if metrics.enabled:
-            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
-            metrics.inc("repo_builder_detokenize_tokens_total", len(ids))
-        return {"OUTPUT": out}
+        return self._one_output(text, ids, t0)
 
     def _shared_sequence(
         self, inputs: Mapping[str, np.ndarray | None], tokens: np.ndarray, request_id: str, correlation_id: int | str
@@ -371,23 +411,11 @@ class Postprocessor(CountedStreams):
                     "stream's text can be wrong; set postprocessing_instance_count to 1. Logged once."
                 )
             return None
-        key = _flag(inputs.get("DETOKENIZER_KEY"), 0)
         seq_index, batch_index = inputs.get("SEQUENCE_INDEX"), inputs.get("BATCH_INDEX")
-        countable = False
-        stream_key: tuple
-        if key is not None and int(key) != 0:
-            if not bool(_flag(inputs.get("STREAM"), 0)):
-                return None
-            stream_key = ("bls", int(key))
-        else:
-            arrived = int(_flag(inputs.get("ARRIVAL_TIME_NS"), 0) or 0)
-            countable = self.ledger is not None and not arrived and seq_index is None and batch_index is None
-            if request_id or arrived or correlation_id:
-                stream_key = ("ens", request_id, correlation_id, arrived)
-            elif countable and self.ledger is not None and self.ledger.lookup("") is not None:
-                stream_key = ("ens", "", 0, 0)  # an empty id is keyed alone only while registered
-            else:
-                return None
+        alone = seq_index is None and batch_index is None
+        stream_key, countable = self._stream_key(inputs, 0, alone, request_id, correlation_id, shared=True)
+        if stream_key is None:
+            return None
         ids, sent = self._sequence_ids(tokens, inputs.get("SEQUENCE_LENGTH"))
         row = _flag(batch_index, 0)
         full_key = (*stream_key, 0 if row is None else int(row), int(_flag(seq_index, 0) or 0), 0)
@@ -402,8 +430,26 @@ class Postprocessor(CountedStreams):
             raise RequestError("TOKEN_OFFSET", str(exc)) from None
         self._pending = (slot, offset + sent, False)  # published by commit() even if decoding fails
         det = shared.load(slot, self._shared_factory())
+        text, ended = self._shared_delta(slot, det, ids, sent, offset == 0 and countable, request_id)
+        if bool(_flag(inputs.get("FLUSH"), 0)):
+            text += det.flush(drop_partial=True)
+            ended = True
+        shared.store(slot, det)
+        self._pending = (slot, offset + sent, ended)
+        return self._one_output(text, ids, t0)
+
+    def _shared_delta(
+        self, slot: int, det: Any, ids: list[int], sent: int, first_counted: bool, request_id: str
+    ) -> tuple[str, bool]:
+        """``(text delta, ended)`` of a shared stream's response: ``ids`` (of the ``sent`` the engine sent)
+        fed to the stream's detokenizer ``det`` (loaded from ``slot``), counted against the request's
+        ``max_tokens`` where the stream has a budget (its first response, ``first_counted``, takes it from
+        the ledger's registration of ``request_id``), as :meth:`_counted` does with one instance: the
+        response that uses it up, or holds no token, emits the held tail and ends the ledger's stream."""
+        shared = self.shared
+        assert shared is not None
         left, ledger_slot, ledger_key = shared.budget(slot)
-        if offset == 0 and countable:
+        if first_counted:
             assert self.ledger is not None
             found = self.ledger.lookup(request_id)
             if found is not None:
@@ -420,18 +466,7 @@ class Postprocessor(CountedStreams):
             shared.set_budget(slot, max(left, 0), ledger_slot, ledger_key)
         elif not ids:
             ended = True  # only a stream's last response carries no token
-        if bool(_flag(inputs.get("FLUSH"), 0)):
-            text += det.flush(drop_partial=True)
-            ended = True
-        shared.store(slot, det)
-        self._pending = (slot, offset + sent, ended)
-        out = np.empty(1, dtype=object)
-        out[0] = text.encode("utf-8")
-        metrics = self.metrics
-        if metrics.enabled:
-            metrics.inc("repo_builder_detokenize_seconds_total", time.perf_counter() - t0)
-            metrics.inc("repo_builder_detokenize_tokens_total", len(ids))
-        return {"OUTPUT": out}
+        return text, ended
 
     def _drop_undecodable(self, ids: list[int]) -> list[int]:
         """``ids`` without those at or past the tokenizer's size, which decode as nothing.

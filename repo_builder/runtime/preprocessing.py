@@ -113,6 +113,52 @@ def _ints(row: np.ndarray, field: str) -> list[int]:
     return [int(v) for v in row.tolist()]
 
 
+def _prompts(query: np.ndarray | None) -> tuple[int, list[str]]:
+    """``(batch, prompts)`` of ``QUERY`` (bytes ``[batch, 1]``; batch = its rows, a 0/1-D tensor is one row).
+
+    Raises:
+        RequestError: ``text_input`` missing, empty, non-UTF-8 or not one string per row.
+    """
+    if query is None or np.asarray(query).size == 0:
+        raise RequestError("text_input", "is missing or empty", "send a non-empty prompt")
+    q = np.asarray(query)
+    batch = int(q.shape[0]) if q.ndim >= 2 else 1
+    prompts = []
+    for row in _rows(q, batch) or []:
+        texts = _strings(row, "text_input")
+        if len(texts) != 1:
+            raise RequestError("text_input", f"must hold one string per batch row, got {len(texts)}")
+        prompts.append(texts[0])
+    return batch, prompts
+
+
+def _max_tokens(out_len_rows: list[np.ndarray] | None) -> list[int]:
+    """Each row's ``REQUEST_OUTPUT_LEN`` (tokens), checked against :data:`.limits.LIMITS`.
+
+    Raises:
+        RequestError: ``max_tokens`` missing, not an integer, not one value per row, or out of range.
+    """
+    if out_len_rows is None:
+        raise RequestError("max_tokens", "is missing", "send max_tokens > 0")
+    max_tokens: list[int] = []
+    for row in out_len_rows:
+        values = _ints(row, "max_tokens")
+        if len(values) != 1:
+            raise RequestError("max_tokens", f"must be one value per batch row, got {len(values)}")
+        max_tokens.append(int(check("max_tokens", values[0])))
+    return max_tokens
+
+
+def _padded(ids_rows: list[list[int]], pad_ids: list[int]) -> np.ndarray:
+    """int32 ``[len(ids_rows), longest]``: each row's ids, right-padded with that row's pad id."""
+    longest = max(len(ids) for ids in ids_rows)
+    padded = np.empty((len(ids_rows), longest), dtype=np.int32)
+    for b, ids in enumerate(ids_rows):
+        padded[b, :] = pad_ids[b]
+        padded[b, : len(ids)] = ids
+    return padded
+
+
 class Preprocessor:
     """Tokenizes requests for the engine.
 
@@ -236,31 +282,45 @@ class Preprocessor:
                 ``pad_id`` or ``embedding_bias_weights`` outside their :data:`.limits.LIMITS` range,
                 prompt too long (B34), malformed ``stop_words``/``bad_words``, mismatched embedding bias.
         """
-        query = inputs.get("QUERY")
-        if query is None or np.asarray(query).size == 0:
-            raise RequestError("text_input", "is missing or empty", "send a non-empty prompt")
-        q = np.asarray(query)
-        batch = int(q.shape[0]) if q.ndim >= 2 else 1
-        prompts = []
-        for row in _rows(q, batch) or []:
-            texts = _strings(row, "text_input")
-            if len(texts) != 1:
-                raise RequestError("text_input", f"must hold one string per batch row, got {len(texts)}")
-            prompts.append(texts[0])
-
-        out_len_rows = _rows(inputs.get("REQUEST_OUTPUT_LEN"), batch)
-        if out_len_rows is None:
-            raise RequestError("max_tokens", "is missing", "send max_tokens > 0")
-        max_tokens: list[int] = []
-        for row in out_len_rows:
-            values = _ints(row, "max_tokens")
-            if len(values) != 1:
-                raise RequestError("max_tokens", f"must be one value per batch row, got {len(values)}")
-            max_tokens.append(int(check("max_tokens", values[0])))
-
+        batch, prompts = _prompts(inputs.get("QUERY"))
+        max_tokens = _max_tokens(_rows(inputs.get("REQUEST_OUTPUT_LEN"), batch))
         end_ids = self._special(_rows(inputs.get("END_ID"), batch), self.end_id, "end_id", batch)
         pad_ids = self._special(_rows(inputs.get("PAD_ID"), batch), self.pad_id, "pad_id", batch)
+        ids_rows = self._encode_prompts(prompts, max_tokens)
+        input_id = _padded(ids_rows, pad_ids)
+        decoder_ids = self._decoder_ids(_rows(inputs.get("DECODER_QUERY"), batch), pad_ids)
+        decoder_input_id = _padded(decoder_ids, pad_ids)
+        stop_words, bad_words, bias = self._word_lists(inputs, batch)
+        extra_ids = self._extra_ids(_rows(inputs.get("PROMPT_TABLE_EXTRA_ID"), batch), input_id)
 
+        keys = self.keys.take(batch)
+        perf_rows = _rows(inputs.get("RETURN_PERF_METRICS"), batch)
+        perf_asked = [bool(r.size and r.reshape(-1)[0]) for r in perf_rows] if perf_rows else [False] * batch
+        perf = self._key_stream(inputs, request_id, requested_outputs, max_tokens, stop_words, keys[0])
+        produced = {
+            "INPUT_ID": input_id,
+            "REQUEST_INPUT_LEN": np.array([[len(ids)] for ids in ids_rows]),
+            "DECODER_INPUT_ID": decoder_input_id,
+            "REQUEST_DECODER_INPUT_LEN": np.array([[len(ids)] for ids in decoder_ids]),
+            "BAD_WORDS_IDS": bad_words,
+            "STOP_WORDS_IDS": stop_words,
+            "EMBEDDING_BIAS": bias,
+            "REQUEST_OUTPUT_LEN": np.array([[m] for m in max_tokens]),
+            "OUT_END_ID": np.array([[e] for e in end_ids]),
+            "OUT_PAD_ID": np.array([[p] for p in pad_ids]),
+            "OUT_PROMPT_TABLE_EXTRA_IDS": extra_ids,
+            "DETOKENIZER_KEY": np.array([[k] for k in keys], dtype=np.uint64),
+            "OUT_RETURN_PERF_METRICS": np.array([[perf or asked] for asked in perf_asked], dtype=bool),
+        }
+        return self._cast_outputs(produced)
+
+    def _encode_prompts(self, prompts: list[str], max_tokens: list[int]) -> list[list[int]]:
+        """Token ids of each row's prompt (one list per batch row), counted in the tokenize metrics.
+
+        Raises:
+            RequestError: a prompt encodes to no tokens (``text_input``), or is too long for
+                ``max_input_len``/``max_seq_len`` with its row's ``max_tokens`` (B34).
+        """
         ids_rows = []
         t_tok = time.perf_counter()
         for b, prompt in enumerate(prompts):
@@ -276,28 +336,37 @@ class Preprocessor:
             metrics.inc("repo_builder_tokenize_seconds_total", time.perf_counter() - t_tok)
             metrics.inc("repo_builder_tokenize_requests_total")
             metrics.inc("repo_builder_prompt_tokens_total", sum(len(ids) for ids in ids_rows))
-        longest = max(len(ids) for ids in ids_rows)
-        input_id = np.empty((batch, longest), dtype=np.int32)
-        for b, ids in enumerate(ids_rows):
-            input_id[b, :] = pad_ids[b]
-            input_id[b, : len(ids)] = ids
+        return ids_rows
 
-        dec_rows = _rows(inputs.get("DECODER_QUERY"), batch)
+    def _decoder_ids(self, dec_rows: list[np.ndarray] | None, pad_ids: list[int]) -> list[list[int]]:
+        """Token ids of each row's ``DECODER_QUERY`` (no input, or one encoding to nothing: ``[pad_id]``).
+
+        Raises:
+            RequestError: a row does not hold exactly one string (``decoder_text_input``).
+        """
         if dec_rows is None:
-            decoder_ids = [[p] for p in pad_ids]
-        else:
-            decoder_ids = []
-            for b, row in enumerate(dec_rows):
-                texts = _strings(row, "decoder_text_input")
-                if len(texts) != 1:
-                    raise RequestError("decoder_text_input", f"must hold one string per batch row, got {len(texts)}")
-                ids = encode_prompt(self.tokenizer, texts[0], add_special_tokens=self.add_special_tokens)
-                decoder_ids.append(ids or [pad_ids[b]])
-        dec_longest = max(len(ids) for ids in decoder_ids)
-        decoder_input_id = np.empty((batch, dec_longest), dtype=np.int32)
-        for b, ids in enumerate(decoder_ids):
-            decoder_input_id[b, :] = pad_ids[b]
-            decoder_input_id[b, : len(ids)] = ids
+            return [[p] for p in pad_ids]
+        decoder_ids = []
+        for b, row in enumerate(dec_rows):
+            texts = _strings(row, "decoder_text_input")
+            if len(texts) != 1:
+                raise RequestError("decoder_text_input", f"must hold one string per batch row, got {len(texts)}")
+            ids = encode_prompt(self.tokenizer, texts[0], add_special_tokens=self.add_special_tokens)
+            decoder_ids.append(ids or [pad_ids[b]])
+        return decoder_ids
+
+    def _word_lists(
+        self, inputs: Mapping[str, np.ndarray | None], batch: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(STOP_WORDS_IDS, BAD_WORDS_IDS, EMBEDDING_BIAS)`` of the request, timed in the word-list metric.
+
+        The word lists are int32 ``[batch, 2, N]`` (the stop list ends with :attr:`stop_token_ids`), the
+        bias fp32 ``[batch, vocab]`` or ``[batch, 0]`` (:meth:`.text.WordEncoder.embedding_bias`).
+
+        Raises:
+            RequestError: malformed ``stop_words``/``bad_words``, ``embedding_bias_weights`` out of range,
+                mismatched embedding bias words and weights.
+        """
 
         def word_rows(name: str) -> list[list[str]] | None:
             rows = _rows(inputs.get(name), batch)
@@ -324,23 +393,38 @@ class Preprocessor:
         if weights is None and bias_words is not None and all(w == "" for r in bias_words for w in r):
             bias_words = None  # only "" placeholders: no bias asked for
         bias = self.words.embedding_bias(bias_words, weights, batch)
-        metrics.inc("repo_builder_word_list_seconds_total", time.perf_counter() - t_words)
+        self.metrics.inc("repo_builder_word_list_seconds_total", time.perf_counter() - t_words)
+        return stop_words, bad_words, bias
 
-        extra_rows = _rows(inputs.get("PROMPT_TABLE_EXTRA_ID"), batch)
-        extra_ids = np.zeros((batch, longest), dtype=np.uint64)
+    def _extra_ids(self, extra_rows: list[np.ndarray] | None, input_id: np.ndarray) -> np.ndarray:
+        """``OUT_PROMPT_TABLE_EXTRA_IDS``: uint64 shaped like ``input_id`` (int32 ``[batch, L]``), each row's
+        ``prompt_table_extra_id`` where its token id is a prompt-table id (>= the tokenizer's vocabulary
+        size), else 0 (also everywhere when the input is absent or a row empty)."""
+        extra_ids = np.zeros(input_id.shape, dtype=np.uint64)
         if extra_rows is not None:
             vocab = len(self.tokenizer)
             for b, row in enumerate(extra_rows):
                 extra = _ints(row, "prompt_table_extra_id")
                 if extra:
                     extra_ids[b, input_id[b] >= vocab] = extra[0]
+        return extra_ids
 
-        keys = self.keys.take(batch)
-        perf_rows = _rows(inputs.get("RETURN_PERF_METRICS"), batch)
-        perf_asked = [bool(r.size and r.reshape(-1)[0]) for r in perf_rows] if perf_rows else [False] * batch
+    def _key_stream(
+        self,
+        inputs: Mapping[str, np.ndarray | None],
+        request_id: str | None,
+        requested_outputs: Collection[str] | None,
+        max_tokens: list[int],
+        stop_words: np.ndarray,
+        key: int,
+    ) -> bool:
+        """Set :attr:`response_parameters` for the request whose first ``DETOKENIZER_KEY`` is ``key``, and
+        return True when the engine must return perf metrics for postprocessing to key this ensemble stream
+        (:meth:`EnsembleStreamKeys.perf_metrics_needed`; only on an ensemble step, see :meth:`process`)."""
         self.response_parameters = {}
         perf = False
         if self.keys_ensemble_streams and is_ensemble_step(requested_outputs):
+            batch = len(max_tokens)
             budget: int | None = max_tokens[0] if batch == 1 else None
             if budget is not None and self._one_response(inputs.get("STREAM")):
                 budget = 1  # the engine's only response ends it, however many tokens it holds
@@ -348,22 +432,15 @@ class Preprocessor:
             perf = self.stream_keys.perf_metrics_needed(request_id, budget, stops)
         if self.stream_keys.response_parameters:
             # a string: no integer range to respect (python_backend sends parameters as JSON)
-            self.response_parameters = {"sequence_id": f"rb-{keys[0]:016x}"}
-        produced = {
-            "INPUT_ID": input_id,
-            "REQUEST_INPUT_LEN": np.array([[len(ids)] for ids in ids_rows]),
-            "DECODER_INPUT_ID": decoder_input_id,
-            "REQUEST_DECODER_INPUT_LEN": np.array([[len(ids)] for ids in decoder_ids]),
-            "BAD_WORDS_IDS": bad_words,
-            "STOP_WORDS_IDS": stop_words,
-            "EMBEDDING_BIAS": bias,
-            "REQUEST_OUTPUT_LEN": np.array([[m] for m in max_tokens]),
-            "OUT_END_ID": np.array([[e] for e in end_ids]),
-            "OUT_PAD_ID": np.array([[p] for p in pad_ids]),
-            "OUT_PROMPT_TABLE_EXTRA_IDS": extra_ids,
-            "DETOKENIZER_KEY": np.array([[k] for k in keys], dtype=np.uint64),
-            "OUT_RETURN_PERF_METRICS": np.array([[perf or asked] for asked in perf_asked], dtype=bool),
-        }
+            self.response_parameters = {"sequence_id": f"rb-{key:016x}"}
+        return perf
+
+    def _cast_outputs(self, produced: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The outputs the model config declares, each cast to its config dtype.
+
+        Raises:
+            RequestError: the config declares an output missing from ``produced`` (``model``).
+        """
         outputs = {}
         for name, dtype in self.out_dtypes.items():
             if name not in produced:
