@@ -37,7 +37,7 @@ from typing import Any
 
 from ..server.binary import OPT_TRITONSERVER
 from ..server.command import launch_argv, llmapi_launch_argvs, rank_argv
-from ..server.options import DEFAULTS, server_exit_timeout
+from ..server.options import DEFAULTS, PORT_MAX, PORT_MIN, server_exit_timeout
 from .facts import DeployError, DeploymentFacts, check_name, check_stop_timeouts
 
 #: LeaderWorkerSet label keys (kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go).
@@ -279,7 +279,7 @@ def _check(facts: DeploymentFacts, opts: KubernetesOptions) -> int:
     gpus = facts.rank_layout(opts.nodes, opts.gpus_per_node)
     if opts.openai_port is not None:
         taken = {facts.http_port, facts.grpc_port, facts.metrics_port}
-        if opts.openai_port in taken or not 1 <= opts.openai_port <= 65535:
+        if opts.openai_port in taken or not PORT_MIN <= opts.openai_port <= PORT_MAX:
             raise DeployError(
                 f"--openai-port {opts.openai_port} is not a free port number (Triton uses "
                 f"{', '.join(map(str, sorted(taken)))})",

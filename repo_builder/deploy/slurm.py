@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from ..server.binary import OPT_TRITONSERVER, TritonBinary
 from ..server.command import llmapi_launch_argvs, rank_argv
-from ..server.options import DEFAULTS, server_exit_timeout
+from ..server.options import DEFAULTS, PORT_MAX, PORT_MIN, server_exit_timeout
 from .facts import DeployError, DeploymentFacts, check_name, check_stop_timeouts
 
 _JOBID = "@SLURM_JOB_ID@"
@@ -126,7 +126,7 @@ def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
         "--metrics-port": opts.metrics_port or facts.metrics_port,
     }
     for flag, port in ports.items():
-        if not 1 <= port <= 65535:
+        if not PORT_MIN <= port <= PORT_MAX:
             raise DeployError(f"{flag} {port} is not a port number", key=flag)
     if len(set(ports.values())) != len(ports):
         raise DeployError(f"two endpoints share a port: {ports}", key="--http-port")
