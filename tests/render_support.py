@@ -40,3 +40,27 @@ def write_configs(root: Path, configs: dict[str, str]) -> Path:
             (root / model / "1").mkdir(parents=True, exist_ok=True)
             (root / model / "config.pbtxt").write_text(configs[model])
     return root
+
+
+def render_multimodal_two_images(checkpoint: Path, folder: Path) -> Path:
+    """``folder/repo``: the layout multimodal rendered from ``checkpoint`` (a tiny LLaVA or Qwen2-VL) with
+    ``multimodal_max_num_images`` 2, every other value from the checkpoint."""
+    from repo_builder.render import RenderOptions
+    from repo_builder.render.multimodal import render_multimodal_repository
+
+    out = folder / "repo"
+    render_multimodal_repository(checkpoint, out, RenderOptions(user_values={"multimodal_max_num_images": "2"}))
+    return out
+
+
+def multimodal_runtime(repo: Path) -> tuple[Any, Any, Any]:
+    """The rendered multimodal ``repo``'s three served pieces, in-process: (``MultimodalText`` of preprocessing,
+    ``VisionEncoder`` and ``PromptTableEngine`` of the engine folder ``tensorrt_llm/1/engine``)."""
+    from repo_builder.runtime.multimodal import MultimodalText, PromptTableEngine, VisionEncoder
+
+    engine_dir = repo / "tensorrt_llm" / "1" / "engine"
+    return (
+        MultimodalText(repo / "preprocessing" / "1" / "multimodal"),
+        VisionEncoder(engine_dir),
+        PromptTableEngine(engine_dir),
+    )

@@ -12,6 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
+from render_support import multimodal_runtime, render_multimodal_two_images
 from typer.testing import CliRunner
 
 from repo_builder.cli import app
@@ -37,21 +38,12 @@ def data_uri(fmt: str = "PNG", seed: int = 0, size: tuple[int, int] = (60, 40)) 
 
 @pytest.fixture(scope="module")
 def repo(tiny_llava, tmp_path_factory):
-    out = tmp_path_factory.mktemp("mm") / "repo"
-    render_multimodal_repository(tiny_llava, out, RenderOptions(user_values={"multimodal_max_num_images": "2"}))
-    return out
+    return render_multimodal_two_images(tiny_llava, tmp_path_factory.mktemp("mm"))
 
 
 @pytest.fixture(scope="module")
 def runtime(repo):
-    from repo_builder.runtime.multimodal import MultimodalText, PromptTableEngine, VisionEncoder
-
-    engine_dir = repo / "tensorrt_llm" / "1" / "engine"
-    return (
-        MultimodalText(repo / "preprocessing" / "1" / "multimodal"),
-        VisionEncoder(engine_dir),
-        PromptTableEngine(engine_dir),
-    )
+    return multimodal_runtime(repo)
 
 
 def test_facts_come_from_the_checkpoint(tiny_llava):
