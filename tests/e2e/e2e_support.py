@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import queue
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -158,6 +160,14 @@ def openai_front_end(repo: Path, grpc_url: str, *options: str, log_dir: Path | N
         yield base
 
 
+@contextmanager
+def served_openai_front_end(server, log_dir: Path) -> Iterator[str]:
+    """:func:`openai_front_end` with no options in front of ``server`` (a running tritonserver of the
+    ``serve`` fixtures) on the repository it serves, logging into ``log_dir``: yields its base URL."""
+    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=log_dir) as base:
+        yield base
+
+
 def greedy_reference(
     checkpoint: Path, prompts: Sequence[tuple[list[int], int]], *, eos_token_id: int, pad_token_id: int, threads: int
 ) -> list[list[int]]:
@@ -217,3 +227,44 @@ def render_llms(out: Path, models: dict[str, str], *options: str) -> Path:
     got = run_cli("render", *options, *args, "--output", str(out), timeout=300)
     assert got.returncode == 0, got.stderr
     return out
+
+
+def random_pixels(seed: int, size: tuple[int, int] = (60, 40)) -> np.ndarray:
+    """A random RGB test image of ``size`` (width, height): uint8 ``[height, width, 3]``, the same for a seed."""
+    return (np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8)
+
+
+def image_data_uri(array: np.ndarray, fmt: str = "PNG") -> str:
+    """``array`` (uint8 ``[H, W, 3]``) encoded as a ``fmt`` image (PIL's format name) in a base64 data URI."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, fmt)
+    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def llava_reference(checkpoint: Path, max_tokens: int) -> Callable[[str, np.ndarray | None], str]:
+    """``reference(text, image | None) -> text``: transformers' greedy ``generate()`` on the LLaVA ``checkpoint``
+    (at most ``max_tokens`` new tokens), ``<image>`` (id 32000) expanded to the 16 image tokens as LLaVA's
+    processor does, ``image`` (uint8 ``[H, W, 3]``) given as ``pixel_values``, decoded with the checkpoint's
+    tokenizer without special tokens. Needs torch, transformers and PIL (callers skip without them)."""
+    import torch
+    from PIL import Image
+    from transformers import AutoImageProcessor, AutoTokenizer, LlavaForConditionalGeneration
+
+    model = LlavaForConditionalGeneration.from_pretrained(checkpoint).eval()
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    images = AutoImageProcessor.from_pretrained(checkpoint)
+
+    def run(text: str, image: np.ndarray | None) -> str:
+        ids: list[int] = []
+        for i in tok(text)["input_ids"]:
+            ids += [i] * 16 if i == 32000 else [i]
+        kwargs: dict[str, Any] = {}
+        if image is not None:
+            kwargs["pixel_values"] = images(images=Image.fromarray(image), return_tensors="pt")["pixel_values"]
+        with torch.inference_mode():
+            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False, **kwargs)
+        return str(tok.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True))
+
+    return run
