@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_support import http_infer
+from e2e_support import http_infer, served_openai_front_end
 
 pytestmark = pytest.mark.server
 
@@ -146,10 +146,7 @@ def wav_file(samples: np.ndarray, rate: int = RATE, channels: int = 1) -> bytes:
 
 @pytest.fixture(scope="module")
 def front_end(server, tmp_path_factory):
-    from e2e_support import openai_front_end
-
-    logs = tmp_path_factory.mktemp("front")
-    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
+    with served_openai_front_end(server, tmp_path_factory.mktemp("front")) as base:
         yield base
 
 
