@@ -1,9 +1,14 @@
-"""Helpers for the render/template/validate tests: template variables without an engine, a rendered repo on disk."""
+"""Helpers for the render/template/validate tests: template variables without an engine, a rendered repo on disk,
+the multimodal renders and their in-process runtime, random test images."""
 
 from __future__ import annotations
 
+import base64
+import io
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from repo_builder.profile.contract import MODEL_NAMES
 from repo_builder.profile.schema import load_schema
@@ -64,3 +69,17 @@ def multimodal_runtime(repo: Path) -> tuple[Any, Any, Any]:
         VisionEncoder(engine_dir),
         PromptTableEngine(engine_dir),
     )
+
+
+def random_pixels(seed: int, size: tuple[int, int] = (60, 40)) -> np.ndarray:
+    """A random RGB test image of ``size`` (width, height): uint8 ``[height, width, 3]``, the same for a seed."""
+    return (np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8)
+
+
+def image_data_uri(array: np.ndarray, fmt: str = "PNG") -> str:
+    """``array`` (uint8 ``[H, W, 3]``) encoded as a ``fmt`` image (PIL's format name) in a base64 data URI."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, fmt)
+    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()

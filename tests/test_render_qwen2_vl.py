@@ -11,7 +11,7 @@ import shutil
 
 import numpy as np
 import pytest
-from render_support import multimodal_runtime, render_multimodal_two_images
+from render_support import multimodal_runtime, random_pixels, render_multimodal_two_images
 
 from repo_builder.errors import EngineError, TokenizerError
 from repo_builder.render.multimodal import multimodal_facts, render_multimodal_repository
@@ -26,7 +26,7 @@ PROMPT = "<|im_start|>user\nDescribe the image.<|im_end|>\n<|im_start|>assistant
 def image(seed: int, size: tuple[int, int] = (80, 60)):
     from PIL import Image
 
-    return Image.fromarray((np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8))
+    return Image.fromarray(random_pixels(seed, size))
 
 
 @pytest.fixture(scope="module")

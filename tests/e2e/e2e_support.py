@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import queue
 import subprocess
@@ -18,6 +16,7 @@ from typing import IO, Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 from cli_support import cli_argv, run_cli
+from render_support import image_data_uri, random_pixels  # noqa: F401  (re-exported for the e2e tests)
 
 
 def _http_post(url: str, payload: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
@@ -227,20 +226,6 @@ def render_llms(out: Path, models: dict[str, str], *options: str) -> Path:
     got = run_cli("render", *options, *args, "--output", str(out), timeout=300)
     assert got.returncode == 0, got.stderr
     return out
-
-
-def random_pixels(seed: int, size: tuple[int, int] = (60, 40)) -> np.ndarray:
-    """A random RGB test image of ``size`` (width, height): uint8 ``[height, width, 3]``, the same for a seed."""
-    return (np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8)
-
-
-def image_data_uri(array: np.ndarray, fmt: str = "PNG") -> str:
-    """``array`` (uint8 ``[H, W, 3]``) encoded as a ``fmt`` image (PIL's format name) in a base64 data URI."""
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, fmt)
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 def llava_reference(checkpoint: Path, max_tokens: int) -> Callable[[str, np.ndarray | None], str]:
