@@ -159,14 +159,6 @@ def openai_front_end(repo: Path, grpc_url: str, *options: str, log_dir: Path | N
         yield base
 
 
-@contextmanager
-def served_openai_front_end(server, log_dir: Path) -> Iterator[str]:
-    """:func:`openai_front_end` with no options in front of ``server`` (a running tritonserver of the
-    ``serve`` fixtures) on the repository it serves, logging into ``log_dir``: yields its base URL."""
-    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=log_dir) as base:
-        yield base
-
-
 def greedy_reference(
     checkpoint: Path, prompts: Sequence[tuple[list[int], int]], *, eos_token_id: int, pad_token_id: int, threads: int
 ) -> list[list[int]]:

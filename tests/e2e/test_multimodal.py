@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_support import http_infer, llava_reference, served_openai_front_end
+from e2e_support import http_infer, llava_reference
 from e2e_support import image_data_uri as data_uri
 from e2e_support import random_pixels as pixels
 
@@ -131,16 +131,10 @@ def test_bad_images_fail_alone_naming_the_field(server, inputs, words):
 # ------------------------------------------------------------------ OpenAI front end: /v1/chat/completions
 
 
-@pytest.fixture(scope="module")
-def front_end(server, tmp_path_factory):
-    with served_openai_front_end(server, tmp_path_factory.mktemp("front")) as base:
-        yield base
-
-
-def test_openai_chat_with_an_image_equals_transformers_generate(front_end, reference):
+def test_openai_chat_with_an_image_equals_transformers_generate(served_openai, reference):
     import openai
 
-    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    client = openai.OpenAI(base_url=f"{served_openai}/v1", api_key="none", max_retries=0)
     image = pixels(3)
     content = [
         {"type": "image_url", "image_url": {"url": data_uri(image)}},

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from e2e_support import image_data_uri as data_uri
-from e2e_support import llava_reference, served_openai_front_end
+from e2e_support import llava_reference
 from e2e_support import random_pixels as pixels
 
 pytestmark = pytest.mark.server
@@ -67,16 +67,10 @@ def test_a_grpc_stream_sends_the_text_so_far_per_token_ending_with_the_full_text
     assert all(b.startswith(a.rstrip("\ufffd")) for a, b in zip(texts, texts[1:], strict=False))
 
 
-@pytest.fixture(scope="module")
-def front_end(server, tmp_path_factory):
-    with served_openai_front_end(server, tmp_path_factory.mktemp("front")) as base:
-        yield base
-
-
-def test_openai_stream_true_deltas_add_up_to_the_non_streamed_text(front_end, reference):
+def test_openai_stream_true_deltas_add_up_to_the_non_streamed_text(served_openai, reference):
     import openai
 
-    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    client = openai.OpenAI(base_url=f"{served_openai}/v1", api_key="none", max_retries=0)
     image = pixels(1)
     content = [
         {"type": "image_url", "image_url": {"url": data_uri(image)}},
