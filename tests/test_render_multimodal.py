@@ -6,12 +6,12 @@ equal transformers' own ``generate(pixel_values=...)``; bad images refused namin
 from __future__ import annotations
 
 import base64
-import io
 import json
 import shutil
 
 import numpy as np
 import pytest
+from render_support import image_data_uri, multimodal_runtime, random_pixels, render_multimodal_two_images
 from typer.testing import CliRunner
 
 from repo_builder.cli import app
@@ -27,31 +27,17 @@ MODELS = ("ensemble", "preprocessing", "multimodal_encoders", "tensorrt_llm", "p
 
 
 def data_uri(fmt: str = "PNG", seed: int = 0, size: tuple[int, int] = (60, 40)) -> str:
-    from PIL import Image
-
-    pixels = (np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, fmt)
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
+    return image_data_uri(random_pixels(seed, size), fmt)
 
 
 @pytest.fixture(scope="module")
 def repo(tiny_llava, tmp_path_factory):
-    out = tmp_path_factory.mktemp("mm") / "repo"
-    render_multimodal_repository(tiny_llava, out, RenderOptions(user_values={"multimodal_max_num_images": "2"}))
-    return out
+    return render_multimodal_two_images(tiny_llava, tmp_path_factory.mktemp("mm"))
 
 
 @pytest.fixture(scope="module")
 def runtime(repo):
-    from repo_builder.runtime.multimodal import MultimodalText, PromptTableEngine, VisionEncoder
-
-    engine_dir = repo / "tensorrt_llm" / "1" / "engine"
-    return (
-        MultimodalText(repo / "preprocessing" / "1" / "multimodal"),
-        VisionEncoder(engine_dir),
-        PromptTableEngine(engine_dir),
-    )
+    return multimodal_runtime(repo)
 
 
 def test_facts_come_from_the_checkpoint(tiny_llava):

@@ -11,9 +11,9 @@ import shutil
 
 import numpy as np
 import pytest
+from render_support import multimodal_runtime, random_pixels, render_multimodal_two_images
 
 from repo_builder.errors import EngineError, TokenizerError
-from repo_builder.render import RenderOptions
 from repo_builder.render.multimodal import multimodal_facts, render_multimodal_repository
 from repo_builder.repository.lockfile import read_lock
 from repo_builder.repository.pbtxt import parse_model_config, string_parameters
@@ -26,26 +26,17 @@ PROMPT = "<|im_start|>user\nDescribe the image.<|im_end|>\n<|im_start|>assistant
 def image(seed: int, size: tuple[int, int] = (80, 60)):
     from PIL import Image
 
-    return Image.fromarray((np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8))
+    return Image.fromarray(random_pixels(seed, size))
 
 
 @pytest.fixture(scope="module")
 def repo(tiny_qwen2_vl, tmp_path_factory):
-    out = tmp_path_factory.mktemp("qwen") / "repo"
-    render_multimodal_repository(tiny_qwen2_vl, out, RenderOptions(user_values={"multimodal_max_num_images": "2"}))
-    return out
+    return render_multimodal_two_images(tiny_qwen2_vl, tmp_path_factory.mktemp("qwen"))
 
 
 @pytest.fixture(scope="module")
 def runtime(repo):
-    from repo_builder.runtime.multimodal import MultimodalText, PromptTableEngine, VisionEncoder
-
-    engine_dir = repo / "tensorrt_llm" / "1" / "engine"
-    return (
-        MultimodalText(repo / "preprocessing" / "1" / "multimodal"),
-        VisionEncoder(engine_dir),
-        PromptTableEngine(engine_dir),
-    )
+    return multimodal_runtime(repo)
 
 
 def test_facts_come_from_the_checkpoint_not_qwen2_vl_7b(tiny_qwen2_vl):

@@ -20,6 +20,7 @@ from repo_builder.runtime.engine_request import EngineLimits, ModelIO
 from repo_builder.runtime.engine_request import RequestError as EngineRequestError
 from repo_builder.runtime.engine_request import parse_request as engine_parse
 from repo_builder.runtime.limits import LIMITS, check
+from repo_builder.runtime.numeric_ranges import INT32_MAX
 from repo_builder.runtime.postprocessing import Postprocessor
 from repo_builder.runtime.preprocessing import Preprocessor
 from repo_builder.runtime.triton_io import RequestError
@@ -164,7 +165,7 @@ def test_postprocessing_drops_ids_past_the_tokenizer_and_logs_once(post):
     logged: list[str] = []
     post.log = logged.append
     expected = post.decode([1, 415, 3])
-    for bad in (32000, 32063, 2**31 - 1):
+    for bad in (32000, 32063, INT32_MAX):
         out = post.process(
             {"TOKENS_BATCH": np.array([[[1, bad, 415, 3]]], np.int32), "SEQUENCE_LENGTH": np.array([[4]], np.int32)}
         )

@@ -6,7 +6,7 @@ and tokenizer paths) comes from the repository's lock file, so it cannot disagre
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,20 @@ import typer
 
 from ..cli import app, report_errors
 from ..cli_options import REQUIRED, command, forward, option
+from ..deploy.options import KubernetesOptions, SlurmOptions
 from ..server.options import DEFAULTS, LAUNCH_OPTIONS
 
 _STOP_HELP = " Passed on as launch passes it: tritonserver gets --exit-timeout-secs = --exit-timeout + --unload-timeout"
+
+
+def _defaults(options: type) -> dict[str, Any]:
+    """{field: default} of the dataclass ``options`` (a generator's options class of repo_builder/deploy/options.py,
+    the one home of each default), for the fields that have one: the command's option takes its default from it."""
+    return {f.name: f.default for f in fields(options) if f.default is not MISSING}
+
+
+_K8S = _defaults(KubernetesOptions)
+_SLURM = _defaults(SlurmOptions)
 
 
 def _launch(name: str, help: str | None = None) -> Any:
@@ -71,34 +82,36 @@ class KubernetesArgs:
         "--image",
         help="Container image with tritonserver, e.g. nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3.",
     )
-    nodes: int = option(1, "--nodes", help="Nodes (pods) one replica spans; > 1 gives a LeaderWorkerSet.")
+    nodes: int = option(_K8S["nodes"], "--nodes", help="Nodes (pods) one replica spans; > 1 gives a LeaderWorkerSet.")
     gpus_per_node: int | None = option(
-        None,
+        _K8S["gpus_per_node"],
         "--gpus-per-node",
         help="GPUs (ranks) per node. Default: world size / nodes. nodes x GPUs must equal the world size.",
     )
-    namespace: str | None = option(None, "--namespace", "-n", help="metadata.namespace of every object.")
+    namespace: str | None = option(_K8S["namespace"], "--namespace", "-n", help="metadata.namespace of every object.")
     name: str | None = option(None, "--name", help="Base name of the objects. Default: the repository folder's name.")
     pvc: str | None = option(
-        None, "--pvc", help="PersistentVolumeClaim holding the repository (mounted read-only at the serve path)."
+        _K8S["pvc"], "--pvc", help="PersistentVolumeClaim holding the repository (mounted read-only at the serve path)."
     )
-    baked: bool = option(False, "--baked", help="The repository is baked into the image at the serve path.")
+    baked: bool = option(_K8S["baked"], "--baked", help="The repository is baked into the image at the serve path.")
     openai_port: int | None = option(
-        None,
+        _K8S["openai_port"],
         "--openai-port",
         help="Add the OpenAI-compatible front end (`repo-builder openai`) as a sidecar on this port.",
     )
     openai_image: str | None = option(
-        None, "--openai-image", help="Image of the OpenAI sidecar (needs repo-builder). Default: --image."
+        _K8S["openai_image"],
+        "--openai-image",
+        help="Image of the OpenAI sidecar (needs repo-builder). Default: --image.",
     )
-    replicas: int = option(1, "--replicas", help="Model replicas (Deployment replicas / LWS groups).")
+    replicas: int = option(_K8S["replicas"], "--replicas", help="Model replicas (Deployment replicas / LWS groups).")
     shm_size: str | None = option(
-        None,
+        _K8S["shm_size"],
         "--shm-size",
         help="Override the /dev/shm size limit (e.g. 4Gi). Default: what the pod's ranks' Python models need.",
     )
     startup_seconds: int = option(
-        1800,
+        _K8S["startup_seconds"],
         "--startup-seconds",
         help="Time the startup probe allows for loading (and, multi-node, for the workers to start).",
     )
@@ -123,7 +136,7 @@ class KubernetesArgs:
 def kubernetes(args: KubernetesArgs) -> None:
     """Kubernetes manifests: Deployment + Service (one node) or LeaderWorkerSet + RBAC + Service (several)."""
     from ..deploy.facts import default_name, read_facts
-    from ..deploy.kubernetes import KubernetesOptions, dump, file_names, manifests
+    from ..deploy.kubernetes import dump, file_names, manifests
 
     facts = read_facts(args.repo)
     opts = forward(
@@ -167,18 +180,18 @@ class SlurmArgs:
     repo: Path = _repo()
     nodes: int = option(REQUIRED, "--nodes", help="Nodes of the allocation.")
     gpus_per_node: int | None = option(
-        None,
+        _SLURM["gpus_per_node"],
         "--gpus-per-node",
         help="GPUs (= tasks = ranks) per node. Default: world size / nodes. nodes x GPUs must equal the world size.",
     )
     name: str | None = option(None, "--name", help="Job name. Default: the repository folder's name.")
-    gres: bool = option(True, "--gres/--no-gres", help="Request the GPUs (#SBATCH --gpus-per-node).")
-    mpi: str = option("pmix", "--mpi", help="srun --mpi plugin (pmix; none for world size 1 without MPI).")
-    partition: str | None = option(None, "--partition", help="#SBATCH --partition.")
-    time: str | None = option(None, "--time", help="#SBATCH --time (e.g. 04:00:00).")
-    account: str | None = option(None, "--account", help="#SBATCH --account.")
+    gres: bool = option(_SLURM["gres"], "--gres/--no-gres", help="Request the GPUs (#SBATCH --gpus-per-node).")
+    mpi: str = option(_SLURM["mpi"], "--mpi", help="srun --mpi plugin (pmix; none for world size 1 without MPI).")
+    partition: str | None = option(_SLURM["partition"], "--partition", help="#SBATCH --partition.")
+    time: str | None = option(_SLURM["time"], "--time", help="#SBATCH --time (e.g. 04:00:00).")
+    account: str | None = option(_SLURM["account"], "--account", help="#SBATCH --account.")
     container_image: str | None = option(
-        None,
+        _SLURM["container_image"],
         "--container-image",
         help="Run the ranks in this image (pyxis: srun --container-image; the repository is mounted).",
     )
@@ -189,12 +202,16 @@ class SlurmArgs:
         "here; a nvidia-pytriton binary brings its environment). Default: "
         "/opt/tritonserver/bin/tritonserver, unchecked.",
     )
-    http_port: int | None = option(None, "--http-port", help=f"Rank 0's HTTP port (default {DEFAULTS['http_port']}).")
-    grpc_port: int | None = option(None, "--grpc-port", help=f"Rank 0's gRPC port (default {DEFAULTS['grpc_port']}).")
-    metrics_port: int | None = option(
-        None, "--metrics-port", help=f"Rank 0's metrics port (default {DEFAULTS['metrics_port']})."
+    http_port: int | None = option(
+        _SLURM["http_port"], "--http-port", help=f"Rank 0's HTTP port (default {DEFAULTS['http_port']})."
     )
-    ready_timeout: int = option(1800, "--ready-timeout", help="Seconds the job waits for readiness.")
+    grpc_port: int | None = option(
+        _SLURM["grpc_port"], "--grpc-port", help=f"Rank 0's gRPC port (default {DEFAULTS['grpc_port']})."
+    )
+    metrics_port: int | None = option(
+        _SLURM["metrics_port"], "--metrics-port", help=f"Rank 0's metrics port (default {DEFAULTS['metrics_port']})."
+    )
+    ready_timeout: int = option(_SLURM["ready_timeout"], "--ready-timeout", help="Seconds the job waits for readiness.")
     output: Path | None = option(
         None, "--output", "-o", help="Write the script to this file (mode 755) instead of stdout."
     )
@@ -209,7 +226,7 @@ class SlurmArgs:
 def slurm(args: SlurmArgs) -> None:
     """An sbatch script: one srun task per GPU (--multi-prog ranks, MPI via PMIx), readiness wait, clean stop."""
     from ..deploy.facts import default_name, read_facts
-    from ..deploy.slurm import SlurmOptions, script
+    from ..deploy.slurm import script
 
     binary = None
     if args.tritonserver:

@@ -14,7 +14,7 @@ import typer
 from ..cli import app, report_errors
 from ..cli_options import REQUIRED, command, forward, option
 from ..openai import API_KEY_ENV
-from ..server.options import DEFAULTS
+from ..server.options import DEFAULTS, PORT_MAX, PORT_MIN
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +31,9 @@ class OpenAIArgs:
     grpc_url: str = option(
         f"localhost:{DEFAULTS['grpc_port']}", "--grpc-url", help="Triton's gRPC endpoint, HOST:PORT."
     )
-    port: int = option(9000, "--port", ge=1, le=65535, show_range=True, help="Port of the OpenAI-compatible HTTP API.")
+    port: int = option(
+        9000, "--port", ge=PORT_MIN, le=PORT_MAX, show_range=True, help="Port of the OpenAI-compatible HTTP API."
+    )
     host: str = option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 = every interface).")
     served_model_name: str | None = option(
         None,

@@ -32,13 +32,13 @@ the server image) must have repo-builder installed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from ..server.binary import OPT_TRITONSERVER
 from ..server.command import launch_argv, llmapi_launch_argvs, rank_argv
-from ..server.options import DEFAULTS, server_exit_timeout
+from ..server.options import PORT_MAX, PORT_MIN, server_exit_timeout
 from .facts import DeployError, DeploymentFacts, check_name, check_stop_timeouts
+from .options import KubernetesOptions  # noqa: F401  (re-exported: moved from this module)
 
 #: LeaderWorkerSet label keys (kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go).
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -49,49 +49,6 @@ LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 RSH_AGENT = "/tmp/repo-builder-kubexec.sh"
 HOSTFILE = "/tmp/repo-builder-hostfile"
 MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class KubernetesOptions:
-    """``repo-builder deploy kubernetes`` options.
-
-    Attributes:
-        image: container image holding tritonserver (and the repository when ``baked``).
-        nodes: pods (= nodes) one model replica spans; > 1 gives a LeaderWorkerSet.
-        gpus_per_node: GPUs (= ranks) per pod; default world size / nodes.
-        namespace: ``metadata.namespace`` of every object (None: the kubectl context's).
-        name: base name of every object (DNS-1123, at most 40 characters).
-        pvc: PersistentVolumeClaim holding the repository (mounted read-only at the serve path).
-        baked: the repository is inside the image at the serve path.
-        openai_port: also serve repo-builder's OpenAI-compatible front end on this port (sidecar of rank 0).
-        openai_image: the sidecar's image (default ``image``).
-        replicas: model replicas (Deployment replicas or LeaderWorkerSet groups).
-        shm_size: ``/dev/shm`` size limit override (a Kubernetes quantity, e.g. ``4Gi``).
-        startup_seconds: how long the startup probe allows for loading the engine (and for the workers).
-        service_monitor: also a prometheus-operator ``ServiceMonitor`` scraping the Service's metrics port every
-            this interval (e.g. ``15s``; :func:`.monitoring.service_monitor`), or None.
-        exit_timeout, unload_timeout: seconds a stop gives in-flight requests, then the models' unloads
-            (``launch``'s options of those names): tritonserver gets ``--exit-timeout-secs`` = their sum and the
-            pods a ``terminationGracePeriodSeconds`` of at least that plus :data:`STOP_GRACE_S`.
-        histogram_latencies: rank 0 exports Triton's latency distributions (``launch --histogram-latencies``).
-    """
-
-    image: str
-    name: str
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    namespace: str | None = None
-    pvc: str | None = None
-    baked: bool = False
-    openai_port: int | None = None
-    openai_image: str | None = None
-    replicas: int = 1
-    shm_size: str | None = None
-    startup_seconds: int = 1800
-    service_monitor: str | None = None
-    exit_timeout: int = DEFAULTS["exit_timeout"]
-    unload_timeout: float = DEFAULTS["unload_timeout"]
-    histogram_latencies: bool = DEFAULTS["histogram_latencies"]
 
 
 #: seconds a pod's ``terminationGracePeriodSeconds`` adds to tritonserver's ``--exit-timeout-secs`` (the
@@ -279,7 +236,7 @@ def _check(facts: DeploymentFacts, opts: KubernetesOptions) -> int:
     gpus = facts.rank_layout(opts.nodes, opts.gpus_per_node)
     if opts.openai_port is not None:
         taken = {facts.http_port, facts.grpc_port, facts.metrics_port}
-        if opts.openai_port in taken or not 1 <= opts.openai_port <= 65535:
+        if opts.openai_port in taken or not PORT_MIN <= opts.openai_port <= PORT_MAX:
             raise DeployError(
                 f"--openai-port {opts.openai_port} is not a free port number (Triton uses "
                 f"{', '.join(map(str, sorted(taken)))})",

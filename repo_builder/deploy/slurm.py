@@ -29,55 +29,14 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 
 from ..server.binary import OPT_TRITONSERVER, TritonBinary
 from ..server.command import llmapi_launch_argvs, rank_argv
-from ..server.options import DEFAULTS, server_exit_timeout
+from ..server.options import PORT_MAX, PORT_MIN, server_exit_timeout
 from .facts import DeployError, DeploymentFacts, check_name, check_stop_timeouts
+from .options import SlurmOptions  # noqa: F401  (re-exported: moved from this module)
 
 _JOBID = "@SLURM_JOB_ID@"
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """``repo-builder deploy slurm`` options.
-
-    Attributes:
-        name: job name.
-        nodes, gpus_per_node: allocation shape; nodes x gpus_per_node must equal the world size.
-        gres: request the GPUs with ``#SBATCH --gpus-per-node`` (off for clusters without GPU GRES).
-        mpi: ``srun --mpi`` plugin (``pmix``; ``none`` for a world size of 1 without MPI).
-        partition, time, account: ``#SBATCH`` lines when given.
-        container_image: run the ranks in this image through pyxis (``srun --container-image``, repository
-            mounted at its serve path).
-        binary: tritonserver to run (default NVIDIA's container path, as is) with the environment it needs.
-        http_port, grpc_port, metrics_port: rank 0's endpoints (None: the lock file defaults).
-        ready_timeout: seconds the script waits for readiness before giving up (and cancelling).
-        exit_timeout, unload_timeout: seconds a stop gives in-flight requests, then the models' unloads
-            (``launch``'s options of those names): tritonserver gets ``--exit-timeout-secs`` = their sum, and the
-            stop signal comes that long plus :data:`STOP_GRACE_S` (at least :data:`MIN_SIGNAL_LEAD_S`) before
-            the time limit.
-        histogram_latencies: rank 0 exports Triton's latency distributions (``launch --histogram-latencies``).
-    """
-
-    name: str
-    nodes: int
-    gpus_per_node: int | None = None
-    gres: bool = True
-    mpi: str = "pmix"
-    partition: str | None = None
-    time: str | None = None
-    account: str | None = None
-    container_image: str | None = None
-    binary: TritonBinary | None = None
-    http_port: int | None = None
-    grpc_port: int | None = None
-    metrics_port: int | None = None
-    ready_timeout: int = 1800
-    exit_timeout: int = DEFAULTS["exit_timeout"]
-    unload_timeout: float = DEFAULTS["unload_timeout"]
-    histogram_latencies: bool = DEFAULTS["histogram_latencies"]
 
 
 #: seconds before the time limit that Slurm signals the batch shell: tritonserver's stop timer plus
@@ -126,7 +85,7 @@ def script(facts: DeploymentFacts, opts: SlurmOptions) -> str:
         "--metrics-port": opts.metrics_port or facts.metrics_port,
     }
     for flag, port in ports.items():
-        if not 1 <= port <= 65535:
+        if not PORT_MIN <= port <= PORT_MAX:
             raise DeployError(f"{flag} {port} is not a port number", key=flag)
     if len(set(ports.values())) != len(ports):
         raise DeployError(f"two endpoints share a port: {ports}", key="--http-port")

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ..errors import field_problems
+from ..runtime.numeric_ranges import UINT64_MAX
 
 # ---------------------------------------------------------------------------------------------- errors
 
@@ -114,7 +115,7 @@ class SamplingFields(_Request):
     stop: StrictStr | list[StrictStr] | None = None
     presence_penalty: float | None = _float(-2.0, 2.0)
     frequency_penalty: float | None = _float(-2.0, 2.0)
-    seed: StrictInt | None = Field(None, ge=0, le=2**64 - 1)
+    seed: StrictInt | None = Field(None, ge=0, le=UINT64_MAX)
     logit_bias: dict[StrictStr, float] | None = None
     user: StrictStr | None = None
     # extensions (vLLM / trtllm-serve names)

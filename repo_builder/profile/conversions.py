@@ -9,12 +9,12 @@ import math
 import re
 from typing import Any
 
+# INT32_MAX: the largest integer a parameter without an explicit ``max`` takes (the backends parse integer
+# parameters with ``std::stoi``; Triton's structural fields max_batch_size, count, max_queue_size are 32-bit).
+# FLOAT32_MAX: the largest float parameter (the C++ backend parses them with ``std::stof``).
+from ..runtime.numeric_ranges import FLOAT32_MAX, INT32_MAX  # noqa: F401  (re-exported)
+
 # ---------------------------------------------------------------------- conversions
-#: Largest integer a parameter without an explicit ``max`` takes: the backends parse integer parameters
-#: with ``std::stoi`` and Triton's structural fields (max_batch_size, count, max_queue_size) are 32-bit.
-INT32_MAX = 2**31 - 1
-#: Largest finite float32 (the C++ backend parses float parameters with ``std::stof``).
-FLOAT32_MAX = 3.4028234663852886e38
 
 #: How each parameter type reads in messages ("expected an integer").
 TYPE_TEXT = {

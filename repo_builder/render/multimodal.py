@@ -42,6 +42,7 @@ from .options import RenderOptions
 from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
 from .whisper import (
+    CheckpointRenderResult,
     _int_key,
     _read_json,
     _render_template,
@@ -362,17 +363,6 @@ def resolve_multimodal_values(facts: MultimodalFacts, options: RenderOptions) ->
     return values
 
 
-@dataclass
-class MultimodalRenderResult:
-    """What :func:`render_multimodal_repository` wrote: the repository, the facts, the values and the files."""
-
-    output: Path
-    facts: MultimodalFacts
-    values: dict[str, tuple[Any, str]]
-    files: list[str]
-    existed: bool = False
-
-
 def plan_multimodal_files(
     checkpoint: Path,
     facts: MultimodalFacts,
@@ -432,7 +422,7 @@ def plan_multimodal_files(
 
 def render_multimodal_repository(
     checkpoint_dir: str | Path, output: str | Path, options: RenderOptions | None = None
-) -> MultimodalRenderResult:
+) -> CheckpointRenderResult[MultimodalFacts]:
     """Render layout ``multimodal`` for a Hugging Face LLaVA checkpoint.
 
     The repository is written into a temp dir beside ``output`` and renamed into place; a failure leaves
@@ -455,4 +445,4 @@ def render_multimodal_repository(
         checkpoint, facts, values, serve_root, opts.profile, opts.serve_path, streaming=bool(opts.streaming)
     )
     existed = write_checkpoint_repository(out, files, checkpoint, empty_dirs=("ensemble/1",))
-    return MultimodalRenderResult(output=out, facts=facts, values=values, files=sorted(files), existed=existed)
+    return CheckpointRenderResult(output=out, facts=facts, values=values, files=sorted(files), existed=existed)

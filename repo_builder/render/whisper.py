@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..errors import EngineError, ParameterError, RenderError
 from ..profile.schema import load_schema, validate_user_values
@@ -279,12 +279,18 @@ def write_checkpoint_repository(
     return existed
 
 
+FactsT = TypeVar("FactsT")
+
+
 @dataclass
-class WhisperRenderResult:
-    """What :func:`render_whisper_repository` wrote: the repository, the facts, the values and the files."""
+class CheckpointRenderResult(Generic[FactsT]):
+    """What a render from a Hugging Face checkpoint wrote (:func:`render_whisper_repository`,
+    :func:`.multimodal.render_multimodal_repository`): the repository, the facts read from the checkpoint
+    (``WhisperFacts``, ``MultimodalFacts``), the values ({parameter: (value, origin)}), the files (paths relative
+    to the repository, sorted) and whether ``output`` existed before (replaced with ``force``)."""
 
     output: Path
-    facts: WhisperFacts
+    facts: FactsT
     values: dict[str, tuple[Any, str]]
     files: list[str]
     existed: bool = False
@@ -349,7 +355,7 @@ def plan_whisper_files(
 
 def render_whisper_repository(
     checkpoint_dir: str | Path, output: str | Path, options: RenderOptions | None = None
-) -> WhisperRenderResult:
+) -> CheckpointRenderResult[WhisperFacts]:
     """Render layout ``whisper`` for a Hugging Face Whisper checkpoint.
 
     The repository is written into a temp dir beside ``output`` and renamed into place; a failure leaves
@@ -370,4 +376,4 @@ def render_whisper_repository(
     serve_root = serve_root_of(opts, out)
     files = plan_whisper_files(checkpoint, facts, values, serve_root, opts.profile, opts.serve_path)
     existed = write_checkpoint_repository(out, files, checkpoint)
-    return WhisperRenderResult(output=out, facts=facts, values=values, files=sorted(files), existed=existed)
+    return CheckpointRenderResult(output=out, facts=facts, values=values, files=sorted(files), existed=existed)

@@ -29,15 +29,11 @@ from typing import Any
 import numpy as np
 
 from .errors import RequestError
-
-INT32_MAX = 2**31 - 1
-UINT32_MAX = 2**32 - 1
-UINT64_MAX = 2**64 - 1
-#: The largest finite FP32 value; anything larger sent as JSON arrives as inf.
-FP32_MAX = float(np.finfo(np.float32).max)
+from .numeric_ranges import FLOAT32_MAX as FP32_MAX  # anything larger sent as JSON arrives as inf
+from .numeric_ranges import INT32_MAX, UINT64_MAX
 
 WRAP_HINT = (
-    "integers above 2147483647 do not fit this INT32 input and Triton's HTTP front end wraps them "
+    f"integers above {INT32_MAX} do not fit this INT32 input and Triton's HTTP front end wraps them "
     "without an error, so a value you did not send may show here; send a value within the range"
 )
 

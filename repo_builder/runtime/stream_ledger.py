@@ -64,6 +64,8 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
+from .numeric_ranges import INT64_MAX
+
 #: Slots of the table (a power of two): streams registered at once, at most (ended slots are reused).
 #: 16,384 x (16 + 112) bytes = 2 MiB.
 SLOTS = 1 << 14
@@ -76,7 +78,7 @@ PROBES = 16
 SHM_DIR = Path("/dev/shm")
 FILE_PREFIX = "repo-builder-streams-"
 #: Budget of a stream that postprocessing cannot count (several rows): registered, never ended.
-NO_END = (1 << 63) - 1
+NO_END = INT64_MAX
 #: The model-name suffixes that pair a preprocessing model with its postprocessing model.
 ROLE_SUFFIXES = ("preprocessing", "postprocessing")
 

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from .detokenizer import IncrementalDetokenizer
+from .numeric_ranges import INT64_MAX, UINT64_MAX
 
 #: Slots of the table (a power of two): 16,384 x 512 bytes = 8 MiB.
 SLOTS = 1 << 14
@@ -64,7 +65,7 @@ WAIT_S = 30.0
 STALE_S = 300.0
 # header word indexes
 _KEY, _NEXT, _EMITTED, _LEN, _BUDGET, _LEDGER_SLOT, _LEDGER_KEY, _STAMP = range(8)
-_U64 = (1 << 64) - 1
+_U64 = UINT64_MAX
 
 
 class StreamOrderError(RuntimeError):
@@ -74,7 +75,7 @@ class StreamOrderError(RuntimeError):
 def stream_hash(key: tuple) -> int:
     """The 64-bit key of a stream key tuple (BLAKE2b of its repr, equal in every process; never 0)."""
     h = int.from_bytes(hashlib.blake2b(repr(key).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
-    return (h & ((1 << 63) - 1)) or 1
+    return (h & INT64_MAX) or 1
 
 
 class StreamStates:

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from .engine_outputs import Sequence
 from .engine_request import EngineLoadError, ModelIO
+from .numeric_ranges import UINT64_MAX
 from .params import ModelParams
 from .synthetic_spec import FIRST_TOKEN, SPEC_DEFAULTS, SPEC_FILE, read_spec  # noqa: F401  (re-exported)
 
-_MASK = (1 << 64) - 1
+_MASK = UINT64_MAX
 
 
 def prompt_seed(prompt: Iterable[int], seed: int | None = None) -> int:

@@ -11,6 +11,9 @@ from typing import Any
 
 from ..cli_options import REQUIRED, Opt
 
+#: The range of a TCP port number: every port option and every port a deploy command checks.
+PORT_MIN, PORT_MAX = 1, 65535
+
 HELP: dict[str, str] = {
     "model_repo": "Model repository to serve (the folder holding <model>/config.pbtxt).",
     "world_size": "Number of tritonserver MPI ranks (tensor x pipeline parallel size). Default: the repository's "
@@ -63,10 +66,14 @@ LAUNCH_OPTIONS: dict[str, Opt] = {
     "model_repo": Opt(default=REQUIRED, flags=("--model_repo", "--model-repo"), help=HELP["model_repo"]),
     "world_size": Opt(default=None, flags=("--world_size", "--world-size"), help=HELP["world_size"], ge=1),
     "tritonserver": Opt(default=None, flags=("--tritonserver",), help=HELP["tritonserver"]),
-    "http_port": Opt(default=8000, flags=("--http_port", "--http-port"), help=HELP["http_port"], ge=1, le=65535),
-    "grpc_port": Opt(default=8001, flags=("--grpc_port", "--grpc-port"), help=HELP["grpc_port"], ge=1, le=65535),
+    "http_port": Opt(
+        default=8000, flags=("--http_port", "--http-port"), help=HELP["http_port"], ge=PORT_MIN, le=PORT_MAX
+    ),
+    "grpc_port": Opt(
+        default=8001, flags=("--grpc_port", "--grpc-port"), help=HELP["grpc_port"], ge=PORT_MIN, le=PORT_MAX
+    ),
     "metrics_port": Opt(
-        default=8002, flags=("--metrics_port", "--metrics-port"), help=HELP["metrics_port"], ge=1, le=65535
+        default=8002, flags=("--metrics_port", "--metrics-port"), help=HELP["metrics_port"], ge=PORT_MIN, le=PORT_MAX
     ),
     "http_address": Opt(default="127.0.0.1", flags=("--http-address", "--http_address"), help=HELP["http_address"]),
     "log": Opt(default=False, flags=("--log",), help=HELP["log"]),
@@ -93,7 +100,7 @@ LAUNCH_OPTIONS: dict[str, Opt] = {
     "server_args": Opt(default_factory=list, flags=("--server-arg",), help=HELP["server_args"]),
     "hostfile": Opt(default=None, flags=("--hostfile",), help=HELP["hostfile"]),
     "openai_port": Opt(
-        default=None, flags=("--openai_port", "--openai-port"), help=HELP["openai_port"], ge=1, le=65535
+        default=None, flags=("--openai_port", "--openai-port"), help=HELP["openai_port"], ge=PORT_MIN, le=PORT_MAX
     ),
     "unload_timeout": Opt(
         default=20.0, flags=("--unload-timeout", "--unload_timeout"), help=HELP["unload_timeout"], gt=0

@@ -103,3 +103,14 @@ def serve() -> Callable[..., contextlib.AbstractContextManager[Any]]:
 def serve_module() -> Callable[..., contextlib.AbstractContextManager[Any]]:
     """Module-scoped :func:`serve`."""
     return _serve
+
+
+@pytest.fixture(scope="module")
+def served_openai(server, tmp_path_factory) -> Iterator[str]:
+    """Base URL of ``repo-builder openai`` (no options) in front of the module's ``server`` fixture (a running
+    ``TritonServer`` of :func:`serve_module`), on the repository it serves; its log in a fresh folder."""
+    from e2e_support import openai_front_end
+
+    logs = tmp_path_factory.mktemp("front")
+    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
+        yield base

@@ -8,14 +8,15 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-from cli_support import cli_argv
+from cli_support import cli_argv, run_cli
+from render_support import image_data_uri, random_pixels  # noqa: F401  (re-exported for the e2e tests)
 
 
 def _http_post(url: str, payload: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
@@ -188,3 +189,59 @@ def greedy_reference(
             ]
     finally:
         torch.set_num_threads(before)
+
+
+#: The two LLMs of the multi-LLM tests, (name, packaged tokenizer, seed): different SentencePiece tokenizers
+#: (Mistral v1: 32000 tokens; Mistral v3: 32768 tokens, other ids) and seeds whose greedy continuations differ
+#: (these tiny random models mostly repeat the prompt's last token), so an LLM that got the other's checkpoint
+#: or tokenizer answers differently from transformers' greedy generate() on its own checkpoint.
+TWO_LLMS = (("alpha", "mistral-v1", 2), ("beta", "mistral-v3", 0))
+
+
+def two_tiny_llamas(base: Path) -> dict[str, Path]:
+    """{name: checkpoint dir} of :data:`TWO_LLMS` under ``base``: each a tiny random LLaMA holding its own
+    packaged tokenizer (``base/<name>``; the tokenizer first written to ``base/tok-<name>``)."""
+    from repo_builder.testing import make_tiny_llama, packaged_tokenizer
+
+    out = {}
+    for name, tokenizer, seed in TWO_LLMS:
+        tok = packaged_tokenizer(tokenizer, base / f"tok-{name}")
+        out[name] = make_tiny_llama(base / name, tok, seed=seed)
+    return out
+
+
+def render_llms(out: Path, models: dict[str, str], *options: str) -> Path:
+    """``out``, rendered by ``repo-builder render OPTIONS --model NAME=SPEC ... --output OUT`` in a child process
+    (one ``--model`` per entry of ``models``, in order; 300 s at most); AssertionError with its stderr when it
+    fails."""
+    args = [a for name, spec in models.items() for a in ("--model", f"{name}={spec}")]
+    got = run_cli("render", *options, *args, "--output", str(out), timeout=300)
+    assert got.returncode == 0, got.stderr
+    return out
+
+
+def llava_reference(checkpoint: Path, max_tokens: int) -> Callable[[str, np.ndarray | None], str]:
+    """``reference(text, image | None) -> text``: transformers' greedy ``generate()`` on the LLaVA ``checkpoint``
+    (at most ``max_tokens`` new tokens), ``<image>`` (id 32000) expanded to the 16 image tokens as LLaVA's
+    processor does, ``image`` (uint8 ``[H, W, 3]``) given as ``pixel_values``, decoded with the checkpoint's
+    tokenizer without special tokens. Needs torch, transformers and PIL (callers skip without them)."""
+    import torch
+    from PIL import Image
+    from transformers import AutoImageProcessor, AutoTokenizer, LlavaForConditionalGeneration
+
+    model = LlavaForConditionalGeneration.from_pretrained(checkpoint).eval()
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    images = AutoImageProcessor.from_pretrained(checkpoint)
+
+    def run(text: str, image: np.ndarray | None) -> str:
+        ids: list[int] = []
+        for i in tok(text)["input_ids"]:
+            ids += [i] * 16 if i == 32000 else [i]
+        kwargs: dict[str, Any] = {}
+        if image is not None:
+            kwargs["pixel_values"] = images(images=Image.fromarray(image), return_tensors="pt")["pixel_values"]
+        with torch.inference_mode():
+            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False, **kwargs)
+        return str(tok.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True))
+
+    return run

@@ -10,12 +10,11 @@ checkpoint or tokenizer would answer differently from transformers' greedy gener
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from e2e_support import http_generate, openai_front_end
+from deploy_support import greedy_text
+from e2e_support import http_generate, openai_front_end, render_llms, two_tiny_llamas
 
 pytestmark = pytest.mark.server
 
@@ -26,28 +25,14 @@ PROMPT = "What is machine learning?"
 N_TOKENS = 8
 
 
-def _greedy(ckpt: Path) -> str:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import deploy_support
-
-    return deploy_support.greedy_text(ckpt, PROMPT, N_TOKENS)
-
-
 @pytest.fixture(scope="module")
 def llms(tmp_path_factory) -> dict[str, Path]:
-    from repo_builder.testing import make_tiny_llama, packaged_tokenizer
-
-    base = tmp_path_factory.mktemp("llmapi_llms")
-    out = {}
-    for name, tokenizer, seed in (("alpha", "mistral-v1", 2), ("beta", "mistral-v3", 0)):
-        tok = packaged_tokenizer(tokenizer, base / f"tok-{name}")
-        out[name] = make_tiny_llama(base / name, tok, seed=seed)
-    return out
+    return two_tiny_llamas(tmp_path_factory.mktemp("llmapi_llms"))
 
 
 @pytest.fixture(scope="module")
 def expected(llms) -> dict[str, str]:
-    out = {name: _greedy(ckpt) for name, ckpt in llms.items()}
+    out = {name: greedy_text(ckpt, PROMPT, N_TOKENS) for name, ckpt in llms.items()}
     assert out["alpha"] != out["beta"]
     return out
 
@@ -55,15 +40,7 @@ def expected(llms) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def repo(llms, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("llmapi_repo") / "two"
-    args = [a for name, ckpt in llms.items() for a in ("--model", f"{name}={ckpt}")]
-    got = subprocess.run(
-        [sys.executable, "-m", "repo_builder", "render", "--profile", "llmapi-1.2", *args, "--output", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert got.returncode == 0, got.stderr
-    return out
+    return render_llms(out, {name: str(ckpt) for name, ckpt in llms.items()}, "--profile", "llmapi-1.2")
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,12 @@ transformers' greedy generate() on its own checkpoint.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import deploy_support
 import pytest
 from cli_support import run_cli
+from e2e_support import render_llms, two_tiny_llamas
 
 from repo_builder.deploy.facts import read_facts
 from repo_builder.repository.lockfile import LOCK_NAME, lock_llms
@@ -28,33 +29,14 @@ N_TOKENS = 8
 ROLES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 
 
-def _support():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import deploy_support
-
-    return deploy_support
-
-
 @pytest.fixture(scope="module")
 def llms(tmp_path_factory) -> dict[str, Path]:
-    from repo_builder.testing import make_tiny_llama, packaged_tokenizer
-
-    base = tmp_path_factory.mktemp("llms")
-    out = {}
-    # seeds whose greedy continuations differ (these tiny random models mostly repeat the prompt's last token)
-    for name, tokenizer, seed in (("alpha", "mistral-v1", 2), ("beta", "mistral-v3", 0)):
-        tok = packaged_tokenizer(tokenizer, base / f"tok-{name}")
-        out[name] = make_tiny_llama(base / name, tok, seed=seed)
-    return out
+    return two_tiny_llamas(tmp_path_factory.mktemp("llms"))
 
 
 @pytest.fixture(scope="module")
 def repo(llms, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("repo") / "two"
-    args = [a for name, ckpt in llms.items() for a in ("--model", f"{name}={ckpt},{ckpt}")]
-    got = run_cli("render", *args, "--output", str(out), timeout=300)
-    assert got.returncode == 0, got.stderr
-    return out
+    return render_llms(tmp_path_factory.mktemp("repo") / "two", {name: f"{ckpt},{ckpt}" for name, ckpt in llms.items()})
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +98,10 @@ def test_each_preprocessing_tokenizes_with_its_own_tokenizer(server, llms) -> No
 
 @pytest.mark.parametrize("entry", ["ensemble", "tensorrt_llm_bls"])
 def test_each_llm_answers_with_its_own_weights_and_tokenizer(server, llms, entry) -> None:
-    support = _support()
-    expected = {name: support.greedy_text(ckpt, PROMPT, N_TOKENS) for name, ckpt in llms.items()}
+    expected = {name: deploy_support.greedy_text(ckpt, PROMPT, N_TOKENS) for name, ckpt in llms.items()}
     assert expected["alpha"] != expected["beta"]
     for name in llms:
-        body = support.http_generate(
+        body = deploy_support.http_generate(
             server.http_hostport,
             f"{name}_{entry}",
             {
@@ -146,13 +127,12 @@ def front_end(request, server, repo, tmp_path_factory):
 
 def test_openai_lists_both_llms_and_routes_each_to_its_own_model(front_end, server, llms) -> None:
     openai = pytest.importorskip("openai")
-    support = _support()
     with openai.OpenAI(base_url=f"{front_end['base']}/v1", api_key="none", max_retries=0) as client:
         assert [m.id for m in client.models.list().data] == ["alpha", "beta"]
         answers = {}
         for name in llms:
             got = client.completions.create(model=name, prompt=PROMPT, max_tokens=N_TOKENS, temperature=0)
-            own = support.http_generate(
+            own = deploy_support.http_generate(
                 server.http_hostport,
                 f"{name}_{front_end['role']}",
                 {

@@ -25,24 +25,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_support import http_infer
+from e2e_support import http_infer, llava_reference
+from e2e_support import image_data_uri as data_uri
+from e2e_support import random_pixels as pixels
 
 pytestmark = pytest.mark.server
 
 MAX_TOKENS = 10
 PROMPT = "<image>\nDescribe the image."
-
-
-def pixels(seed: int, size: tuple[int, int] = (60, 40)) -> np.ndarray:
-    return (np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8)
-
-
-def data_uri(array: np.ndarray, fmt: str = "PNG") -> str:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, fmt)
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 @pytest.fixture(scope="module")
@@ -57,28 +47,8 @@ def server(tiny_llava, tmp_path_factory, serve_module):
 
 @pytest.fixture(scope="module")
 def reference(tiny_llava):
-    """``reference(text, image | None) -> text``: transformers' greedy generate, ``<image>`` expanded to the
-    16 image tokens as LLaVA's processor does, decoded with the same tokenizer."""
-    import torch
-    from PIL import Image
-    from transformers import AutoImageProcessor, AutoTokenizer, LlavaForConditionalGeneration
-
-    model = LlavaForConditionalGeneration.from_pretrained(tiny_llava).eval()
-    tok = AutoTokenizer.from_pretrained(tiny_llava)
-    images = AutoImageProcessor.from_pretrained(tiny_llava)
-
-    def run(text: str, image: np.ndarray | None) -> str:
-        ids: list[int] = []
-        for i in tok(text)["input_ids"]:
-            ids += [i] * 16 if i == 32000 else [i]
-        kwargs: dict[str, Any] = {}
-        if image is not None:
-            kwargs["pixel_values"] = images(images=Image.fromarray(image), return_tensors="pt")["pixel_values"]
-        with torch.inference_mode():
-            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False, **kwargs)
-        return str(tok.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True))
-
-    return run
+    """``reference(text, image | None) -> text``: transformers' greedy generate (:func:`llava_reference`)."""
+    return llava_reference(tiny_llava, MAX_TOKENS)
 
 
 def request(text: str, urls: list[str] | None = None, image: np.ndarray | None = None) -> list[dict[str, Any]]:
@@ -161,19 +131,10 @@ def test_bad_images_fail_alone_naming_the_field(server, inputs, words):
 # ------------------------------------------------------------------ OpenAI front end: /v1/chat/completions
 
 
-@pytest.fixture(scope="module")
-def front_end(server, tmp_path_factory):
-    from e2e_support import openai_front_end
-
-    logs = tmp_path_factory.mktemp("front")
-    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
-        yield base
-
-
-def test_openai_chat_with_an_image_equals_transformers_generate(front_end, reference):
+def test_openai_chat_with_an_image_equals_transformers_generate(served_openai, reference):
     import openai
 
-    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    client = openai.OpenAI(base_url=f"{served_openai}/v1", api_key="none", max_retries=0)
     image = pixels(3)
     content = [
         {"type": "image_url", "image_url": {"url": data_uri(image)}},

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_support import http_infer
+from e2e_support import http_infer, random_pixels
+from e2e_support import image_data_uri as data_uri
 
 pytestmark = pytest.mark.server
 
@@ -34,15 +35,7 @@ PROMPT = f"<|im_start|>user\n{BLOCK}Describe the image.<|im_end|>\n<|im_start|>a
 
 
 def pixels(seed: int, size: tuple[int, int] = (80, 60)) -> np.ndarray:
-    return (np.random.default_rng(seed).random((size[1], size[0], 3)) * 255).astype(np.uint8)
-
-
-def data_uri(array: np.ndarray, fmt: str = "PNG") -> str:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, fmt)
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
+    return random_pixels(seed, size)
 
 
 def decoded(uri: str) -> np.ndarray:
@@ -143,20 +136,11 @@ def test_a_marker_without_an_image_fails_alone_naming_the_field(server):
     assert status == 400 and f"text_input: has 1 {BLOCK} marker(s)" in body.get("error", ""), body
 
 
-@pytest.fixture(scope="module")
-def front_end(server, tmp_path_factory):
-    from e2e_support import openai_front_end
-
-    logs = tmp_path_factory.mktemp("front")
-    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
-        yield base
-
-
-def test_openai_chat_with_image_url_parts_equals_transformers_generate(front_end, reference, tiny_qwen2_vl):
+def test_openai_chat_with_image_url_parts_equals_transformers_generate(served_openai, reference, tiny_qwen2_vl):
     import openai
     from transformers import AutoTokenizer
 
-    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    client = openai.OpenAI(base_url=f"{served_openai}/v1", api_key="none", max_retries=0)
     assert [m.id for m in client.models.list().data] == ["qwen2-vl"]
     image = pixels(4)
     content = [

@@ -13,29 +13,19 @@ last flagged final; postprocessing decodes each, so every streamed ``text_output
 
 from __future__ import annotations
 
-import base64
-import io
+import functools
 from typing import Any
 
 import numpy as np
 import pytest
+from e2e_support import image_data_uri as data_uri
+from e2e_support import llava_reference
+from e2e_support import random_pixels as pixels
 
 pytestmark = pytest.mark.server
 
 MAX_TOKENS = 8
 PROMPT = "<image>\nDescribe the image."
-
-
-def pixels(seed: int) -> np.ndarray:
-    return (np.random.default_rng(seed).random((40, 60, 3)) * 255).astype(np.uint8)
-
-
-def data_uri(array: np.ndarray) -> str:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 @pytest.fixture(scope="module")
@@ -51,27 +41,8 @@ def server(tiny_llava, tmp_path_factory, serve_module):
 
 @pytest.fixture(scope="module")
 def reference(tiny_llava):
-    """``reference(image) -> text`` for :data:`PROMPT`: transformers' greedy generate (``<image>`` = 16 tokens)."""
-    import torch
-    from PIL import Image
-    from transformers import AutoImageProcessor, AutoTokenizer, LlavaForConditionalGeneration
-
-    model = LlavaForConditionalGeneration.from_pretrained(tiny_llava).eval()
-    tok = AutoTokenizer.from_pretrained(tiny_llava)
-    images = AutoImageProcessor.from_pretrained(tiny_llava)
-
-    def run(image: np.ndarray) -> str:
-        ids: list[int] = []
-        for i in tok(PROMPT)["input_ids"]:
-            ids += [i] * 16 if i == 32000 else [i]
-        pv = images(images=Image.fromarray(image), return_tensors="pt")["pixel_values"]
-        with torch.inference_mode():
-            out = model.generate(
-                input_ids=torch.tensor([ids]), pixel_values=pv, max_new_tokens=MAX_TOKENS, do_sample=False
-            )
-        return str(tok.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True))
-
-    return run
+    """``reference(image) -> text`` for :data:`PROMPT`: transformers' greedy generate (:func:`llava_reference`)."""
+    return functools.partial(llava_reference(tiny_llava, MAX_TOKENS), PROMPT)
 
 
 def test_a_grpc_stream_sends_the_text_so_far_per_token_ending_with_the_full_text(server, reference):
@@ -96,19 +67,10 @@ def test_a_grpc_stream_sends_the_text_so_far_per_token_ending_with_the_full_text
     assert all(b.startswith(a.rstrip("\ufffd")) for a, b in zip(texts, texts[1:], strict=False))
 
 
-@pytest.fixture(scope="module")
-def front_end(server, tmp_path_factory):
-    from e2e_support import openai_front_end
-
-    logs = tmp_path_factory.mktemp("front")
-    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
-        yield base
-
-
-def test_openai_stream_true_deltas_add_up_to_the_non_streamed_text(front_end, reference):
+def test_openai_stream_true_deltas_add_up_to_the_non_streamed_text(served_openai, reference):
     import openai
 
-    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    client = openai.OpenAI(base_url=f"{served_openai}/v1", api_key="none", max_retries=0)
     image = pixels(1)
     content = [
         {"type": "image_url", "image_url": {"url": data_uri(image)}},

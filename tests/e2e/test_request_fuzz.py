@@ -32,9 +32,10 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from repo_builder.runtime.limits import LIMITS  # noqa: E402
+from repo_builder.runtime.numeric_ranges import INT32_MAX, UINT64_MAX  # noqa: E402
 
 MAX_INPUT_LEN, MAX_SEQ_LEN, VOCAB = 48, 96, 32000
-INT32 = (-(2**31), 2**31 - 1)
+INT32 = (-INT32_MAX - 1, INT32_MAX)
 INT_FIELDS = ["max_tokens", "num_return_sequences", "beam_width", "top_k", "min_tokens", "end_id", "pad_id"]
 REAL_FIELDS = ["temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "length_penalty"]
 #: every request asks for the generated text alone (the repository's default may echo the prompt, as NVIDIA's)
@@ -122,7 +123,7 @@ VALID = {
     "presence_penalty": st.floats(-2, 2),
     "frequency_penalty": st.floats(-2, 2),
     "length_penalty": st.floats(-2, 2),
-    "seed": st.integers(0, 2**64 - 1),
+    "seed": st.integers(0, UINT64_MAX),
 }
 #: per field: left out, a usual value, or (one time in ten) anything of the input's JSON type
 CHOICE = st.sampled_from(["absent"] * 9 + ["valid"] * 9 + ["wild"] * 2)
@@ -145,7 +146,7 @@ def bodies(draw) -> dict[str, Any]:
         if choice == "valid":
             body[name] = draw(VALID[name])
         elif choice == "wild":
-            body[name] = draw(reals if name in REAL_FIELDS else st.integers(0, 2**64 - 1) if name == "seed" else ints)
+            body[name] = draw(reals if name in REAL_FIELDS else st.integers(0, UINT64_MAX) if name == "seed" else ints)
     return body
 
 
@@ -245,7 +246,7 @@ def test_token_ids_past_the_tokenizer_decode_as_nothing_and_are_logged_once(serv
     says so once."""
     server, tok = served
     good = tok.encode("Paris", add_special_tokens=False)
-    for bad in (VOCAB, VOCAB + 63, 2**31 - 1):
+    for bad in (VOCAB, VOCAB + 63, INT32_MAX):
         code, text = _post_ids(server, [good[0], bad, *good[1:]])
         assert code == 200, text
         assert json.loads(text)["outputs"][0]["data"] == [tok.decode(good)]

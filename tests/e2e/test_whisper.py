@@ -144,19 +144,10 @@ def wav_file(samples: np.ndarray, rate: int = RATE, channels: int = 1) -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-def front_end(server, tmp_path_factory):
-    from e2e_support import openai_front_end
-
-    logs = tmp_path_factory.mktemp("front")
-    with openai_front_end(server.config.model_repo, server.grpc_url, log_dir=logs) as base:
-        yield base
-
-
-def test_openai_transcription_equals_transformers_greedy_generate(front_end, reference):
+def test_openai_transcription_equals_transformers_greedy_generate(served_openai, reference):
     import openai
 
-    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none")
+    client = openai.OpenAI(base_url=f"{served_openai}/v1", api_key="none")
     wav = tone(2.0, 440.0, 0)
     pcm16 = np.clip(np.round(wav * 32767), -32768, 32767).astype(np.int16).astype(np.float32) / 32768.0
     got = client.audio.transcriptions.create(model="whisper", file=("a.wav", wav_file(wav), "audio/wav"))
@@ -169,10 +160,10 @@ def test_openai_transcription_equals_transformers_greedy_generate(front_end, ref
     assert [m.id for m in client.models.list().data] == ["whisper"]
 
 
-def test_openai_bad_audio_is_a_400_naming_the_field(front_end):
+def test_openai_bad_audio_is_a_400_naming_the_field(served_openai):
     import openai
 
-    client = openai.OpenAI(base_url=f"{front_end}/v1", api_key="none", max_retries=0)
+    client = openai.OpenAI(base_url=f"{served_openai}/v1", api_key="none", max_retries=0)
     cases = [
         (wav_file(tone(1.0, 440.0, 0), rate=8000), {}, "file", "8000 Hz"),
         (wav_file(tone(1.0, 440.0, 0), channels=2), {}, "file", "2 channels"),
