@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import RenderError
 
@@ -250,6 +251,59 @@ def watch_size(path: Path, report: Callable[[int], None], interval: float | None
         thread.join()
 
 
+def _start_bar(total: int) -> tuple[Any, Any]:
+    """A started, transient rich progress bar over ``total`` bytes and its task id (rich is imported here:
+    its import costs a render's start-up)."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    bar = Progress(
+        TextColumn("copying engine"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    )
+    task = bar.add_task("copy", total=total)
+    bar.start()
+    return bar, task
+
+
+def _place_file(mode: str, source: Path, dst: Path, stop: threading.Event | None) -> None:
+    """Place one engine file at ``dst`` by ``mode`` (``copy``, ``hardlink`` or ``symlink``; any other mode
+    does nothing), without progress.
+
+    Raises:
+        OSError: from the copy, link or symlink call.
+        PlacementCancelled: ``stop`` was set during a copy.
+    """
+    if mode == "copy":
+        copy_file(source, dst, stop=stop)
+    elif mode == "hardlink":
+        os.link(source, dst)
+    elif mode == "symlink":
+        os.symlink(source, dst)
+
+
+def _placement_error(mode: str, source: Path, exc: OSError) -> RenderError:
+    """The :class:`RenderError` for ``exc`` raised while placing ``source`` by ``mode``: a hardlink across
+    filesystems suggests another mode; any other error names the mode and the OS message."""
+    if mode == "hardlink" and exc.errno == errno.EXDEV:
+        return RenderError(
+            "cannot hardlink the engine file: the engine and the repository are on different filesystems",
+            path=source,
+            hint="use --engine-mode copy, symlink or reference",
+        )
+    return RenderError(f"placing engine file ({mode}) failed: {exc.strerror or exc}", path=source)
+
+
 def place(
     plan: PlacementPlan,
     repo_root: str | Path,
@@ -282,28 +336,7 @@ def place(
     tracked = progress or on_progress is not None
     big = [f for f in plan.files if f.size > threshold] if plan.mode == "copy" and tracked else []
     total = sum(f.size for f in big)
-    bar = None
-    task = None
-    if progress and big:
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        bar = Progress(
-            TextColumn("copying engine"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            transient=True,
-        )
-        task = bar.add_task("copy", total=total)
-        bar.start()
+    bar, task = _start_bar(total) if progress and big else (None, None)
     lock = threading.Lock()
     copied = 0  # bytes of the finished tracked files
 
@@ -321,32 +354,19 @@ def place(
             dst = root / item.target
             dst.parent.mkdir(parents=True, exist_ok=True)
             try:
-                if plan.mode == "copy":
-                    if big and item.size > threshold:
+                if plan.mode == "copy" and big and item.size > threshold:
 
-                        def on_size(n: int, base: int = copied, cap: int = item.size) -> None:
-                            report(base + min(n, cap))
+                    def on_size(n: int, base: int = copied, cap: int = item.size) -> None:
+                        report(base + min(n, cap))
 
-                        with watch_size(dst, on_size):
-                            copy_file(item.source, dst, stop=stop)
-                        copied += item.size
-                        report(copied)
-                    else:
+                    with watch_size(dst, on_size):
                         copy_file(item.source, dst, stop=stop)
-                elif plan.mode == "hardlink":
-                    os.link(item.source, dst)
-                elif plan.mode == "symlink":
-                    os.symlink(item.source, dst)
+                    copied += item.size
+                    report(copied)
+                else:
+                    _place_file(plan.mode, item.source, dst, stop)
             except OSError as exc:
-                if plan.mode == "hardlink" and exc.errno == errno.EXDEV:
-                    raise RenderError(
-                        "cannot hardlink the engine file: the engine and the repository are on different filesystems",
-                        path=item.source,
-                        hint="use --engine-mode copy, symlink or reference",
-                    ) from exc
-                raise RenderError(
-                    f"placing engine file ({plan.mode}) failed: {exc.strerror or exc}", path=item.source
-                ) from exc
+                raise _placement_error(plan.mode, item.source, exc) from exc
     finally:
         if bar is not None:
             bar.stop()

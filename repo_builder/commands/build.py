@@ -150,19 +150,11 @@ def render(
     cli = dict(locals())
     from ..errors import RenderError
     from ..profile.contract import profile_layout
-    from ..render import RenderOptions, render_multi_repository, render_repository
+    from ..render import RenderOptions
+    from .render_llms import _checkpoint_as_engine, _render_llms
 
     llmapi = profile_layout(profile) == "llmapi"
-    if checkpoint_dir is not None:
-        if engine_dir is not None:
-            raise RenderError("--checkpoint-dir and --engine-dir exclude each other", key="--checkpoint-dir")
-        if not llmapi:
-            raise RenderError(
-                f"--checkpoint-dir is for the llmapi profiles, not {profile}",
-                key="--checkpoint-dir",
-                hint="add --profile llmapi-1.2, or pass the checkpoint as --engine-dir (CPU reference engine)",
-            )
-        engine_dir = checkpoint_dir
+    engine_dir = _checkpoint_as_engine(checkpoint_dir, engine_dir, profile, llmapi)
     if llmapi and layout != "inflight_batcher_llm":
         raise RenderError(
             f"--layout {layout} is not for profile {profile} (one tensorrt_llm model over the LLM API)",
@@ -179,34 +171,13 @@ def render(
     if layout == "multimodal":
         _render_multimodal(engine_dir, tokenizer_dir, output, options, bool(model))
         return
-    if model:
-        if engine_dir is not None or tokenizer_dir is not None:
-            flags = "--checkpoint-dir/--tokenizer-dir" if llmapi else "--engine-dir/--tokenizer-dir"
-            shape = "NAME=CHECKPOINT_DIR[,TOKENIZER_DIR]" if llmapi else "NAME=ENGINE_DIR,TOKENIZER_DIR"
-            raise RenderError(
-                f"--model and {flags} exclude each other",
-                key="--model",
-                hint=f"give every LLM as --model {shape}",
-            )
-        result = render_multi_repository([_parse_model(m, llmapi=llmapi) for m in model], output, options)
-    elif llmapi:
-        if engine_dir is None:
-            raise RenderError(
-                "missing --checkpoint-dir", key="--checkpoint-dir", hint="the Hugging Face checkpoint folder"
-            )
-        result = render_repository(engine_dir, tokenizer_dir, output, options)
-    else:
-        if engine_dir is None or tokenizer_dir is None:
-            missing = [
-                flag for flag, v in (("--engine-dir", engine_dir), ("--tokenizer-dir", tokenizer_dir)) if v is None
-            ]
-            raise RenderError(
-                f"missing {' and '.join(missing)}",
-                key=missing[0],
-                hint="give --engine-dir and --tokenizer-dir, or --model NAME=ENGINE_DIR,TOKENIZER_DIR "
-                "for each of several LLMs",
-            )
-        result = render_repository(engine_dir, tokenizer_dir, output, options)
+    result = _render_llms(engine_dir, tokenizer_dir, model, output, options, llmapi)
+    _report_render(result, dry_run)
+
+
+def _report_render(result: Any, dry_run: bool) -> None:
+    """Print a render's warnings (yellow, on stderr), then its plan (--dry-run) or a one-line summary on
+    stdout."""
     if result.warnings:
         err = _console(stderr=True)
         for warning in result.warnings:
@@ -288,26 +259,6 @@ def _render_multimodal(
         f"{verb} {result.output}: layout multimodal ({f.model_type}), {len(result.files)} files, "
         f"{f.features_per_image} features per image, prompt table {v['multimodal_max_prompt_table_size'][0]} rows"
     )
-
-
-def _parse_model(text: str, *, llmapi: bool = False) -> tuple[str, Path, Path | None]:
-    """``NAME=ENGINE_DIR,TOKENIZER_DIR`` -> (name, engine dir, tokenizer dir); for an llmapi profile
-    ``NAME=CHECKPOINT_DIR[,TOKENIZER_DIR]`` (tokenizer None: the checkpoint's).
-
-    Raises:
-        RenderError: another shape (names ``--model`` and the text).
-    """
-    from ..errors import RenderError
-
-    name, sep, dirs = text.partition("=")
-    engine, comma, tokenizer = dirs.partition(",")
-    if llmapi and sep and name.strip() and engine.strip() and (not comma or tokenizer.strip()):
-        return name.strip(), Path(engine.strip()), Path(tokenizer.strip()) if comma else None
-    if not sep or not comma or not name.strip() or not engine.strip() or not tokenizer.strip():
-        shape = "NAME=CHECKPOINT_DIR[,TOKENIZER_DIR]" if llmapi else "NAME=ENGINE_DIR,TOKENIZER_DIR"
-        example = "--model smol=/hf/smollm2" if llmapi else "--model llama=/engines/llama,/hf/llama"
-        raise RenderError(f"'{text}' is not {shape}", key="--model", hint=f"e.g. {example}")
-    return name.strip(), Path(engine.strip()), Path(tokenizer.strip())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -205,6 +205,30 @@ def parse_old(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _max_seq_len_new(build: dict[str, Any], max_input: int, max_pos: int | None) -> int:
+    """max_seq_len (tokens) of a 0.8+ ``build_config``: ``max_seq_len`` (0.13+), else ``max_input`` +
+    ``max_output_len`` (0.8-0.12), else ``max_pos`` (max_position_embeddings) or ``max_input``.
+
+    Raises:
+        ValueError / TypeError: a length that ``int()`` refuses.
+    """
+    if build.get("max_seq_len") is not None:
+        return int(build["max_seq_len"])
+    if build.get("max_output_len") is not None:  # TRT-LLM 0.8-0.12
+        return max_input + int(build["max_output_len"])
+    return max_pos or max_input  # trtllm-build leaves it to max_position_embeddings
+
+
+def _speculative_mode_name(spec_mode: Any) -> str | None:
+    """``build_config.speculative_decoding_mode`` as a lower-case name: an int through
+    :data:`SPECULATIVE_MODES` (unknown ones ``mode_<n>``), a string lower-cased, None when absent."""
+    if isinstance(spec_mode, int):
+        return SPECULATIVE_MODES.get(spec_mode, f"mode_{spec_mode}")
+    if spec_mode is not None:
+        return str(spec_mode).lower()
+    return None
+
+
 def parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     """The 0.8+ layout (``pretrained_config`` + ``build_config``): max_seq_len from ``max_seq_len`` (0.13+),
     else max_input_len + ``max_output_len`` (0.8-0.12), else max_position_embeddings; paged KV cache from
@@ -223,22 +247,11 @@ def parse_new(directory: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     world = _int(mapping.get("world_size"), tp * pp * cp) or tp * pp * cp
     max_input = int(build["max_input_len"])
     max_pos = _int(pre.get("max_position_embeddings"))
-    if build.get("max_seq_len") is not None:
-        max_seq = int(build["max_seq_len"])
-    elif build.get("max_output_len") is not None:  # TRT-LLM 0.8-0.12
-        max_seq = max_input + int(build["max_output_len"])
-    else:  # trtllm-build leaves it to max_position_embeddings
-        max_seq = max_pos or max_input
+    max_seq = _max_seq_len_new(build, max_input, max_pos)
     kv_type = build.get("kv_cache_type")
     paged = str(kv_type).lower() == "paged" if kv_type is not None else bool(plugin.get("paged_kv_cache", False))
     kv_kind = _kv_cache_kind(kv_type, paged)
-    spec_mode = build.get("speculative_decoding_mode")
-    if isinstance(spec_mode, int):
-        spec_name: str | None = SPECULATIVE_MODES.get(spec_mode, f"mode_{spec_mode}")
-    elif spec_mode is not None:
-        spec_name = str(spec_mode).lower()
-    else:
-        spec_name = None
+    spec_name = _speculative_mode_name(build.get("speculative_decoding_mode"))
     architecture = str(pre.get("architecture") or "unknown")
     gpt_plugin = _plugin_str(plugin.get("gpt_attention_plugin"))
     return dict(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import LaunchError
 from ..repository.lockfile import LOCK_NAME, read_lock_view
-from ..repository.pbtxt import python_instances, read_model_folders
+from ..repository.pbtxt import ModelFolder, python_instances, read_model_folders
 from .options import HELP, LAUNCH_OPTIONS
 from .orchestrator import OrchestratorRanks
 
@@ -148,6 +148,29 @@ def _engine_world_size(cfg: object, config_path: Path, warnings: list[str]) -> t
     return None
 
 
+def _refuse_stray_folders(repo: Path, folders: list[ModelFolder], any_model: bool) -> None:
+    """Refuse a repository that has model folders (``any_model``) beside folders holding no config.pbtxt
+    (``folders``: :func:`repo_builder.repository.pbtxt.read_model_folders` entries, ``unreadable == "missing"``).
+
+    Raises:
+        LaunchError: names the stray folder(s) and the first one's path.
+    """
+    stray = [f.name for f in folders if f.unreadable == "missing"]
+    if stray and any_model:
+        # tritonserver polls every folder of the repository and refuses to start over one without a config
+        # (2.51 with --disable-auto-complete-config: "Poll failed for model directory 'X': failed to open text
+        # file for read .../config.pbtxt", then "failed to load all models"); checked here, before anything starts
+        raise LaunchError(
+            f"model folder(s) {', '.join(stray)} hold no config.pbtxt: tritonserver treats every folder of the "
+            "repository as a model and would refuse to start (Poll failed for model directory "
+            f"'{stray[0]}')",
+            path=repo / stray[0],
+            key="--model_repo",
+            hint="move the folder out of the repository, or give it a config.pbtxt (`repo-builder validate` lists "
+            "such problems)",
+        )
+
+
 def scan_repository(repo: Path) -> RepositoryInfo:
     """Parse every ``<repo>/<model>/config.pbtxt``, the lock file, and the world size of tensorrtllm engines.
 
@@ -200,20 +223,7 @@ def scan_repository(repo: Path) -> RepositoryInfo:
                 python_instances=python_instances(cfg) if cfg.backend == "python" else 0,
             )
         )
-    stray = [f.name for f in folders if f.unreadable == "missing"]
-    if stray and models:
-        # tritonserver polls every folder of the repository and refuses to start over one without a config
-        # (2.51 with --disable-auto-complete-config: "Poll failed for model directory 'X': failed to open text
-        # file for read .../config.pbtxt", then "failed to load all models"); checked here, before anything starts
-        raise LaunchError(
-            f"model folder(s) {', '.join(stray)} hold no config.pbtxt: tritonserver treats every folder of the "
-            "repository as a model and would refuse to start (Poll failed for model directory "
-            f"'{stray[0]}')",
-            path=repo / stray[0],
-            key="--model_repo",
-            hint="move the folder out of the repository, or give it a config.pbtxt (`repo-builder validate` lists "
-            "such problems)",
-        )
+    _refuse_stray_folders(repo, folders, bool(models))
     if not models:
         raise LaunchError(
             "model repository holds no <model>/config.pbtxt",
