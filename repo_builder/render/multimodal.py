@@ -38,6 +38,13 @@ from ..profile.schema import load_schema
 from ..repository.lockfile import LOCK_NAME
 from ..runtime.tokenizer_files import TOKENIZER_FILES
 from .layouts import MULTIMODAL_PARAMETERS as LAYOUT_PARAMETERS
+from .multimodal_checks import (  # noqa: F401  (IMAGE_TOKEN re-exported: moved from this module)
+    IMAGE_TOKEN,
+    _added_tokens,
+    _check_llava_crop,
+    _check_llava_image_token,
+    _llava_features,
+)
 from .options import RenderOptions
 from .plan import serve_root_of
 from .vendor import RUNTIME_FOLDER, python_model_source, runtime_files
@@ -64,7 +71,6 @@ MODELS = {
 #: The checkpoint's tokenizer files copied beside preprocessing / postprocessing: every tokenizer file name, and
 #: the chat template (transformers 5 writes it to chat_template.jinja, not tokenizer_config.json).
 _TOKENIZER_FILES = (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "chat_template.jinja")
-IMAGE_TOKEN = "<image>"
 #: model_type values of NVIDIA's other families, refused with a reason.
 _NOT_YET = {
     "mllama": "mllama needs cross-attention in the engine, not built yet",
@@ -113,11 +119,6 @@ QWEN2_VL_TOKENS = {
     "vision_end_token_id": "<|vision_end|>",
     "image_token_id": "<|image_pad|>",
 }
-
-
-def _added_tokens(tok_path: Path) -> dict[str, int]:
-    tok = _read_json(tok_path, TokenizerError)
-    return {str(t.get("content")): int(t.get("id")) for t in tok.get("added_tokens") or [] if "content" in t}
 
 
 def _eos_pad(root: Path, text: Mapping[str, Any], cfg_path: Path) -> tuple[int, int]:
@@ -248,54 +249,13 @@ def multimodal_facts(checkpoint: str | Path) -> MultimodalFacts:
     vocab = _int_key(text, "vocab_size", cfg_path)
     hidden = _int_key(text, "hidden_size", cfg_path)
     max_pos = _int_key(text, "max_position_embeddings", cfg_path)
-    size = _int_key(vision, "image_size", cfg_path)
-    patch = _int_key(vision, "patch_size", cfg_path)
-    if size % patch:
-        raise EngineError(f"image_size {size} is not a multiple of patch_size {patch}", key="image_size", path=cfg_path)
-    strategy = cfg.get("vision_feature_select_strategy", "default")
-    if strategy not in ("default", "full"):
-        raise EngineError(
-            f"vision_feature_select_strategy {strategy!r} is not 'default' or 'full'",
-            key="vision_feature_select_strategy",
-            path=cfg_path,
-        )
-    features = (size // patch) ** 2 + (1 if strategy == "full" else 0)
-    seq = cfg.get("image_seq_length")
-    if seq is not None and seq != features:
-        raise EngineError(
-            f"image_seq_length {seq} but the vision tower gives {features} features per image "
-            f"(({size} / {patch})^2, strategy {strategy})",
-            key="image_seq_length",
-            path=cfg_path,
-        )
+    size, patch, features = _llava_features(cfg, vision, cfg_path)
     image_id = cfg.get("image_token_index", cfg.get("image_token_id"))
     if isinstance(image_id, bool) or not isinstance(image_id, int):
         raise EngineError("needs an integer image_token_index", key="image_token_index", path=cfg_path)
 
-    tok_path = root / "tokenizer.json"
-    added = _added_tokens(tok_path)
-    if IMAGE_TOKEN not in added:
-        raise TokenizerError(f"has no {IMAGE_TOKEN} token", key="added_tokens", path=tok_path)
-    if added[IMAGE_TOKEN] != image_id:
-        raise TokenizerError(
-            f"{IMAGE_TOKEN} is {added[IMAGE_TOKEN]} but config.json image_token_index is {image_id}",
-            key="image_token_index",
-            path=tok_path,
-        )
-    if image_id >= vocab:
-        raise TokenizerError(f"{IMAGE_TOKEN} {image_id} is outside vocab_size {vocab}", key="vocab_size", path=tok_path)
-
-    pre_path = root / "preprocessor_config.json"
-    pre = _read_json(pre_path)
-    crop = pre.get("crop_size") if pre.get("do_center_crop", True) else pre.get("size")
-    dims = (crop.get("height"), crop.get("width")) if isinstance(crop, dict) else (crop, crop)
-    if dims != (size, size):
-        raise EngineError(
-            f"the image processor makes {dims[0]}x{dims[1]} images but vision_config.image_size is {size}",
-            key="crop_size",
-            path=pre_path,
-        )
-
+    _check_llava_image_token(root, image_id, vocab)
+    _check_llava_crop(root, size)
     eos, pad = _eos_pad(root, text, cfg_path)
     return MultimodalFacts(
         model_type="llava",
