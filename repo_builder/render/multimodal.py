@@ -33,17 +33,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, ParameterError, TokenizerError
+from ..errors import EngineError, ParameterError
 from ..profile.schema import load_schema
 from ..repository.lockfile import LOCK_NAME
 from ..runtime.tokenizer_files import TOKENIZER_FILES
 from .layouts import MULTIMODAL_PARAMETERS as LAYOUT_PARAMETERS
-from .multimodal_checks import (  # noqa: F401  (IMAGE_TOKEN re-exported: moved from this module)
+from .multimodal_checks import (  # noqa: F401  (IMAGE_TOKEN, QWEN2_VL_TOKENS re-exported: moved from this module)
     IMAGE_TOKEN,
+    QWEN2_VL_TOKENS,
     _added_tokens,
     _check_llava_crop,
     _check_llava_image_token,
+    _check_qwen2_vl_tokens,
     _llava_features,
+    _mrope_section,
+    _qwen2_vl_max_pixels,
 )
 from .options import RenderOptions
 from .plan import serve_root_of
@@ -113,14 +117,6 @@ class MultimodalFacts:
     vision_end_id: int | None = None
 
 
-#: Qwen2-VL's vision tokens by role (Qwen2-VL's tokenizer_config.json; checked against config.json's ids).
-QWEN2_VL_TOKENS = {
-    "vision_start_token_id": "<|vision_start|>",
-    "vision_end_token_id": "<|vision_end|>",
-    "image_token_id": "<|image_pad|>",
-}
-
-
 def _eos_pad(root: Path, text: Mapping[str, Any], cfg_path: Path) -> tuple[int, int]:
     gen_path = root / "generation_config.json"
     gen = _read_json(gen_path) if gen_path.is_file() else {}
@@ -157,46 +153,11 @@ def qwen2_vl_facts(root: Path, cfg: Mapping[str, Any], cfg_path: Path) -> Multim
     max_pos = _int_key(text, "max_position_embeddings", cfg_path)
     heads = _int_key(text, "num_attention_heads", cfg_path)
     head_dim = int(text.get("head_dim") or hidden // heads)
-    rope = text.get("rope_parameters") or text.get("rope_scaling") or cfg.get("rope_scaling") or {}
-    section = rope.get("mrope_section") if isinstance(rope, dict) else None
-    if not (isinstance(section, list) and section and all(isinstance(x, int) for x in section)):
-        raise EngineError("needs rope_parameters.mrope_section (a list of ints)", key="mrope_section", path=cfg_path)
-    if 2 * sum(section) != head_dim:
-        raise EngineError(
-            f"mrope_section {section} sums to {sum(section)}, not head_dim / 2 = {head_dim // 2}",
-            key="mrope_section",
-            path=cfg_path,
-        )
+    section = _mrope_section(cfg, text, head_dim, cfg_path)
     patch = _int_key(vision, "patch_size", cfg_path)
     merge = _int_key(vision, "spatial_merge_size", cfg_path)
-    ids = {key: cfg.get(key, text.get(key)) for key in QWEN2_VL_TOKENS}
-    for key, value in ids.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise EngineError(f"needs an integer {key}", key=key, path=cfg_path)
-    tok_path = root / "tokenizer.json"
-    added = _added_tokens(tok_path)
-    for key, token in QWEN2_VL_TOKENS.items():
-        if added.get(token) != ids[key]:
-            raise TokenizerError(
-                f"{token} is {added.get(token, 'missing')} but config.json {key} is {ids[key]}", key=key, path=tok_path
-            )
-        if ids[key] >= vocab:
-            raise TokenizerError(f"{token} {ids[key]} is outside vocab_size {vocab}", key="vocab_size", path=tok_path)
-    pre_path = root / "preprocessor_config.json"
-    pre = _read_json(pre_path)
-    for key, want in (("patch_size", patch), ("merge_size", merge)):
-        if pre.get(key, want) != want:
-            raise EngineError(
-                f"the image processor's {key} is {pre.get(key)} but the vision tower's is {want}",
-                key=key,
-                path=pre_path,
-            )
-    size: dict[str, Any] = pre["size"] if isinstance(pre.get("size"), dict) else {}
-    max_pixels = pre.get("max_pixels", size.get("longest_edge"))
-    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < (patch * merge) ** 2:
-        raise EngineError(
-            f"needs an integer max_pixels >= {(patch * merge) ** 2} (one image token)", key="max_pixels", path=pre_path
-        )
+    ids = _check_qwen2_vl_tokens(root, cfg, text, vocab, cfg_path)
+    max_pixels = _qwen2_vl_max_pixels(root, patch, merge)
     eos, pad = _eos_pad(root, text, cfg_path)
     return MultimodalFacts(
         model_type="qwen2_vl",

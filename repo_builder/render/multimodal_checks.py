@@ -14,6 +14,13 @@ from .whisper_facts import _int_key, _read_json
 
 IMAGE_TOKEN = "<image>"
 
+#: Qwen2-VL's vision tokens by role (Qwen2-VL's tokenizer_config.json; checked against config.json's ids).
+QWEN2_VL_TOKENS = {
+    "vision_start_token_id": "<|vision_start|>",
+    "vision_end_token_id": "<|vision_end|>",
+    "image_token_id": "<|image_pad|>",
+}
+
 
 def _added_tokens(tok_path: Path) -> dict[str, int]:
     """{token text: id} of the ``added_tokens`` of tokenizer.json at ``tok_path``.
@@ -95,3 +102,77 @@ def _check_llava_crop(root: Path, size: int) -> None:
             key="crop_size",
             path=pre_path,
         )
+
+
+def _mrope_section(cfg: Mapping[str, Any], text: Mapping[str, Any], head_dim: int, cfg_path: Path) -> list[int]:
+    """Qwen2-VL's ``mrope_section`` (rope_parameters, rope_scaling of the text config or the top level of
+    config.json ``cfg``): the rotary dimensions per position axis (temporal, height, width), summing to
+    ``head_dim`` / 2.
+
+    Raises:
+        EngineError: missing, not a list of ints, or not summing to half the head size (key ``mrope_section``).
+    """
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or cfg.get("rope_scaling") or {}
+    section = rope.get("mrope_section") if isinstance(rope, dict) else None
+    if not (isinstance(section, list) and section and all(isinstance(x, int) for x in section)):
+        raise EngineError("needs rope_parameters.mrope_section (a list of ints)", key="mrope_section", path=cfg_path)
+    if 2 * sum(section) != head_dim:
+        raise EngineError(
+            f"mrope_section {section} sums to {sum(section)}, not head_dim / 2 = {head_dim // 2}",
+            key="mrope_section",
+            path=cfg_path,
+        )
+    return section
+
+
+def _check_qwen2_vl_tokens(
+    root: Path, cfg: Mapping[str, Any], text: Mapping[str, Any], vocab: int, cfg_path: Path
+) -> dict[str, int]:
+    """{config.json key: id} of Qwen2-VL's vision tokens (:data:`QWEN2_VL_TOKENS`; top level of ``cfg``, else
+    its text config), each checked against tokenizer.json's added tokens under ``root`` and ``vocab``.
+
+    Raises:
+        EngineError: an id missing or not an integer (names the key).
+        TokenizerError: a token missing from tokenizer.json, with another id, or outside vocab_size.
+    """
+    ids = {key: cfg.get(key, text.get(key)) for key in QWEN2_VL_TOKENS}
+    for key, value in ids.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise EngineError(f"needs an integer {key}", key=key, path=cfg_path)
+    tok_path = root / "tokenizer.json"
+    added = _added_tokens(tok_path)
+    for key, token in QWEN2_VL_TOKENS.items():
+        if added.get(token) != ids[key]:
+            raise TokenizerError(
+                f"{token} is {added.get(token, 'missing')} but config.json {key} is {ids[key]}", key=key, path=tok_path
+            )
+        if ids[key] >= vocab:
+            raise TokenizerError(f"{token} {ids[key]} is outside vocab_size {vocab}", key="vocab_size", path=tok_path)
+    return ids
+
+
+def _qwen2_vl_max_pixels(root: Path, patch: int, merge: int) -> int:
+    """The image processor's largest image in pixels (preprocessor_config.json under ``root``: ``max_pixels``,
+    or ``size.longest_edge``), its patch and merge sizes checked against the vision tower's ``patch`` /
+    ``merge``.
+
+    Raises:
+        EngineError: the processor's patch_size / merge_size not the vision tower's, or max_pixels not an integer
+            of at least one image token ((patch x merge)^2 pixels), naming the key.
+    """
+    pre_path = root / "preprocessor_config.json"
+    pre = _read_json(pre_path)
+    for key, want in (("patch_size", patch), ("merge_size", merge)):
+        if pre.get(key, want) != want:
+            raise EngineError(
+                f"the image processor's {key} is {pre.get(key)} but the vision tower's is {want}",
+                key=key,
+                path=pre_path,
+            )
+    size: dict[str, Any] = pre["size"] if isinstance(pre.get("size"), dict) else {}
+    max_pixels = pre.get("max_pixels", size.get("longest_edge"))
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < (patch * merge) ** 2:
+        raise EngineError(
+            f"needs an integer max_pixels >= {(patch * merge) ** 2} (one image token)", key="max_pixels", path=pre_path
+        )
+    return max_pixels

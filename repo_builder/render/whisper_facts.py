@@ -73,30 +73,15 @@ def _int_key(cfg: Mapping[str, Any], key: str, path: Path) -> int:
     return value
 
 
-def whisper_facts(checkpoint: str | Path) -> WhisperFacts:
-    """Read and cross-check the facts of a Hugging Face Whisper checkpoint directory.
+def _whisper_tokens(root: Path, cfg: Mapping[str, Any], vocab: int) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    """(added tokens {text: id}, special ids by short name of :data:`_TOKEN_NAMES`, language codes) of the
+    tokenizer.json under ``root``, checked against config.json ``cfg`` (``decoder_start_token_id``,
+    ``eos_token_id``) and ``vocab``.
 
     Raises:
-        EngineError: config.json missing, not a Whisper model, a key missing, or the encoder window and the
-            feature extractor disagree (names the file and key).
-        TokenizerError: tokenizer.json missing, a special token missing, or its ids contradict config.json
-            (``decoder_start_token_id``, ``eos_token_id``, ``vocab_size``).
+        TokenizerError: tokenizer.json missing, a special token missing, the ids between <|startoftranscript|>
+            and <|translate|> not all language tokens, or ids contradicting config.json (names the key).
     """
-    root = Path(checkpoint)
-    cfg_path = root / "config.json"
-    cfg = _read_json(cfg_path)
-    if cfg.get("model_type") != "whisper":
-        raise EngineError(
-            f"model_type is {cfg.get('model_type')!r}, not 'whisper'",
-            key="model_type",
-            path=cfg_path,
-            hint="layout whisper takes a WhisperForConditionalGeneration checkpoint",
-        )
-    mels = _int_key(cfg, "num_mel_bins", cfg_path)
-    vocab = _int_key(cfg, "vocab_size", cfg_path)
-    max_target = _int_key(cfg, "max_target_positions", cfg_path)
-    max_source = _int_key(cfg, "max_source_positions", cfg_path)
-
     tok_path = root / "tokenizer.json"
     tok = _read_json(tok_path, TokenizerError)
     added = {str(t.get("content")): int(t.get("id")) for t in tok.get("added_tokens") or [] if "content" in t}
@@ -126,7 +111,17 @@ def whisper_facts(checkpoint: str | Path) -> WhisperFacts:
             key="vocab_size",
             path=tok_path,
         )
+    return added, ids, languages
 
+
+def _audio_window(root: Path, mels: int, max_source: int) -> tuple[int, int, int, int]:
+    """(sampling rate Hz, hop length, n_fft, chunk seconds) of preprocessor_config.json under ``root``
+    (Whisper's defaults 16000 / 160 / 400 / 30 where absent), checked against the encoder: ``mels`` features
+    and 2 x ``max_source`` frames per chunk.
+
+    Raises:
+        EngineError: feature_size not num_mel_bins, or the chunk not the encoder's window (names the key).
+    """
     pre_path = root / "preprocessor_config.json"
     pre = _read_json(pre_path) if pre_path.is_file() else {}
     feature_size = pre.get("feature_size", mels)
@@ -144,6 +139,35 @@ def whisper_facts(checkpoint: str | Path) -> WhisperFacts:
             key="chunk_length",
             path=pre_path,
         )
+    return rate, hop, n_fft, chunk
+
+
+def whisper_facts(checkpoint: str | Path) -> WhisperFacts:
+    """Read and cross-check the facts of a Hugging Face Whisper checkpoint directory.
+
+    Raises:
+        EngineError: config.json missing, not a Whisper model, a key missing, or the encoder window and the
+            feature extractor disagree (names the file and key).
+        TokenizerError: tokenizer.json missing, a special token missing, or its ids contradict config.json
+            (``decoder_start_token_id``, ``eos_token_id``, ``vocab_size``).
+    """
+    root = Path(checkpoint)
+    cfg_path = root / "config.json"
+    cfg = _read_json(cfg_path)
+    if cfg.get("model_type") != "whisper":
+        raise EngineError(
+            f"model_type is {cfg.get('model_type')!r}, not 'whisper'",
+            key="model_type",
+            path=cfg_path,
+            hint="layout whisper takes a WhisperForConditionalGeneration checkpoint",
+        )
+    mels = _int_key(cfg, "num_mel_bins", cfg_path)
+    vocab = _int_key(cfg, "vocab_size", cfg_path)
+    max_target = _int_key(cfg, "max_target_positions", cfg_path)
+    max_source = _int_key(cfg, "max_source_positions", cfg_path)
+
+    added, ids, languages = _whisper_tokens(root, cfg, vocab)
+    rate, hop, n_fft, chunk = _audio_window(root, mels, max_source)
     multilingual = vocab >= 51865
     names = ["<|startoftranscript|>"]
     if multilingual and "en" in languages:
