@@ -1,7 +1,7 @@
 """``prompt_embedding_table`` data types per profile, as NVIDIA's templates declare them (issue 12, item 13).
 
 Facts (tensorrtllm_backend tags, ``all_models/inflight_batcher_llm/<model>/config.pbtxt``; TensorRT-LLM
-``triton_backend/`` for 1.2, see ../shared/docs/upstream-reference.md section 2):
+``triton_backend/`` for 1.2: github.com/triton-inference-server/tensorrtllm_backend, github.com/NVIDIA/TensorRT-LLM):
 
 * v0.5.0: no model declares ``prompt_embedding_table`` or ``prompt_vocab_size`` (they arrived in v0.6.0).
 * v0.19.0: ``tensorrt_llm``, ``ensemble`` and ``tensorrt_llm_bls`` declare it TYPE_FP16 ``[-1, -1]``, optional;

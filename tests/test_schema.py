@@ -10,7 +10,7 @@ from repo_builder.errors import ParameterError
 from repo_builder.profile.schema import load_schema, validate_user_values
 
 # Every placeholder of the TRT-LLM 1.2.0rc8 tensorrt_llm template (triton_backend/all_models/
-# inflight_batcher_llm/tensorrt_llm/config.pbtxt @ 0c8de69), see ../shared/docs/upstream-reference.md 2.1.
+# inflight_batcher_llm/tensorrt_llm/config.pbtxt @ 0c8de69 of github.com/NVIDIA/TensorRT-LLM).
 TRTLLM_12_PLACEHOLDERS = """
 triton_backend triton_max_batch_size decoupled_mode max_queue_delay_microseconds max_queue_size
 encoder_input_features_data_type logits_datatype prompt_embedding_table_data_type max_beam_width
