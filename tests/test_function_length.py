@@ -23,7 +23,6 @@ TO_SPLIT: frozenset[tuple[str, str]] = frozenset(
         ("repo_builder/render/multimodal.py", "multimodal_facts"),
         ("repo_builder/render/multimodal.py", "qwen2_vl_facts"),
         ("repo_builder/render/whisper_facts.py", "whisper_facts"),
-        ("repo_builder/values/rules_decoding.py", "speculative_engine"),
         ("repo_builder/deploy/kubernetes.py", "_leader_worker_set"),
     }
 )
