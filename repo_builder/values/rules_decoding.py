@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
+from ..engine import EngineInfo
 from .findings import Finding, RuleContext
 
 # ------------------------------------------------------------------------------------------- streaming
@@ -110,6 +112,83 @@ def tree_orphans(choices: list[list[int]]) -> list[str]:
     return ["{" + ", ".join(str(i) for i in c) + "}" for c in choices if len(c) > 1 and tuple(c[:-1]) not in seen]
 
 
+def _eagle_problems(engine: EngineInfo, choices: list[list[int]], depth: int | None) -> list[str]:
+    """What EAGLE-1 refuses, beyond :func:`tree_problems`, in an ``eagle_choices`` tree (each choice the path of a
+    node) for ``engine``, whose draft paths are ``depth`` (``num_eagle_layers``) deep: a tree not exactly ``depth``
+    levels deep, and the first level with more inner nodes than ``max_non_leaves_per_layer``. Returns the
+    messages, in that order (empty: nothing refused)."""
+    problems: list[str] = []
+    deepest = max(len(c) for c in choices)
+    if depth is not None and deepest != depth:
+        problems.append(f"is {deepest} levels deep; EAGLE-1 needs exactly num_eagle_layers ({depth}) levels")
+    limit = engine.max_non_leaves_per_layer
+    inner: dict[int, int] = {}
+    prefixes = {tuple(c[:-1]) for c in choices if len(c) > 1}
+    for c in choices:
+        if tuple(c) in prefixes:
+            inner[len(c)] = inner.get(len(c), 0) + 1
+    if limit is not None:
+        over = next(((lvl, n) for lvl, n in sorted(inner.items()) if n > limit), None)
+        if over is not None:
+            problems.append(
+                f"has {over[1]} inner nodes at level {over[0]}; the engine's max_non_leaves_per_layer is {limit}"
+            )
+    return problems
+
+
+def _tree_findings(engine: EngineInfo, built: str, tree_mode: str, key: str, choices: Any) -> Iterator[Finding]:
+    """The findings on the non-empty tree ``choices`` of parameter ``key`` (``medusa_choices`` / ``eagle_choices``,
+    read by a ``tree_mode`` engine) for ``engine``, whose speculative_decoding_mode is ``built``: a wrong engine
+    mode (then nothing else), else every :func:`tree_problems` (and :func:`_eagle_problems` for EAGLE when the
+    tree has none), else a warning on :func:`tree_orphans`."""
+    if built != tree_mode:
+        yield Finding(key, f"is read by a {tree_mode} engine only; this engine's speculative_decoding_mode is {built}")
+        return
+    depth = engine.num_medusa_heads if tree_mode == "medusa" else engine.num_eagle_layers
+    problems = tree_problems([list(c) for c in choices], engine.max_draft_len, depth)
+    if tree_mode == "eagle" and not problems:
+        problems.extend(_eagle_problems(engine, choices, depth))
+    for problem in problems:
+        yield Finding(key, problem)
+    orphans = tree_orphans([list(c) for c in choices])
+    if orphans and not problems:
+        yield Finding(
+            key,
+            f"has {', '.join(orphans)} without the parent path: TensorRT-LLM attaches such a node to a parent "
+            "slot that holds no draft token, so the tree served is not this one; list every prefix too",
+            severity="warning",
+        )
+
+
+def _lookahead_findings(ctx: RuleContext, built: str) -> Iterator[Finding]:
+    """The finding, if any, on the lookahead triple (W, N, G) of ``ctx`` when all three are ints, for an engine
+    whose speculative_decoding_mode is ``built``: the first of a non-lookahead engine, an illegal ``ngram`` 1
+    triple, or more draft tokens (:func:`lookahead_draft_tokens`) than the engine's ``max_draft_len``."""
+    triple = [ctx.v(k) for k in LOOKAHEAD_KEYS]
+    if not all(isinstance(v, int) for v in triple):
+        return
+    window, ngram, verification = triple
+    if built != "lookahead_decoding":
+        yield Finding(
+            "lookahead_window_size",
+            "lookahead sizes need an engine built with `--speculative_decoding_mode lookahead_decoding`; this "
+            f"engine's speculative_decoding_mode is {built}",
+        )
+        return
+    if ngram == 1 and (window != 1 or verification != 0):
+        yield Finding("lookahead_ngram_size", "1 needs lookahead_window_size 1 and lookahead_verification_set_size 0")
+        return
+    engine = ctx.engine
+    need = lookahead_draft_tokens(window, ngram, verification)
+    if need > engine.max_draft_len:
+        yield Finding(
+            "lookahead_window_size",
+            f"(W, N, G) = ({window}, {ngram}, {verification}) needs (W + G) * (N - 1) - 1 = {need} draft tokens; "
+            f"the engine was built with max_draft_len {engine.max_draft_len} (rebuild with --max_draft_len "
+            f"{need} or lower the sizes)",
+        )
+
+
 def speculative_engine(ctx: RuleContext) -> Iterator[Finding]:
     """Medusa / EAGLE / lookahead parameters against the engine's config.json (a TensorRT-LLM engine only).
 
@@ -141,65 +220,9 @@ def speculative_engine(ctx: RuleContext) -> Iterator[Finding]:
         )
     for tree_mode, key in TREE_KEYS.items():
         choices = ctx.v(key)
-        if not choices:
-            continue
-        if built != tree_mode:
-            yield Finding(
-                key, f"is read by a {tree_mode} engine only; this engine's speculative_decoding_mode is {built}"
-            )
-            continue
-        depth = engine.num_medusa_heads if tree_mode == "medusa" else engine.num_eagle_layers
-        problems = tree_problems([list(c) for c in choices], engine.max_draft_len, depth)
-        if tree_mode == "eagle" and not problems:
-            deepest = max(len(c) for c in choices)
-            if depth is not None and deepest != depth:
-                problems.append(f"is {deepest} levels deep; EAGLE-1 needs exactly num_eagle_layers ({depth}) levels")
-            limit = engine.max_non_leaves_per_layer
-            inner: dict[int, int] = {}
-            prefixes = {tuple(c[:-1]) for c in choices if len(c) > 1}
-            for c in choices:
-                if tuple(c) in prefixes:
-                    inner[len(c)] = inner.get(len(c), 0) + 1
-            if limit is not None:
-                over = next(((lvl, n) for lvl, n in sorted(inner.items()) if n > limit), None)
-                if over is not None:
-                    problems.append(
-                        f"has {over[1]} inner nodes at level {over[0]}; the engine's max_non_leaves_per_layer is "
-                        f"{limit}"
-                    )
-        for problem in problems:
-            yield Finding(key, problem)
-        orphans = tree_orphans([list(c) for c in choices])
-        if orphans and not problems:
-            yield Finding(
-                key,
-                f"has {', '.join(orphans)} without the parent path: TensorRT-LLM attaches such a node to a parent "
-                "slot that holds no draft token, so the tree served is not this one; list every prefix too",
-                severity="warning",
-            )
-    triple = [ctx.v(k) for k in LOOKAHEAD_KEYS]
-    if all(isinstance(v, int) for v in triple):
-        window, ngram, verification = triple
-        if built != "lookahead_decoding":
-            yield Finding(
-                "lookahead_window_size",
-                "lookahead sizes need an engine built with `--speculative_decoding_mode lookahead_decoding`; this "
-                f"engine's speculative_decoding_mode is {built}",
-            )
-            return
-        if ngram == 1 and (window != 1 or verification != 0):
-            yield Finding(
-                "lookahead_ngram_size", "1 needs lookahead_window_size 1 and lookahead_verification_set_size 0"
-            )
-            return
-        need = lookahead_draft_tokens(window, ngram, verification)
-        if need > engine.max_draft_len:
-            yield Finding(
-                "lookahead_window_size",
-                f"(W, N, G) = ({window}, {ngram}, {verification}) needs (W + G) * (N - 1) - 1 = {need} draft tokens; "
-                f"the engine was built with max_draft_len {engine.max_draft_len} (rebuild with --max_draft_len "
-                f"{need} or lower the sizes)",
-            )
+        if choices:
+            yield from _tree_findings(engine, built, tree_mode, key, choices)
+    yield from _lookahead_findings(ctx, built)
 
 
 #: Keys of the xgrammar tokenizer-info JSON the C++ backend reads (tensorrtllm_backend docs/guided_decoding.md,
