@@ -343,11 +343,10 @@ def _leader_script(facts: DeploymentFacts, opts: KubernetesOptions, gpus: int, r
     )
 
 
-def _leader_worker_set(
-    facts: DeploymentFacts, opts: KubernetesOptions, gpus: int, ranks: list[list[str]], gpu_limits: dict[str, Any]
-) -> list[dict[str, Any]]:
-    sa = f"{opts.name}-mpi"
-    env = [
+def _leader_env() -> list[dict[str, Any]]:
+    """The leader container's ``env``: ``POD_NAMESPACE``, ``GROUP_INDEX`` and ``GROUP_KEY`` from the pod's own
+    metadata (downward API), which :func:`_leader_script` reads."""
+    return [
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {
             "name": "GROUP_INDEX",
@@ -355,6 +354,41 @@ def _leader_worker_set(
         },
         {"name": "GROUP_KEY", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_KEY_LABEL}']"}}},
     ]
+
+
+def _mpi_rbac(sa: str, opts: KubernetesOptions) -> list[dict[str, Any]]:
+    """The leader's ServiceAccount ``sa``, a Role that may ``get/list/watch`` pods and create ``pods/exec`` (what
+    the rsh agent's ``kubectl exec`` needs), and the RoleBinding between them: three manifests, in apply order."""
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(sa, opts)}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _metadata(sa, opts),
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(sa, opts),
+        "subjects": [
+            {"kind": "ServiceAccount", "name": sa, **({"namespace": opts.namespace} if opts.namespace else {})}
+        ],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+    }
+    return [account, role, binding]
+
+
+def _leader_worker_set(
+    facts: DeploymentFacts, opts: KubernetesOptions, gpus: int, ranks: list[list[str]], gpu_limits: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The manifests of a deployment over ``opts.nodes`` > 1 nodes of ``gpus`` GPUs each (``ranks``: every rank's
+    argv; ``gpu_limits``: a pod's ``resources``), in apply order: the leader's ServiceAccount, Role and
+    RoleBinding (:func:`_mpi_rbac`), the ``LeaderWorkerSet`` and the Service of the leader pods."""
+    sa = f"{opts.name}-mpi"
+    env = _leader_env()
     leader_volumes, leader_mounts = _volumes(facts, opts, range(gpus))
     worker_volumes, worker_mounts = _volumes(facts, opts, range(gpus, 2 * gpus))
     leader = {
@@ -409,27 +443,8 @@ def _leader_worker_set(
             },
         },
     }
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(sa, opts)}
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _metadata(sa, opts),
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
-        ],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _metadata(sa, opts),
-        "subjects": [
-            {"kind": "ServiceAccount", "name": sa, **({"namespace": opts.namespace} if opts.namespace else {})}
-        ],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
-    }
     selector = {LWS_NAME_LABEL: opts.name, LWS_WORKER_INDEX_LABEL: "0"}
-    return [account, role, binding, lws, _service(facts, opts, selector)]
+    return [*_mpi_rbac(sa, opts), lws, _service(facts, opts, selector)]
 
 
 def dump(docs: list[dict[str, Any]]) -> str:
