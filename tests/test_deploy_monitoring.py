@@ -147,3 +147,22 @@ def test_bad_options_are_named(repo, tmp_path, args, key) -> None:
     assert not (tmp_path / "m").exists()
     with pytest.raises(DeployError):
         manifests(read_facts(repo), KubernetesOptions(image=IMAGE, name="x", pvc="m", service_monitor="soon"))
+
+
+@pytest.mark.parametrize("metrics", [None, "true"])
+def test_monitoring_says_when_the_repository_exports_no_repo_builder_metrics(tmp_path, metrics) -> None:
+    """repo_builder_metrics is off by default (docs/performance.md 9.5): the dashboard's engine and text-side
+    panels would stay empty, and `deploy monitoring` says so and how to turn them on."""
+    from repo_builder.render import render_repository
+    from repo_builder.testing import packaged_tokenizer
+
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "synthetic_engine.json").write_text(json.dumps({"vocab_size": 32000}))
+    tok = packaged_tokenizer("mistral-v1", tmp_path / "tokenizer")
+    values = {"repo_builder_metrics": metrics} if metrics else {}
+    render_repository(engine, tok, tmp_path / "repo", user_values=values)
+    out = cli("monitoring", str(tmp_path / "repo"), "--output", str(tmp_path / "mon"))
+    assert out.returncode == 0, out.stderr
+    said = "repo_builder_metrics is false" in out.stderr and "--set repo_builder_metrics=true" in out.stderr
+    assert said == (metrics is None), out.stderr

@@ -292,7 +292,29 @@ def monitoring(args: MonitoringArgs) -> None:
         scrape_interval=args.scrape_interval,
     )
     _warn(facts)
+    _warn_metrics_off(args.repo)
     _write_files(args.output, files)
+
+
+def _warn_metrics_off(repo: Path) -> None:
+    """A note for each LLM whose lock file says ``repo_builder_metrics`` false (the default): the dashboard's
+    nv_trt_llm_* and repo_builder_* panels would stay empty."""
+    from ..errors import RepoBuilderError
+    from ..repository.lockfile import read_serving_info
+
+    try:
+        infos = read_serving_info(repo)
+    except RepoBuilderError:  # read_facts has read this lock file already; a layout without values: no note
+        return
+    for info in infos:
+        if info.value("repo_builder_metrics", True) is False:
+            who = f"LLM {info.llm}: " if info.llm else ""
+            typer.echo(
+                f"note: {who}repo_builder_metrics is false in this repository (the default), so only Triton's "
+                "nv_inference_* panels will show values; render with --set repo_builder_metrics=true for the "
+                "engine (nv_trt_llm_*) and text-side (repo_builder_*) panels",
+                err=True,
+            )
 
 
 deploy_app.command("kubernetes")(report_errors(kubernetes))

@@ -69,7 +69,11 @@ def server(tmp_path_factory, render_repo_module, serve_module):
     engine.mkdir()
     spec = {"vocab_size": 32000, "max_batch_size": STREAMS, "max_input_len": 64, "max_seq_len": 1024}
     (engine / "synthetic_engine.json").write_text(json.dumps(spec))
-    values = {"synthetic_token_delay_ms": 20, "tensorrt_llm_instance_count": ENGINE_INSTANCES}
+    values = {
+        "synthetic_token_delay_ms": 20,
+        "tensorrt_llm_instance_count": ENGINE_INSTANCES,
+        "repo_builder_metrics": True,
+    }
     repo = render_repo_module(engine, tok, streaming=True, values=values, name="metrics")
     with serve_module(repo, histogram_latencies=True) as srv:
         srv.repo = repo

@@ -58,7 +58,7 @@ def server(tmp_path_factory, render_repo_module, serve_module, tok):
     engine.mkdir()
     spec = {"vocab_size": len(tok), "max_batch_size": 8, "max_input_len": 64, "max_seq_len": 4096}
     (engine / "synthetic_engine.json").write_text(json.dumps(spec))
-    values = {"synthetic_token_delay_ms": 5, "exclude_input_in_output": True}
+    values = {"synthetic_token_delay_ms": 5, "exclude_input_in_output": True, "repo_builder_metrics": True}
     repo = render_repo_module(engine, asset("mistral_v1_tokenizer"), streaming=True, values=values, name="ends")
     with serve_module(repo) as srv:
         yield srv
