@@ -473,3 +473,18 @@ def test_arrival_time_is_the_same_for_every_response_of_a_request_and_unique_per
     per_request = [{int(o["arrival_time_ns"][0, 0]) for o, _, _ in s.responses if o is not None} for s in sinks]
     assert all(len(v) == 1 for v in per_request)
     assert len({next(iter(v)) for v in per_request}) == 50
+
+
+@pytest.mark.parametrize("decoupled", [True, False])
+def test_responses_hold_only_the_outputs_the_caller_asked_for(decoupled):
+    """A BLS call that names a subset of the outputs (tensorrt_llm_bls asks for output_ids alone) gets only
+    those: python_backend r24.10 drops the others without the GIL held, which crashes the Python 3.12 stub
+    (triton_io.only_requested)."""
+    model, _ = make_model(decoupled=decoupled)
+    subset = FakeRequest(req_inputs([1], 3, streaming=[decoupled]), requested=["output_ids"])
+    every = FakeRequest(req_inputs([1], 3, streaming=[decoupled]))
+    assert model.execute([subset, every]) is None
+    assert subset.sender.done.wait(10) and every.sender.done.wait(10)
+    model.finalize()
+    assert subset.sender.data() and all(set(r.tensors) == {"output_ids"} for r in subset.sender.data())
+    assert all({"output_ids", "sequence_length"} <= set(r.tensors) for r in every.sender.data())

@@ -69,7 +69,7 @@ from .engine_request import (
 from .engine_scheduler import Scheduler
 from .metrics import attach_engine_metrics
 from .params import ModelParams
-from .triton_io import triton_error
+from .triton_io import only_requested, requested_names, triton_error
 
 __all__ = [
     "UNSUPPORTED_FLAGS",
@@ -117,9 +117,13 @@ class CollectingSink:
 
 
 class _DecoupledSink:
-    def __init__(self, model: TritonEngineModel, sender: Any) -> None:
+    """The response sender of one request; responses carry only the outputs it asked for
+    (:func:`.triton_io.only_requested` says why)."""
+
+    def __init__(self, model: TritonEngineModel, sender: Any, requested: frozenset[str] | None = None) -> None:
         self.model = model
         self.sender = sender
+        self.requested = requested
 
     def send(
         self, outputs: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None, client: bool = False
@@ -133,7 +137,7 @@ class _DecoupledSink:
         elif outputs is None:
             self.sender.send(flags=flags)
         else:
-            self.sender.send(self.model.to_response(outputs), flags=flags)
+            self.sender.send(self.model.to_response(only_requested(outputs, self.requested)), flags=flags)
 
     def is_cancelled(self) -> bool:
         return bool(self.sender.is_cancelled())
@@ -247,7 +251,7 @@ class TritonEngineModel:
         ``execute`` it would wait behind it and stop nothing)."""
         for request in requests:
             sender = request.get_response_sender()
-            sink = _DecoupledSink(self, sender) if self.decoupled else _UnarySink(self, sender)
+            sink = (_DecoupledSink if self.decoupled else _UnarySink)(self, sender, requested_names(request))
             try:
                 parsed = self._parse(request)
             except RequestError as exc:

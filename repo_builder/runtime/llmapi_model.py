@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ModelLoadError, RequestError
-from .triton_io import triton_error
+from .triton_io import requested_names, tensor_response, triton_error
 
 #: Environment variable that picks the LLM API: ``auto`` (default: tensorrt_llm when importable), ``standin``.
 LLM_API_ENV = "REPO_BUILDER_LLM_API"
@@ -332,13 +332,20 @@ class LLMAPIModel:
         self._cancel_thread.start()
 
     # ------------------------------------------------------------------------------------------ responses
-    def _send(self, sender: Any, tensors: Mapping[str, np.ndarray] | None, *, final: bool) -> None:
+    def _send(
+        self,
+        sender: Any,
+        tensors: Mapping[str, np.ndarray] | None,
+        *,
+        final: bool,
+        requested: frozenset[str] | None = None,
+    ) -> None:
         pb = self.pb
         flags = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         if tensors is None:
             sender.send(flags=flags)
         else:
-            sender.send(pb.InferenceResponse(output_tensors=[pb.Tensor(n, a) for n, a in tensors.items()]), flags=flags)
+            sender.send(tensor_response(pb, tensors, requested), flags=flags)
 
     def _send_error(self, sender: Any, message: str, *, client: bool = True, cancelled: bool = False) -> None:
         pb = self.pb
@@ -379,6 +386,7 @@ class LLMAPIModel:
 
     async def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
+        requested = requested_names(request)
         triton_id = str(request.request_id() or "")
         try:
             parsed = parse_request(self._tensors(request))
@@ -410,12 +418,12 @@ class LLMAPIModel:
                     final = bool(state.finished)
                     if final:
                         self._untrack(tracked)
-                    self._send(sender, response_tensors(state, parsed.outputs), final=final)
+                    self._send(sender, response_tensors(state, parsed.outputs), final=final, requested=requested)
             self._untrack(tracked)
             if tracked.cancelled:
                 self._send_error(sender, "tensorrt_llm: request cancelled by the client", cancelled=True)
             elif not parsed.streaming and last is not None:
-                self._send(sender, response_tensors(last, parsed.outputs), final=True)
+                self._send(sender, response_tensors(last, parsed.outputs), final=True, requested=requested)
             elif last is None or not last.finished:
                 self._send(sender, None, final=True)
         except Exception as exc:  # noqa: BLE001 - this request fails alone

@@ -22,7 +22,7 @@ from .multimodal_common import (
     _scalar,
     _text_model,
 )
-from .triton_io import error_response, get_inputs, respond_each
+from .triton_io import error_response, get_inputs, requested_names, respond_each, tensor_response
 
 
 class Sampling:
@@ -304,8 +304,10 @@ class PromptTableEngineModel:
         pb = self.pb
         sender = request.get_response_sender()
 
+        requested = requested_names(request)
+
         def response(outputs: dict[str, np.ndarray]) -> Any:
-            return pb.InferenceResponse(output_tensors=[pb.Tensor(k, v) for k, v in outputs.items()])
+            return tensor_response(pb, outputs, requested)
 
         held: list[list[int]] = []
 

@@ -12,6 +12,8 @@ module as their ``pb`` argument, so this file stays importable (and testable) wi
 * :func:`strings`: a TYPE_STRING tensor as Python ``str`` (strict UTF-8, error names the field).
 * :func:`error_response`: an ``InferenceResponse`` carrying a ``TritonError``.
 * :func:`use_fast_bytes_codec`: one-element TYPE_STRING tensors (de)serialized without numpy iteration.
+* :func:`requested_names`, :func:`only_requested`, :func:`tensor_response`: send the caller only the outputs it
+  asked for.
 """
 
 from __future__ import annotations
@@ -207,6 +209,40 @@ def strings(array: np.ndarray | None, field: str) -> list[str] | None:
     return out
 
 
+def requested_names(request: Any) -> frozenset[str] | None:
+    """The output names the caller asked for (``request.requested_output_names()``), None where the request
+    cannot say (test doubles). Triton fills in every output of the model when a client names none, so the set
+    is the whole answer the caller gets."""
+    getter = getattr(request, "requested_output_names", None)
+    if not callable(getter):
+        return None
+    names = getter()
+    return None if names is None else frozenset(names)
+
+
+def only_requested(outputs: Mapping[str, Any], requested: frozenset[str] | None) -> Mapping[str, Any]:
+    """``outputs`` without the ones the caller did not ask for (all of them when ``requested`` is None).
+
+    Why every response goes through this: python_backend r24.10 (Triton 2.51; unchanged up to python_backend
+    main, 2026-12) drops the unrequested tensors of a response in ``ResponseSender::Send``
+    (``src/response_sender.cc``) after it has released the GIL. Destroying a tensor whose numpy array it
+    holds last then frees Python memory without the GIL, which crashes the Python 3.12 stub
+    (SIGSEGV in ``_PyObject_Free`` -> ``_PyInterpreterState_GET``, gdb on Triton 2.51's 3.12 stub; the 3.11
+    stub survives it by chance). Triton answers the crashed stub's requests, after 1 s, with "Stub process
+    '<model>_0_0' is not healthy". A response that holds only requested tensors has nothing to drop.
+    """
+    if requested is None or all(name in requested for name in outputs):
+        return outputs
+    return {name: value for name, value in outputs.items() if name in requested}
+
+
+def tensor_response(pb: Any, outputs: Mapping[str, Any], requested: frozenset[str] | None = None) -> Any:
+    """A ``pb.InferenceResponse`` of ``outputs`` ({name: numpy array}) holding only the ``requested`` ones
+    (:func:`only_requested` says why)."""
+    kept = only_requested(outputs, requested)
+    return pb.InferenceResponse(output_tensors=[pb.Tensor(name, np.asarray(a)) for name, a in kept.items()])
+
+
 def triton_error(pb: Any, message: str, *, client: bool) -> Any:
     """A ``pb.TritonError`` whose code says who is at fault.
 
@@ -276,7 +312,7 @@ def respond_each(
     for request in requests:
         try:
             inputs = get_inputs(pb, request, input_names)
-            outputs = process(inputs, request)
+            outputs = only_requested(process(inputs, request), requested_names(request))
             tensors = [pb.Tensor(name, array) for name, array in outputs.items()]
             params = parameters(request) if parameters is not None else None
             if params:
@@ -313,7 +349,7 @@ def send_each(
         try:
             inputs = get_inputs(pb, request, input_names)
             outputs = process(inputs, request)
-            response = pb.InferenceResponse(output_tensors=[pb.Tensor(name, a) for name, a in outputs.items()])
+            response = tensor_response(pb, outputs, requested_names(request))
         except RequestError as exc:
             if metrics is not None:
                 metrics.refused(exc.field)

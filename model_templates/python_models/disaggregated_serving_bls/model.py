@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.disagg_bls import DisaggregatedCore, DisaggregatedSettings, as_declared, reshaped_dims
 from repo_builder_runtime.errors import StepError
 from repo_builder_runtime.params import ModelParams
 from repo_builder_runtime.request_failure import fail_request, log_unexpected
-from repo_builder_runtime.triton_io import is_client_error, triton_error
+from repo_builder_runtime.triton_io import is_client_error, requested_names, tensor_response, triton_error
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _MODEL = "disaggregated_serving_bls"
@@ -51,8 +50,8 @@ class _Caller:
                 yield tensors
 
 
-def _response(outputs):
-    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, np.asarray(a)) for n, a in outputs.items()])
+def _response(outputs, requested=None):
+    return tensor_response(pb_utils, outputs, requested)
 
 
 def _error(exc):
@@ -84,13 +83,14 @@ class TritonPythonModel:
 
     def _serve_decoupled(self, request, sender):
         final_sent = False
+        requested = requested_names(request)
 
         def send(outputs, final):
             nonlocal final_sent
             if outputs is None:
                 sender.send(flags=_FINAL)
             else:
-                sender.send(_response(outputs), flags=_FINAL if final else 0)
+                sender.send(_response(outputs, requested), flags=_FINAL if final else 0)
             final_sent = final_sent or final
 
         try:

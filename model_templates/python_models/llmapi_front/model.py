@@ -26,7 +26,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.llmapi_front import ENGINE_MODEL, FrontResponder, front_message, plan_request
 from repo_builder_runtime.params import ModelParams
-from repo_builder_runtime.triton_io import RequestError, is_client_error, triton_error
+from repo_builder_runtime.triton_io import RequestError, is_client_error, requested_names, tensor_response, triton_error
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _ids = itertools.count(1)
@@ -62,8 +62,8 @@ class TritonPythonModel:
         sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error), flags=_FINAL)
 
     @staticmethod
-    def _response(outputs):
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()])
+    def _response(outputs, requested=None):
+        return tensor_response(pb_utils, outputs, requested)
 
     def _stop_engine(self, inner_id):
         """A ``stop`` request with the llmapi call's id (the llmapi model aborts it); errors are ignored."""
@@ -81,6 +81,7 @@ class TritonPythonModel:
 
     def _serve(self, request):
         sender = request.get_response_sender()
+        requested = requested_names(request)
         try:
             tensors = {t.name(): t.as_numpy() for t in request.inputs()}
             plan = plan_request(tensors, decoupled=self.decoupled, engine_decoupled=self.decoupled)
@@ -120,14 +121,14 @@ class TritonPythonModel:
                     continue
                 converted, final = responder.convert(outs)
                 if converted is not None:
-                    sender.send(self._response(converted), flags=_FINAL if final else 0)
+                    sender.send(self._response(converted, requested), flags=_FINAL if final else 0)
                     sent_final = final
                 if final:
                     break
             if not sent_final:
                 last = None if plan.stream else responder.finish()
                 if last is not None:
-                    sender.send(self._response(last), flags=_FINAL)
+                    sender.send(self._response(last, requested), flags=_FINAL)
                 elif plan.stream:
                     sender.send(flags=_FINAL)
                 else:

@@ -51,7 +51,14 @@ from repo_builder_runtime.bls import (
 from repo_builder_runtime.metrics import BLS, for_model
 from repo_builder_runtime.params import ModelParams
 from repo_builder_runtime.request_failure import fail_request, log_unexpected
-from repo_builder_runtime.triton_io import RequestError, is_client_error, triton_error, use_fast_bytes_codec
+from repo_builder_runtime.triton_io import (
+    RequestError,
+    is_client_error,
+    requested_names,
+    tensor_response,
+    triton_error,
+    use_fast_bytes_codec,
+)
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 #: Failures that are not the server's fault (a refused request, a failed step): answered, never logged as errors.
@@ -203,8 +210,8 @@ class _Caller:
             core.end_request(request_id)
 
 
-def _response(outputs: Mapping[str, np.ndarray]):
-    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()])
+def _response(outputs: Mapping[str, np.ndarray], requested: frozenset[str] | None = None):
+    return tensor_response(pb_utils, outputs, requested)
 
 
 def _error_message(exc: BaseException) -> str:
@@ -285,6 +292,7 @@ class TritonPythonModel:
 
     def _serve_decoupled(self, request, sender) -> None:
         final_sent = False
+        requested = requested_names(request)
 
         def send(outputs: Mapping[str, np.ndarray] | None, final: bool) -> None:
             nonlocal final_sent
@@ -293,7 +301,7 @@ class TritonPythonModel:
                 # the client set enable_empty_final_response, and the client would never see the stream end
                 sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=_FINAL)
             else:
-                sender.send(_response(outputs), flags=_FINAL if final else 0)
+                sender.send(_response(outputs, requested), flags=_FINAL if final else 0)
             final_sent = final_sent or final
 
         is_cancelled = getattr(sender, "is_cancelled", None) or getattr(request, "is_cancelled", None)
