@@ -15,6 +15,7 @@ from repo_builder_runtime.disagg_bls import DisaggregatedCore, DisaggregatedSett
 from repo_builder_runtime.errors import StepError
 from repo_builder_runtime.params import ModelParams
 from repo_builder_runtime.request_failure import fail_request, log_unexpected
+from repo_builder_runtime.response_iterators import HOLD, held
 from repo_builder_runtime.triton_io import is_client_error, requested_names, tensor_response, triton_error
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -44,7 +45,7 @@ class _Caller:
         return self._tensors(model, self._request(model, inputs, parameters, outputs, request_id).exec())
 
     def stream(self, model, inputs, parameters, outputs, request_id):
-        for resp in self._request(model, inputs, parameters, outputs, request_id).exec(decoupled=True):
+        for resp in held(self._request(model, inputs, parameters, outputs, request_id).exec(decoupled=True)):
             tensors = self._tensors(model, resp)
             if tensors:
                 yield tensors
@@ -134,3 +135,4 @@ class TritonPythonModel:
 
     def finalize(self):
         self.pool.shutdown(wait=True)
+        HOLD.clear()

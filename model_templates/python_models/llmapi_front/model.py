@@ -26,6 +26,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from repo_builder_runtime.llmapi_front import ENGINE_MODEL, FrontResponder, front_message, plan_request
 from repo_builder_runtime.params import ModelParams
+from repo_builder_runtime.response_iterators import HOLD, held
 from repo_builder_runtime.triton_io import RequestError, is_client_error, requested_names, tensor_response, triton_error
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -74,7 +75,7 @@ class TritonPythonModel:
                 requested_output_names=[],
                 request_id=inner_id,
             )
-            for _ in req.exec(decoupled=True) if self.decoupled else [req.exec()]:
+            for _ in held(req.exec(decoupled=True)) if self.decoupled else [req.exec()]:
                 pass
         except Exception as exc:  # noqa: BLE001 - best effort
             pb_utils.Logger.log_warn(f"{self.name}: stop request to '{self.engine}' failed: {exc}")
@@ -102,7 +103,7 @@ class TritonPythonModel:
                 request_id=inner_id,
             )
             responses = call.exec(decoupled=True) if plan.engine_streams else iter([call.exec()])
-            for resp in responses:
+            for resp in held(responses):
                 if request.is_cancelled():
                     cancel = getattr(responses, "cancel", None)
                     if callable(cancel):
@@ -142,3 +143,4 @@ class TritonPythonModel:
 
     def finalize(self):
         self.pool.shutdown(wait=False, cancel_futures=True)
+        HOLD.clear()

@@ -51,6 +51,7 @@ from repo_builder_runtime.bls import (
 from repo_builder_runtime.metrics import BLS, for_model
 from repo_builder_runtime.params import ModelParams
 from repo_builder_runtime.request_failure import fail_request, log_unexpected
+from repo_builder_runtime.response_iterators import HOLD, held
 from repo_builder_runtime.triton_io import (
     RequestError,
     is_client_error,
@@ -83,7 +84,7 @@ class _EngineStream:
 
     def __iter__(self):
         model = self._model
-        for resp in self._it:
+        for resp in held(self._it):
             if resp.has_error():
                 raise BLSStepError(model, resp.error().message(), is_client_error(pb_utils, resp.error()))
             tensors = resp.output_tensors()
@@ -193,7 +194,7 @@ class _Caller:
             req = pb_utils.InferenceRequest(
                 model_name=model, inputs=self.tensors(inputs), requested_output_names=[], request_id=request_id
             )
-            for resp in req.exec(decoupled=True):
+            for resp in held(req.exec(decoupled=True)):
                 if resp.has_error():
                     self.stop_supported = False
                     pb_utils.Logger.log_warn(
@@ -360,4 +361,5 @@ class TritonPythonModel:
         if self.watchdog is not None:
             self.watchdog.stop()
         self.pool.shutdown(wait=True)
+        HOLD.clear()
         self.metrics.close()
