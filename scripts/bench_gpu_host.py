@@ -215,6 +215,7 @@ def bench_cpu(args: argparse.Namespace, json_path: Path, extra: list[str]) -> di
         "--port-base",
         str(args.port),
         *extra,
+        *args.server_cpu_arg,
     ]
     print("+ " + " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
@@ -369,6 +370,12 @@ def main() -> int:
         p.add_argument("--input-tokens", type=int, default=128)
         p.add_argument("--models", default=models)
         p.add_argument("--set", action="append", default=[], help="KEY=VALUE for render")
+        p.add_argument(
+            "--server-cpu-arg",
+            action="append",
+            default=[],
+            help="passed to scripts/bench_server_cpu.py as is, e.g. --server-cpu-arg=--profile",
+        )
     sub.choices["scaling"].add_argument("--instances", default="1,2,4,8")
     sub.choices["scaling"].add_argument(
         "--scale",

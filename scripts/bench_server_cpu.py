@@ -74,6 +74,8 @@ def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict
     ``tensorrt_llm`` runs :func:`direct_level` instead."""
     from repo_builder.bench import BenchSettings
 
+    if getattr(args, "client_procs", 1) > 1:
+        return procs_level(url, model, c, args, pids)
     if model == ENGINE_MODEL:
         return direct_level(url, c, args, pids)
 
@@ -190,6 +192,54 @@ def direct_level(url: str, c: int, args: argparse.Namespace, pids: dict[str, int
     }
 
 
+def procs_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict[str, int]) -> dict:
+    """One level with its load spread over ``--client-procs`` processes (scripts/bench_client_procs.py); the
+    same figures as :func:`run_level` / :func:`direct_level`."""
+    from bench_client_procs import _direct_job, _text_job, direct_kws, run_procs, text_kws
+
+    from repo_builder.bench_stats import summarize
+
+    n = args.client_procs
+    if model == ENGINE_MODEL:
+        base = {"url": url, "input_tokens": args.input_tokens, "output_tokens": args.output_tokens}
+        records, wall, client_cpu, delta = run_procs(_direct_job, direct_kws(base, c, args.requests, n), pids)
+    else:
+        base = {
+            "url": url,
+            "protocol": "grpc",
+            "model": model,
+            "stream": True,
+            "input_tokens": args.input_tokens,
+            "output_tokens": args.output_tokens,
+            "tokenizer_dir": args.tokenizer_dir,
+            "warmup": 0,
+        }
+        records, wall, client_cpu, delta = run_procs(_text_job, text_kws(base, c, args.requests, n), pids)
+    stats = summarize(records, concurrency=c, wall=int(wall * 1e9)).to_dict()
+    tokens = stats["completed"] * args.output_tokens
+    return {
+        "model": model,
+        "concurrency": c,
+        "completed": stats["completed"],
+        "errors": stats["errors"],
+        "tokens": tokens,
+        "wall_s": wall,
+        "cpu_s": delta,
+        "ms_per_token": per_token(delta, tokens, PATH_PROCESSES.get(model)),
+        "server_cpu_util": sum(delta.values()) / wall if wall else None,
+        "ttft_ms_p50": stats["ttft_ms"]["p50"],
+        "ttft_ms_p90": stats["ttft_ms"]["p90"],
+        "itl_ms_p50": stats["itl_ms"]["p50"],
+        "itl_ms_p99": stats["itl_ms"].get("p99"),
+        "e2e_ms_p50": stats["e2e_ms"]["p50"],
+        "client_cpu_ms_per_token": client_cpu * 1000 / tokens if tokens else None,
+        "client_procs": n,
+        "chunks_per_request": (
+            sum(len(r.chunk_ns) for r in records if r.ok) / stats["completed"] if stats["completed"] else None
+        ),
+    }
+
+
 def warm(url: str, model: str, args: argparse.Namespace) -> None:
     """Untimed requests so lazy state (tokenizers, threads, Triton's first-request paths) exists."""
     from repo_builder.bench import BenchSettings, run_bench
@@ -300,8 +350,21 @@ def _parse_args() -> argparse.Namespace:
     )
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for render (e.g. bls_instance_count=2)")
     ap.add_argument("--repo", help="serve this repository instead of rendering one")
+    ap.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="appended to tritonserver's command (as `repo-builder launch --server-arg`)",
+    )
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--port-base", type=int, default=20700)
+    ap.add_argument(
+        "--client-procs",
+        type=int,
+        default=1,
+        help="spread each level's load over this many client processes (one Python client tops out at "
+        "~3,000-4,000 streamed tokens/s; scripts/bench_client_procs.py)",
+    )
     ap.add_argument("--profile", action="store_true", help="py-spy the stubs during one extra level per model")
     ap.add_argument("--profile-concurrency", type=int, default=16)
     ap.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
@@ -370,7 +433,15 @@ def _serve_and_measure(
     try:
         repo = Path(args.repo) if args.repo else render_repo(work, args.tokenizer_dir, extra)
         p = args.port_base
-        cfg = LaunchConfig(model_repo=repo, http_port=p, grpc_port=p + 1, metrics_port=p + 2, no_mpi=True, timeout=600)
+        cfg = LaunchConfig(
+            model_repo=repo,
+            http_port=p,
+            grpc_port=p + 1,
+            metrics_port=p + 2,
+            no_mpi=True,
+            timeout=600,
+            server_args=list(args.server_arg),
+        )
         with TritonServer(cfg) as server:
             pids = server_processes(server.rank_pids()[0][0])
             print(f"# processes: {pids}", flush=True)

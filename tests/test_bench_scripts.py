@@ -256,3 +256,16 @@ def test_copy_fixture_adds_empty_version_dirs(tmp_path):
     assert (out / "ensemble" / "1").is_dir()
     assert (out / "m" / "1" / "model.py").is_file()
     assert not (out / "m" / "1" / "__pycache__").exists()
+
+
+# ----------------------------------------------------------------------------------------- bench_client_procs
+def test_client_processes_share_concurrency_and_requests():
+    procs = _load("bench_client_procs")
+    assert procs.split(256, 8) == [32] * 8
+    assert procs.split(10, 4) == [3, 3, 2, 2]
+    assert procs.split(2, 4) == [1, 1]  # no process without a stream
+    kws = procs.text_kws({"model": "ensemble", "seed": 7}, 10, 64, 4)
+    assert [k["concurrency"] for k in kws] == [[3], [3], [2], [2]]
+    assert sum(k["requests"] for k in kws) == 64 and len({k["seed"] for k in kws}) == 4
+    direct = procs.direct_kws({"url": "u"}, 3, 10, 2)
+    assert [(k["concurrency"], k["requests"], k["first"]) for k in direct] == [(2, 5, 0), (1, 5, 5)]
