@@ -50,46 +50,54 @@ def _text_job(kw: dict[str, Any], ready: Any, go: Any, out: Any) -> None:
         out.put(exc)
 
 
-def _direct_job(kw: dict[str, Any], ready: Any, go: Any, out: Any) -> None:
-    """One client process of a ``tensorrt_llm`` level: random token ids streamed straight to the engine."""
+def stream_token_ids(url: str, concurrency: int, indices: range, input_tokens: int, output_tokens: int) -> list[Any]:
+    """Stream random token ids straight to ``tensorrt_llm`` (``LLMClient.infer_token_ids``, gRPC, streaming) with
+    ``concurrency`` threads, request ``i`` of ``indices`` seeded by ``i``; returns the results in finishing order.
+    Raises the first exception a thread met."""
     import random
     import threading
 
     from repo_builder.client import LLMClient
 
+    lock = threading.Lock()
+    counter = iter(indices)
+    results: list[Any] = []
+    failures: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with LLMClient(url, "grpc", ENGINE_MODEL) as client:
+                while True:
+                    with lock:
+                        i = next(counter, None)
+                    if i is None:
+                        return
+                    rng = random.Random(i)
+                    ids = [rng.randrange(3, SYNTHETIC_SPEC["vocab_size"]) for _ in range(input_tokens)]
+                    res = client.infer_token_ids(ids, output_tokens, streaming=True)
+                    with lock:
+                        results.append(res)
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+    return results
+
+
+def _direct_job(kw: dict[str, Any], ready: Any, go: Any, out: Any) -> None:
+    """One client process of a ``tensorrt_llm`` level: :func:`stream_token_ids` with its share."""
     try:
-        lock = threading.Lock()
-        first, n = kw["first"], kw["requests"]
-        counter = iter(range(first, first + n))
-        results: list[Any] = []
-        failures: list[BaseException] = []
-
-        def worker() -> None:
-            try:
-                with LLMClient(kw["url"], "grpc", ENGINE_MODEL) as client:
-                    while True:
-                        with lock:
-                            i = next(counter, None)
-                        if i is None:
-                            return
-                        rng = random.Random(i)
-                        ids = [rng.randrange(3, SYNTHETIC_SPEC["vocab_size"]) for _ in range(kw["input_tokens"])]
-                        res = client.infer_token_ids(ids, kw["output_tokens"], streaming=True)
-                        with lock:
-                            results.append(res)
-            except BaseException as exc:  # noqa: BLE001
-                failures.append(exc)
-
         ready.put(None)
         go.wait()
         cpu0 = time.process_time()
-        threads = [threading.Thread(target=worker, daemon=True) for _ in range(kw["concurrency"])]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if failures:
-            raise failures[0]
+        indices = range(kw["first"], kw["first"] + kw["requests"])
+        results = stream_token_ids(kw["url"], kw["concurrency"], indices, kw["input_tokens"], kw["output_tokens"])
         recs = [
             (
                 r.start_ns,

@@ -92,71 +92,62 @@ def run_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict
         warmup=0,
     )
     level, wall, delta = measured_level(settings, pids)
-    tokens = level["completed"] * args.output_tokens
+    return level_result(model, c, level, wall, delta, level["client_cpu_s"], level.get("chunks_per_request"), args)
+
+
+def level_result(
+    model: str,
+    c: int,
+    stats: dict,
+    wall: float,
+    delta: dict[str, float],
+    client_cpu_s: float,
+    chunks_per_request: float | None,
+    args: argparse.Namespace,
+) -> dict:
+    """One level's figures from its summary (``LevelStats.to_dict()``), wall seconds, server CPU seconds by
+    process and client CPU seconds; tokens = completed requests x ``--output-tokens``."""
+    tokens = stats["completed"] * args.output_tokens
     return {
         "model": model,
         "concurrency": c,
-        "completed": level["completed"],
-        "errors": level["errors"],
+        "completed": stats["completed"],
+        "errors": stats["errors"],
         "tokens": tokens,
         "wall_s": wall,
         "cpu_s": delta,
         "ms_per_token": per_token(delta, tokens, PATH_PROCESSES.get(model)),
         "server_cpu_util": sum(delta.values()) / wall if wall else None,
-        "ttft_ms_p50": level["ttft_ms"]["p50"],
-        "ttft_ms_p90": level["ttft_ms"]["p90"],
-        "itl_ms_p50": level["itl_ms"]["p50"],
-        "itl_ms_p99": level["itl_ms"].get("p99"),
-        "e2e_ms_p50": level["e2e_ms"]["p50"],
-        "client_cpu_ms_per_token": level["client_cpu_s"] * 1000 / tokens if tokens else None,
-        "chunks_per_request": level.get("chunks_per_request"),
+        "ttft_ms_p50": stats["ttft_ms"]["p50"],
+        "ttft_ms_p90": stats["ttft_ms"]["p90"],
+        "itl_ms_p50": stats["itl_ms"]["p50"],
+        "itl_ms_p99": stats["itl_ms"].get("p99"),
+        "e2e_ms_p50": stats["e2e_ms"]["p50"],
+        "client_cpu_ms_per_token": client_cpu_s * 1000 / tokens if tokens else None,
+        "client_procs": getattr(args, "client_procs", 1),
+        "chunks_per_request": chunks_per_request,
     }
+
+
+def _chunks_per_request(records: list, completed: int) -> float | None:
+    return sum(len(r.chunk_ns) for r in records if r.ok) / completed if completed else None
 
 
 def direct_level(url: str, c: int, args: argparse.Namespace, pids: dict[str, int] | None) -> dict:
     """Token ids streamed straight to ``tensorrt_llm`` (``LLMClient.infer_token_ids``, gRPC, ``streaming``):
     the engine plus Triton's own response path, no ensemble, BLS, tokenizer or detokenizer. Same request
     count, lengths and concurrency as a text level; CPU sampled the same way (``pids`` None: not sampled)."""
-    import random
-    import threading
+    from bench_client_procs import stream_token_ids
 
     from repo_builder.bench_stats import RequestRecord, summarize
-    from repo_builder.client import LLMClient
-
-    lock = threading.Lock()
-    counter = iter(range(args.requests))
-    results = []
-    failures: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            with LLMClient(url, "grpc", ENGINE_MODEL) as client:
-                while True:
-                    with lock:
-                        i = next(counter, None)
-                    if i is None:
-                        return
-                    rng = random.Random(i)
-                    ids = [rng.randrange(3, SYNTHETIC_SPEC["vocab_size"]) for _ in range(args.input_tokens)]
-                    res = client.infer_token_ids(ids, args.output_tokens, streaming=True)
-                    with lock:
-                        results.append(res)
-        except BaseException as exc:  # noqa: BLE001
-            failures.append(exc)
 
     before = sample(pids) if pids else {}
     cpu0 = time.process_time()
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(c)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = stream_token_ids(url, c, range(args.requests), args.input_tokens, args.output_tokens)
     wall = time.perf_counter() - t0
     client_cpu = time.process_time() - cpu0
     after = sample(pids) if pids else {}
-    if failures:
-        raise failures[0]
     records = [
         RequestRecord(
             r.start_ns,
@@ -168,28 +159,8 @@ def direct_level(url: str, c: int, args: argparse.Namespace, pids: dict[str, int
         for r in results
     ]
     stats = summarize(records, concurrency=c, wall=int(wall * 1e9)).to_dict()
-    tokens = stats["completed"] * args.output_tokens
-    delta = cpu_delta(before, after)
-    return {
-        "model": ENGINE_MODEL,
-        "concurrency": c,
-        "completed": stats["completed"],
-        "errors": stats["errors"],
-        "tokens": tokens,
-        "wall_s": wall,
-        "cpu_s": delta,
-        "ms_per_token": per_token(delta, tokens, PATH_PROCESSES[ENGINE_MODEL]),
-        "server_cpu_util": sum(delta.values()) / wall if wall else None,
-        "ttft_ms_p50": stats["ttft_ms"]["p50"],
-        "ttft_ms_p90": stats["ttft_ms"]["p90"],
-        "itl_ms_p50": stats["itl_ms"]["p50"],
-        "itl_ms_p99": stats["itl_ms"].get("p99"),
-        "e2e_ms_p50": stats["e2e_ms"]["p50"],
-        "client_cpu_ms_per_token": client_cpu * 1000 / tokens if tokens else None,
-        "chunks_per_request": (
-            sum(len(r.chunk_ns) for r in records if r.ok) / stats["completed"] if stats["completed"] else None
-        ),
-    }
+    chunks = _chunks_per_request(records, stats["completed"])
+    return level_result(ENGINE_MODEL, c, stats, wall, cpu_delta(before, after), client_cpu, chunks, args)
 
 
 def procs_level(url: str, model: str, c: int, args: argparse.Namespace, pids: dict[str, int]) -> dict:
@@ -216,28 +187,8 @@ def procs_level(url: str, model: str, c: int, args: argparse.Namespace, pids: di
         }
         records, wall, client_cpu, delta = run_procs(_text_job, text_kws(base, c, args.requests, n), pids)
     stats = summarize(records, concurrency=c, wall=int(wall * 1e9)).to_dict()
-    tokens = stats["completed"] * args.output_tokens
-    return {
-        "model": model,
-        "concurrency": c,
-        "completed": stats["completed"],
-        "errors": stats["errors"],
-        "tokens": tokens,
-        "wall_s": wall,
-        "cpu_s": delta,
-        "ms_per_token": per_token(delta, tokens, PATH_PROCESSES.get(model)),
-        "server_cpu_util": sum(delta.values()) / wall if wall else None,
-        "ttft_ms_p50": stats["ttft_ms"]["p50"],
-        "ttft_ms_p90": stats["ttft_ms"]["p90"],
-        "itl_ms_p50": stats["itl_ms"]["p50"],
-        "itl_ms_p99": stats["itl_ms"].get("p99"),
-        "e2e_ms_p50": stats["e2e_ms"]["p50"],
-        "client_cpu_ms_per_token": client_cpu * 1000 / tokens if tokens else None,
-        "client_procs": n,
-        "chunks_per_request": (
-            sum(len(r.chunk_ns) for r in records if r.ok) / stats["completed"] if stats["completed"] else None
-        ),
-    }
+    chunks = _chunks_per_request(records, stats["completed"])
+    return level_result(model, c, stats, wall, delta, client_cpu, chunks, args)
 
 
 def warm(url: str, model: str, args: argparse.Namespace) -> None:
